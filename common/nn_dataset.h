@@ -1,0 +1,87 @@
+/*  nn_dataset.h: image classification datasets, sharding, batches.
+
+    Pixels stay in their stored 8-bit form (NHWC, (count, H, W, C)) and are
+    normalised to float per batch, so a process holds the dataset at its
+    size on disk. File readers are the only I/O of the core.
+
+    Errors: functions that read files return NULL / -1 and write a message
+    naming the file and the problem into err.
+*/
+#ifndef NN_DATASET_H_INCLUDED
+#define NN_DATASET_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nn_rng.h"
+
+typedef struct {
+    int count;              //  samples
+    int h, w, c;            //  per-sample shape (NHWC)
+    int classes;
+    uint8_t *pixels;        //  (count, h, w, c), owned
+    uint8_t *labels;        //  (count), each < classes, owned
+    float mean[3], std[3];  //  per-channel normalisation (of pixel/255)
+} nn_dataset_t;
+
+void nn_dataset_destroy (nn_dataset_t **self_p);
+
+//  MNIST IDX pair (idx3 ubyte images, idx1 ubyte labels), plain or gzip
+//  (detected by content, not name). limit > 0 keeps the first `limit`
+//  samples. classes is 10. Checks magic, dimensions, truncation, label
+//  range, and that the two files agree on the count.
+nn_dataset_t *nn_dataset_load_idx (const char *images_path,
+                                   const char *labels_path, int limit,
+                                   char *err, size_t err_size);
+
+//  CIFAR-10 binary batches (records of 1 label byte + 3072 CHW bytes),
+//  one or more files concatenated in order; converted to HWC on load.
+nn_dataset_t *nn_dataset_load_cifar10 (const char *const *paths, int paths_count,
+                                       int limit, char *err, size_t err_size);
+
+//  Named dataset from a directory: "fashion-mnist" and "mnist" read
+//  {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]; "cifar10" reads
+//  data_batch_1..5.bin / test_batch.bin (also under cifar-10-batches-bin/).
+//  train selects the training or test split. Sets mean/std to the dataset's
+//  published values.
+nn_dataset_t *nn_dataset_load_named (const char *name, const char *dir,
+                                     bool train, int limit,
+                                     char *err, size_t err_size);
+
+//  Deterministic synthetic dataset: `count` samples of (h, w, c) with
+//  `classes` classes, learnable (each class has a distinct pattern plus
+//  noise) and identical for equal seeds.
+nn_dataset_t *nn_dataset_synthetic (int count, int h, int w, int c, int classes,
+                                    uint64_t seed);
+
+typedef enum {
+    NN_PARTITION_CONTIGUOUS = 0,    //  device d gets samples [d*n/D, (d+1)*n/D)
+    NN_PARTITION_IID,               //  shuffled, equal sizes
+    NN_PARTITION_DIRICHLET          //  per-class proportions ~ Dir(alpha)
+} nn_partition_t;
+
+//  Sample indices of device `device` out of `devices` for the first
+//  `samples` samples of ds (samples <= 0 or > count means all). The same
+//  rng state on every device gives disjoint shards covering the samples.
+//  Returns an owned array (nn_free) and its length in *count_out; NULL with
+//  a message if the arguments are invalid.
+int *nn_dataset_shard (const nn_dataset_t *ds, nn_partition_t kind,
+                       int devices, int device, int samples, double alpha,
+                       const nn_rng_t *rng, int *count_out,
+                       char *err, size_t err_size);
+
+typedef struct {
+    bool augment;           //  random crop with padding (+ flip if set)
+    int crop_pad;           //  4 in the reference
+    bool flip;              //  random horizontal flip
+} nn_augment_t;
+
+//  Assemble n samples ds[indices[i]] into x (n, h, w, c) float, normalised
+//  ((p/255 - mean) / std), with augmentation drawn from rng when
+//  aug->augment (aug may be NULL). Labels go to y (n).
+void nn_dataset_batch (float *x, int *y, const nn_dataset_t *ds,
+                       const int *indices, int n, const nn_augment_t *aug,
+                       nn_rng_t *rng);
+
+#endif

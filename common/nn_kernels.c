@@ -1,0 +1,468 @@
+/*  nn_kernels.c: BLAS-backed and elementwise kernels (NHWC). */
+#include "nn_kernels.h"
+
+#include <cblas.h>
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+//  Scratch for one chunk of im2col rows: big enough to feed sgemm well,
+//  small enough to stay in L2 (2 MiB per core here).
+#define S_COLS_TARGET (384 * 1024)
+
+int
+nn_conv_shape_finish (nn_conv_shape_t *s)
+{
+    if (s->stride < 1 || s->pad < 0 || s->r < 1 || s->s < 1)
+        return -1;
+    int hp = s->h + 2 * s->pad - s->r;
+    int wp = s->w + 2 * s->pad - s->s;
+    if (hp < 0 || wp < 0)
+        return -1;
+    s->p = hp / s->stride + 1;
+    s->q = wp / s->stride + 1;
+    return 0;
+}
+
+static int
+s_conv_chunk (const nn_conv_shape_t *s)
+{
+    size_t per_image = (size_t) s->p * s->q * s->r * s->s * s->c;
+    int chunk = (int) (S_COLS_TARGET / (per_image ? per_image : 1));
+    if (chunk < 1)
+        chunk = 1;
+    if (chunk > s->n)
+        chunk = s->n;
+    return chunk;
+}
+
+size_t
+nn_conv2d_scratch_count (const nn_conv_shape_t *s)
+{
+    return (size_t) s_conv_chunk (s) * s->p * s->q * s->r * s->s * s->c;
+}
+
+//  One image: in (h,w,c) -> cols (p*q, r*s*c), rows in output order, each
+//  row laid out (r, s, c) like a weight row.
+static void
+s_im2col (float *cols, const float *in, const nn_conv_shape_t *s)
+{
+    size_t row_len = (size_t) s->r * s->s * s->c;
+    for (int p = 0; p < s->p; p++)
+        for (int q = 0; q < s->q; q++) {
+            float *row = cols + ((size_t) p * s->q + q) * row_len;
+            for (int r = 0; r < s->r; r++) {
+                int ih = p * s->stride - s->pad + r;
+                float *dst = row + (size_t) r * s->s * s->c;
+                if (ih < 0 || ih >= s->h) {
+                    memset (dst, 0, sizeof (float) * s->s * s->c);
+                    continue;
+                }
+                int iw0 = q * s->stride - s->pad;
+                if (iw0 >= 0 && iw0 + s->s <= s->w) {
+                    //  Whole kernel row inside: one contiguous run in NHWC.
+                    memcpy (dst, in + ((size_t) ih * s->w + iw0) * s->c,
+                            sizeof (float) * s->s * s->c);
+                    continue;
+                }
+                for (int k = 0; k < s->s; k++) {
+                    int iw = iw0 + k;
+                    if (iw < 0 || iw >= s->w)
+                        memset (dst + k * s->c, 0, sizeof (float) * s->c);
+                    else
+                        memcpy (dst + k * s->c,
+                                in + ((size_t) ih * s->w + iw) * s->c,
+                                sizeof (float) * s->c);
+                }
+            }
+        }
+}
+
+//  Adjoint of s_im2col: din (h,w,c) += scatter of cols.
+static void
+s_col2im_add (float *din, const float *cols, const nn_conv_shape_t *s)
+{
+    size_t row_len = (size_t) s->r * s->s * s->c;
+    for (int p = 0; p < s->p; p++)
+        for (int q = 0; q < s->q; q++) {
+            const float *row = cols + ((size_t) p * s->q + q) * row_len;
+            for (int r = 0; r < s->r; r++) {
+                int ih = p * s->stride - s->pad + r;
+                if (ih < 0 || ih >= s->h)
+                    continue;
+                for (int k = 0; k < s->s; k++) {
+                    int iw = q * s->stride - s->pad + k;
+                    if (iw < 0 || iw >= s->w)
+                        continue;
+                    float *dst = din + ((size_t) ih * s->w + iw) * s->c;
+                    const float *src = row + ((size_t) r * s->s + k) * s->c;
+                    for (int c = 0; c < s->c; c++)
+                        dst[c] += src[c];
+                }
+            }
+        }
+}
+
+void
+nn_conv2d_forward (float *out, const float *in, const float *w, const float *b,
+                   const nn_conv_shape_t *s, float *scratch)
+{
+    int chunk = s_conv_chunk (s);
+    size_t in_size = (size_t) s->h * s->w * s->c;
+    size_t pq = (size_t) s->p * s->q;
+    size_t cols_per_image = pq * s->r * s->s * s->c;
+    int row_len = s->r * s->s * s->c;
+    for (int n0 = 0; n0 < s->n; n0 += chunk) {
+        int g = s->n - n0 < chunk ? s->n - n0 : chunk;
+        for (int i = 0; i < g; i++)
+            s_im2col (scratch + i * cols_per_image, in + (size_t) (n0 + i) * in_size, s);
+        float *o = out + (size_t) n0 * pq * s->k;
+        int rows = (int) (g * pq);
+        float beta = 0.0f;
+        if (b) {
+            for (int i = 0; i < rows; i++)
+                memcpy (o + (size_t) i * s->k, b, sizeof (float) * s->k);
+            beta = 1.0f;
+        }
+        //  out (rows, k) = cols (rows, row_len) . w^T (row_len, k)
+        cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, rows, s->k, row_len,
+                     1.0f, scratch, row_len, w, row_len, beta, o, s->k);
+    }
+}
+
+void
+nn_conv2d_backward (float *din, float *dw, float *db, const float *dout,
+                    const float *in, const float *w, const nn_conv_shape_t *s,
+                    float *scratch)
+{
+    int chunk = s_conv_chunk (s);
+    size_t in_size = (size_t) s->h * s->w * s->c;
+    size_t pq = (size_t) s->p * s->q;
+    size_t cols_per_image = pq * s->r * s->s * s->c;
+    int row_len = s->r * s->s * s->c;
+    if (db) {
+        size_t rows = (size_t) s->n * pq;
+        for (size_t i = 0; i < rows; i++) {
+            const float *d = dout + i * s->k;
+            for (int k = 0; k < s->k; k++)
+                db[k] += d[k];
+        }
+    }
+    if (din)
+        memset (din, 0, sizeof (float) * in_size * s->n);
+    for (int n0 = 0; n0 < s->n; n0 += chunk) {
+        int g = s->n - n0 < chunk ? s->n - n0 : chunk;
+        int rows = (int) (g * pq);
+        const float *d = dout + (size_t) n0 * pq * s->k;
+        for (int i = 0; i < g; i++)
+            s_im2col (scratch + i * cols_per_image, in + (size_t) (n0 + i) * in_size, s);
+        //  dw (k, row_len) += dout^T (k, rows) . cols (rows, row_len)
+        cblas_sgemm (CblasRowMajor, CblasTrans, CblasNoTrans, s->k, row_len, rows,
+                     1.0f, d, s->k, scratch, row_len, 1.0f, dw, row_len);
+        if (!din)
+            continue;
+        //  dcols (rows, row_len) = dout (rows, k) . w (k, row_len); the
+        //  columns are no longer needed, so they are overwritten.
+        cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, row_len, s->k,
+                     1.0f, d, s->k, w, row_len, 0.0f, scratch, row_len);
+        for (int i = 0; i < g; i++)
+            s_col2im_add (din + (size_t) (n0 + i) * in_size,
+                          scratch + i * cols_per_image, s);
+    }
+}
+
+void
+nn_dense_forward (float *out, const float *in, const float *w, const float *b,
+                  int n, int i, int o)
+{
+    float beta = 0.0f;
+    if (b) {
+        for (int r = 0; r < n; r++)
+            memcpy (out + (size_t) r * o, b, sizeof (float) * o);
+        beta = 1.0f;
+    }
+    cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, n, o, i,
+                 1.0f, in, i, w, i, beta, out, o);
+}
+
+void
+nn_dense_backward (float *din, float *dw, float *db, const float *dout,
+                   const float *in, const float *w, int n, int i, int o)
+{
+    cblas_sgemm (CblasRowMajor, CblasTrans, CblasNoTrans, o, i, n,
+                 1.0f, dout, o, in, i, 1.0f, dw, i);
+    if (db)
+        for (int r = 0; r < n; r++)
+            for (int k = 0; k < o; k++)
+                db[k] += dout[(size_t) r * o + k];
+    if (din)
+        cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, n, i, o,
+                     1.0f, dout, o, w, i, 0.0f, din, i);
+}
+
+void
+nn_batchnorm_forward_train (float *out, float *xhat, float *mean_invstd,
+                            float *running_mean, float *running_var,
+                            const float *in, const float *gamma, const float *beta,
+                            int m, int c, float momentum, float eps)
+{
+    float *mean = mean_invstd, *invstd = mean_invstd + c;
+    //  Sums in double: m is up to ~10^5 rows.
+    double sum[c], sq[c];
+    for (int k = 0; k < c; k++)
+        sum[k] = sq[k] = 0.0;
+    for (int r = 0; r < m; r++) {
+        const float *x = in + (size_t) r * c;
+        for (int k = 0; k < c; k++)
+            sum[k] += x[k];
+    }
+    for (int k = 0; k < c; k++)
+        mean[k] = (float) (sum[k] / m);
+    for (int r = 0; r < m; r++) {
+        const float *x = in + (size_t) r * c;
+        for (int k = 0; k < c; k++) {
+            double d = (double) x[k] - mean[k];
+            sq[k] += d * d;
+        }
+    }
+    for (int k = 0; k < c; k++) {
+        double var = sq[k] / m;
+        invstd[k] = (float) (1.0 / sqrt (var + eps));
+        double unbiased = m > 1 ? sq[k] / (m - 1) : var;
+        running_mean[k] = (1.0f - momentum) * running_mean[k] + momentum * mean[k];
+        running_var[k] = (float) ((1.0 - momentum) * running_var[k] + momentum * unbiased);
+    }
+    for (int r = 0; r < m; r++) {
+        const float *x = in + (size_t) r * c;
+        float *xh = xhat + (size_t) r * c;
+        float *y = out + (size_t) r * c;
+        for (int k = 0; k < c; k++) {
+            float v = (x[k] - mean[k]) * invstd[k];
+            xh[k] = v;
+            y[k] = gamma[k] * v + beta[k];
+        }
+    }
+}
+
+void
+nn_batchnorm_forward_eval (float *out, const float *in, const float *gamma,
+                           const float *beta, const float *running_mean,
+                           const float *running_var, int m, int c, float eps)
+{
+    float scale[c], shift[c];
+    for (int k = 0; k < c; k++) {
+        scale[k] = gamma[k] / sqrtf (running_var[k] + eps);
+        shift[k] = beta[k] - running_mean[k] * scale[k];
+    }
+    for (int r = 0; r < m; r++) {
+        const float *x = in + (size_t) r * c;
+        float *y = out + (size_t) r * c;
+        for (int k = 0; k < c; k++)
+            y[k] = x[k] * scale[k] + shift[k];
+    }
+}
+
+void
+nn_batchnorm_backward (float *din, float *dgamma, float *dbeta, const float *dout,
+                       const float *xhat, const float *mean_invstd,
+                       const float *gamma, int m, int c)
+{
+    const float *invstd = mean_invstd + c;
+    double sdy[c], sdyx[c];
+    for (int k = 0; k < c; k++)
+        sdy[k] = sdyx[k] = 0.0;
+    for (int r = 0; r < m; r++) {
+        const float *dy = dout + (size_t) r * c;
+        const float *xh = xhat + (size_t) r * c;
+        for (int k = 0; k < c; k++) {
+            sdy[k] += dy[k];
+            sdyx[k] += dy[k] * xh[k];
+        }
+    }
+    for (int k = 0; k < c; k++) {
+        dgamma[k] += (float) sdyx[k];
+        dbeta[k] += (float) sdy[k];
+    }
+    if (!din)
+        return;
+    //  dx = gamma * invstd / m * (m dy - sum dy - xhat sum(dy xhat))
+    float a[c], mdy[c], mdyx[c];
+    for (int k = 0; k < c; k++) {
+        a[k] = gamma[k] * invstd[k];
+        mdy[k] = (float) (sdy[k] / m);
+        mdyx[k] = (float) (sdyx[k] / m);
+    }
+    for (int r = 0; r < m; r++) {
+        const float *dy = dout + (size_t) r * c;
+        const float *xh = xhat + (size_t) r * c;
+        float *dx = din + (size_t) r * c;
+        for (int k = 0; k < c; k++)
+            dx[k] = a[k] * (dy[k] - mdy[k] - xh[k] * mdyx[k]);
+    }
+}
+
+void
+nn_relu_forward (float *out, const float *in, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+}
+
+void
+nn_relu_backward (float *din, const float *dout, const float *out, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        din[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+int
+nn_pool_shape_finish (nn_pool_shape_t *s)
+{
+    if (s->kernel == 0) {
+        s->p = s->q = 1;
+        return 0;
+    }
+    if (s->stride < 1 || s->pad < 0 || s->kernel < 1 || s->pad * 2 > s->kernel)
+        return -1;
+    int hp = s->h + 2 * s->pad - s->kernel;
+    int wp = s->w + 2 * s->pad - s->kernel;
+    if (hp < 0 || wp < 0)
+        return -1;
+    s->p = hp / s->stride + 1;
+    s->q = wp / s->stride + 1;
+    return 0;
+}
+
+//  Window of output (p, q) clipped to the input: rows [*h0, *h1), cols [*w0, *w1).
+static void
+s_pool_window (const nn_pool_shape_t *s, int p, int q,
+               int *h0, int *h1, int *w0, int *w1)
+{
+    if (s->kernel == 0) {
+        *h0 = 0, *h1 = s->h, *w0 = 0, *w1 = s->w;
+        return;
+    }
+    int hs = p * s->stride - s->pad, ws = q * s->stride - s->pad;
+    *h0 = hs < 0 ? 0 : hs;
+    *w0 = ws < 0 ? 0 : ws;
+    *h1 = hs + s->kernel > s->h ? s->h : hs + s->kernel;
+    *w1 = ws + s->kernel > s->w ? s->w : ws + s->kernel;
+}
+
+void
+nn_maxpool_forward (float *out, int32_t *argmax, const float *in,
+                    const nn_pool_shape_t *s)
+{
+    size_t in_size = (size_t) s->h * s->w * s->c;
+    size_t out_size = (size_t) s->p * s->q * s->c;
+    for (int n = 0; n < s->n; n++) {
+        const float *x = in + n * in_size;
+        for (int p = 0; p < s->p; p++)
+            for (int q = 0; q < s->q; q++) {
+                float *o = out + n * out_size + ((size_t) p * s->q + q) * s->c;
+                int32_t *a = argmax + n * out_size + ((size_t) p * s->q + q) * s->c;
+                int h0, h1, w0, w1;
+                s_pool_window (s, p, q, &h0, &h1, &w0, &w1);
+                for (int c = 0; c < s->c; c++) {
+                    o[c] = -FLT_MAX;
+                    a[c] = (int32_t) (((size_t) h0 * s->w + w0) * s->c + c);
+                }
+                for (int h = h0; h < h1; h++)
+                    for (int w = w0; w < w1; w++) {
+                        size_t base = ((size_t) h * s->w + w) * s->c;
+                        for (int c = 0; c < s->c; c++)
+                            if (x[base + c] > o[c]) {
+                                o[c] = x[base + c];
+                                a[c] = (int32_t) (base + c);
+                            }
+                    }
+            }
+    }
+}
+
+void
+nn_maxpool_backward (float *din, const float *dout, const int32_t *argmax,
+                     const nn_pool_shape_t *s)
+{
+    size_t in_size = (size_t) s->h * s->w * s->c;
+    size_t out_size = (size_t) s->p * s->q * s->c;
+    memset (din, 0, sizeof (float) * in_size * s->n);
+    for (int n = 0; n < s->n; n++) {
+        float *dx = din + n * in_size;
+        const float *dy = dout + n * out_size;
+        const int32_t *a = argmax + n * out_size;
+        for (size_t i = 0; i < out_size; i++)
+            dx[a[i]] += dy[i];
+    }
+}
+
+static float
+s_pool_divisor (const nn_pool_shape_t *s)
+{
+    return s->kernel == 0 ? (float) s->h * s->w : (float) s->kernel * s->kernel;
+}
+
+void
+nn_avgpool_forward (float *out, const float *in, const nn_pool_shape_t *s)
+{
+    size_t in_size = (size_t) s->h * s->w * s->c;
+    size_t out_size = (size_t) s->p * s->q * s->c;
+    float inv = 1.0f / s_pool_divisor (s);
+    for (int n = 0; n < s->n; n++)
+        for (int p = 0; p < s->p; p++)
+            for (int q = 0; q < s->q; q++) {
+                float *o = out + n * out_size + ((size_t) p * s->q + q) * s->c;
+                int h0, h1, w0, w1;
+                s_pool_window (s, p, q, &h0, &h1, &w0, &w1);
+                for (int c = 0; c < s->c; c++)
+                    o[c] = 0.0f;
+                for (int h = h0; h < h1; h++)
+                    for (int w = w0; w < w1; w++) {
+                        const float *x = in + n * in_size + ((size_t) h * s->w + w) * s->c;
+                        for (int c = 0; c < s->c; c++)
+                            o[c] += x[c];
+                    }
+                for (int c = 0; c < s->c; c++)
+                    o[c] *= inv;
+            }
+}
+
+void
+nn_avgpool_backward (float *din, const float *dout, const nn_pool_shape_t *s)
+{
+    size_t in_size = (size_t) s->h * s->w * s->c;
+    size_t out_size = (size_t) s->p * s->q * s->c;
+    float inv = 1.0f / s_pool_divisor (s);
+    memset (din, 0, sizeof (float) * in_size * s->n);
+    for (int n = 0; n < s->n; n++)
+        for (int p = 0; p < s->p; p++)
+            for (int q = 0; q < s->q; q++) {
+                const float *dy = dout + n * out_size + ((size_t) p * s->q + q) * s->c;
+                int h0, h1, w0, w1;
+                s_pool_window (s, p, q, &h0, &h1, &w0, &w1);
+                for (int h = h0; h < h1; h++)
+                    for (int w = w0; w < w1; w++) {
+                        float *dx = din + n * in_size + ((size_t) h * s->w + w) * s->c;
+                        for (int c = 0; c < s->c; c++)
+                            dx[c] += dy[c] * inv;
+                    }
+            }
+}
+
+void
+nn_dropout_forward (float *out, float *mask, const float *in, size_t count,
+                    float p, nn_rng_t *rng)
+{
+    float keep = 1.0f / (1.0f - p);
+    for (size_t i = 0; i < count; i++) {
+        mask[i] = nn_rng_uniform (rng) < p ? 0.0f : keep;
+        out[i] = in[i] * mask[i];
+    }
+}
+
+void
+nn_dropout_backward (float *din, const float *dout, const float *mask, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        din[i] = dout[i] * mask[i];
+}

@@ -1,0 +1,120 @@
+/*  nn_kernels.h: the numerical kernels of the training core.
+
+    llm.c style: free functions over raw pointers, outputs first, const
+    inputs, shape last, scratch passed in. All activations are NHWC.
+    Backward kernels accumulate (+=) into parameter gradients; an input
+    gradient (din) is overwritten, and may be NULL when the caller does not
+    need it. Every BLAS-backed kernel has a naive twin (suffix _naive, in
+    nn_kernels_naive.c) that the tests compare against.
+*/
+#ifndef NN_KERNELS_H_INCLUDED
+#define NN_KERNELS_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nn_rng.h"
+
+typedef struct {
+    int n;              //  batch
+    int h, w, c;        //  input sample (H, W, C)
+    int k, r, s;        //  output channels, kernel height, width
+    int stride, pad;
+    int p, q;           //  output height, width
+} nn_conv_shape_t;
+
+//  Fill p, q from the rest; -1 if the kernel does not fit.
+int nn_conv_shape_finish (nn_conv_shape_t *s);
+
+//  Floats of scratch nn_conv2d_forward/backward need for a batch of n.
+size_t nn_conv2d_scratch_count (const nn_conv_shape_t *s);
+
+//  in (n,h,w,c), w (k,r,s,c), b (k) or NULL -> out (n,p,q,k).
+void nn_conv2d_forward (float *out, const float *in, const float *w,
+                        const float *b, const nn_conv_shape_t *s, float *scratch);
+//  dout (n,p,q,k), in (n,h,w,c) -> dw += (k,r,s,c), db += (k) (if not NULL),
+//  din = (n,h,w,c) (if not NULL).
+void nn_conv2d_backward (float *din, float *dw, float *db, const float *dout,
+                         const float *in, const float *w,
+                         const nn_conv_shape_t *s, float *scratch);
+void nn_conv2d_forward_naive (float *out, const float *in, const float *w,
+                              const float *b, const nn_conv_shape_t *s);
+void nn_conv2d_backward_naive (float *din, float *dw, float *db,
+                               const float *dout, const float *in,
+                               const float *w, const nn_conv_shape_t *s);
+
+//  in (n,i), w (o,i), b (o) or NULL -> out (n,o).
+void nn_dense_forward (float *out, const float *in, const float *w,
+                       const float *b, int n, int i, int o);
+//  dout (n,o) -> dw += (o,i), db += (o), din = (n,i) if not NULL.
+void nn_dense_backward (float *din, float *dw, float *db, const float *dout,
+                        const float *in, const float *w, int n, int i, int o);
+void nn_dense_forward_naive (float *out, const float *in, const float *w,
+                             const float *b, int n, int i, int o);
+void nn_dense_backward_naive (float *din, float *dw, float *db,
+                              const float *dout, const float *in,
+                              const float *w, int n, int i, int o);
+
+//  Batch normalisation over the channel axis of m rows of c channels
+//  (m = n*h*w). Training: batch statistics (biased variance), xhat (m,c)
+//  saved for backward, mean_invstd (2c) saved, running averages updated
+//  with `momentum` (running var with the unbiased variance, as PyTorch).
+//  out may alias in.
+void nn_batchnorm_forward_train (float *out, float *xhat, float *mean_invstd,
+                                 float *running_mean, float *running_var,
+                                 const float *in, const float *gamma,
+                                 const float *beta, int m, int c,
+                                 float momentum, float eps);
+//  Evaluation: running statistics. out may alias in.
+void nn_batchnorm_forward_eval (float *out, const float *in,
+                                const float *gamma, const float *beta,
+                                const float *running_mean,
+                                const float *running_var, int m, int c,
+                                float eps);
+//  dout (m,c) -> dgamma += , dbeta += , din = (m,c) if not NULL (may
+//  alias dout).
+void nn_batchnorm_backward (float *din, float *dgamma, float *dbeta,
+                            const float *dout, const float *xhat,
+                            const float *mean_invstd, const float *gamma,
+                            int m, int c);
+
+//  out may alias in; backward uses the forward output (out > 0).
+void nn_relu_forward (float *out, const float *in, size_t count);
+void nn_relu_backward (float *din, const float *dout, const float *out,
+                       size_t count);
+
+typedef struct {
+    int n, h, w, c;
+    int kernel, stride, pad;    //  kernel 0: global (the whole h x w)
+    int p, q;
+} nn_pool_shape_t;
+
+int nn_pool_shape_finish (nn_pool_shape_t *s);
+//  in (n,h,w,c) -> out (n,p,q,c); argmax (n,p,q,c) holds the index of the
+//  max within its sample. Padding never wins (it is -inf, as PyTorch).
+void nn_maxpool_forward (float *out, int32_t *argmax, const float *in,
+                         const nn_pool_shape_t *s);
+void nn_maxpool_backward (float *din, const float *dout, const int32_t *argmax,
+                          const nn_pool_shape_t *s);
+//  Average over the window, padding counted (PyTorch count_include_pad).
+void nn_avgpool_forward (float *out, const float *in, const nn_pool_shape_t *s);
+void nn_avgpool_backward (float *din, const float *dout,
+                          const nn_pool_shape_t *s);
+
+//  Inverted dropout: mask (count) holds 0 or 1/(1-p). out may alias in.
+void nn_dropout_forward (float *out, float *mask, const float *in, size_t count,
+                         float p, nn_rng_t *rng);
+void nn_dropout_backward (float *din, const float *dout, const float *mask,
+                          size_t count);
+
+//  Softmax cross-entropy over logits (n, classes), labels (n) in range.
+//  Returns scale * mean loss; if dlogits is not NULL it receives
+//  scale * (softmax - onehot) / n, the gradient of that value. With N
+//  micro-batches of one mini-batch, scale = 1/N makes the sum of the
+//  micro-batch losses (and gradients) the mini-batch mean. If correct is not
+//  NULL it is incremented by the number of argmax hits.
+float nn_softmax_xent (float *dlogits, const float *logits, const int *labels,
+                       int n, int classes, float scale, int *correct);
+
+#endif

@@ -1,0 +1,154 @@
+/*  nn_model.h: models built from a declarative spec of split units.
+
+    A spec lists "split units" (the group the PipeLearn reference calls a
+    layer, e.g. conv+BN+ReLU+maxpool); a model is built for units
+    [unit_begin, unit_end) of a spec, so the full model (0, U), the device
+    part (0, P) and the server part (P, U) come from the same spec and chain
+    exactly.
+
+    Tensors are NHWC: a batch of activations is (n, H, W, C) row-major. Dense
+    inputs are the NHWC flattening (h, w, c). Conv weights are (K, R, S, C),
+    dense weights (out, in).
+
+    The model owns three flat slabs (llm.c): weights (trainable parameters
+    followed by non-trainable buffers such as BN running statistics),
+    gradients and optimiser state (both sized to the trainable prefix).
+    Layers hold views into them. All activation memory is allocated in
+    nn_model_new for max_batch samples; forward and backward allocate nothing.
+*/
+#ifndef NN_MODEL_H_INCLUDED
+#define NN_MODEL_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nn_rng.h"
+
+#define NN_MAX_UNITS 32
+#define NN_MAX_UNIT_LAYERS 8
+#define NN_NAME_SIZE 32
+#define NN_SPEC_HASH_SIZE 32
+
+typedef enum {
+    NN_LAYER_CONV = 1,      //  out_channels, kernel, stride, pad, bias
+    NN_LAYER_BATCHNORM,     //  2d over channels (NHWC last axis)
+    NN_LAYER_RELU,
+    NN_LAYER_MAXPOOL,       //  kernel, stride, pad
+    NN_LAYER_AVGPOOL,       //  kernel, stride, pad; kernel 0 = global
+    NN_LAYER_DENSE,         //  out_channels = units, bias
+    NN_LAYER_FLATTEN,
+    NN_LAYER_DROPOUT        //  p
+} nn_layer_kind_t;
+
+typedef struct {
+    nn_layer_kind_t kind;
+    int out_channels;
+    int kernel, stride, pad;
+    bool bias;
+    float p;
+} nn_layer_spec_t;
+
+typedef struct {
+    char name[NN_NAME_SIZE];
+    int layers_count;
+    nn_layer_spec_t layers[NN_MAX_UNIT_LAYERS];
+} nn_unit_spec_t;
+
+typedef struct {
+    char name[NN_NAME_SIZE];        //  "vgg5", "vgg5-nobn"
+    int in_c, in_h, in_w;           //  input sample shape
+    int classes;
+    int units_count;
+    nn_unit_spec_t units[NN_MAX_UNITS];
+} nn_model_spec_t;
+
+//  Per-sample activation shape (H, W, C); a dense output is (1, 1, units).
+typedef struct {
+    int h, w, c;
+} nn_shape_t;
+
+static inline size_t
+nn_shape_size (nn_shape_t s)
+{
+    return (size_t) s.h * s.w * s.c;
+}
+
+//  Fill spec with the named model for inputs of (in_h, in_w, in_c) and
+//  `classes` outputs. Names: "vgg5", "vgg5-nobn". Returns -1 with a message
+//  for an unknown name or a shape the model cannot take.
+int nn_model_spec_by_name (nn_model_spec_t *spec, const char *name,
+                           int in_c, int in_h, int in_w, int classes,
+                           char *err, size_t err_size);
+//  VGG5 as the reference lays it out; batchnorm false drops the BN layers.
+void nn_model_spec_vgg5 (nn_model_spec_t *spec, int in_c, int side, int classes,
+                         bool batchnorm);
+//  Validate a spec (shapes propagate, kernels fit). -1 with a message.
+int nn_model_spec_check (const nn_model_spec_t *spec, char *err, size_t err_size);
+//  Output shape of unit `unit` (the boundary activation after it).
+nn_shape_t nn_model_spec_unit_output (const nn_model_spec_t *spec, int unit);
+//  Input shape of the spec.
+nn_shape_t nn_model_spec_input (const nn_model_spec_t *spec);
+//  BLAKE2b-256 of a canonical text of the spec (names, shapes, layers).
+void nn_model_spec_hash (const nn_model_spec_t *spec,
+                         uint8_t hash[NN_SPEC_HASH_SIZE]);
+
+typedef struct _nn_model_t nn_model_t;
+
+//  Build units [unit_begin, unit_end) of spec for batches of up to max_batch
+//  samples. Parameters are zero until nn_model_init. Returns NULL with a
+//  message if the range or spec is invalid.
+nn_model_t *nn_model_new (const nn_model_spec_t *spec, int unit_begin,
+                          int unit_end, int max_batch, char *err, size_t err_size);
+void nn_model_destroy (nn_model_t **self_p);
+
+//  Xavier-uniform weights, zero biases, BN weight 1 bias 0, running mean 0
+//  var 1. Each layer draws from its own stream split off rng by its global
+//  index in the spec, so the full model and its parts initialise to the
+//  same values.
+void nn_model_init (nn_model_t *self, const nn_rng_t *rng);
+
+//  Forward n <= max_batch samples; x is (n, in shape). train selects batch
+//  statistics (BN) and dropout masks (drawn from rng, may be NULL when not
+//  training). Returns the output (n, out shape), borrowed until the next
+//  forward.
+const float *nn_model_forward (nn_model_t *self, const float *x, int n,
+                               bool train, nn_rng_t *rng);
+//  Backward for the last forward: dout (n, out shape) is the loss gradient
+//  w.r.t. the output. Accumulates (+=) parameter gradients. If dx is not
+//  NULL it receives the gradient w.r.t. the input x (n, in shape); if NULL
+//  the input gradient of the first layer is not computed.
+void nn_model_backward (nn_model_t *self, const float *dout, float *dx);
+void nn_model_zero_grad (nn_model_t *self);
+
+const nn_model_spec_t *nn_model_spec (const nn_model_t *self);
+int nn_model_unit_begin (const nn_model_t *self);
+int nn_model_unit_end (const nn_model_t *self);
+int nn_model_max_batch (const nn_model_t *self);
+nn_shape_t nn_model_input_shape (const nn_model_t *self);
+nn_shape_t nn_model_output_shape (const nn_model_t *self);
+
+//  Slabs. weights holds weights_count floats: params_count trainable
+//  parameters then buffers. grads and optim hold params_count floats.
+float *nn_model_weights (nn_model_t *self);
+const float *nn_model_weights_const (const nn_model_t *self);
+float *nn_model_grads (nn_model_t *self);
+float *nn_model_optim_state (nn_model_t *self);
+const float *nn_model_optim_state_const (const nn_model_t *self);
+size_t nn_model_params_count (const nn_model_t *self);
+size_t nn_model_weights_count (const nn_model_t *self);
+
+//  One named tensor of the weights slab, for checkpoints and averaging.
+typedef struct {
+    char name[48];          //  "u0.l0.conv.w", "u1.l1.bn.running_var"
+    int dims_count;
+    int dims[4];
+    size_t offset;          //  into the weights slab, in floats
+    size_t count;
+    bool trainable;
+} nn_tensor_info_t;
+
+int nn_model_tensors_count (const nn_model_t *self);
+void nn_model_tensor (const nn_model_t *self, int index, nn_tensor_info_t *info);
+
+#endif

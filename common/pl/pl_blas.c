@@ -1,0 +1,95 @@
+/*  pl_blas.c: OpenBLAS core detection and re-exec (see pl_blas.h). */
+#include "pl_blas.h"
+
+#include "pl_log.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+//  Declared by OpenBLAS but not in every cblas.h.
+char *openblas_get_corename (void);
+void openblas_set_num_threads (int);
+
+#define S_REEXEC_MARK "PIPELEARN_BLAS_REEXEC"
+
+//  Cores older than AVX2: on a CPU with AVX2 these leave most speed unused.
+static const char *s_pre_avx2[] = {
+    "prescott", "katmai", "coppermine", "northwood", "banias", "core2", "penryn",
+    "dunnington", "nehalem", "atom", "barcelona", "opteron", "opteron_sse3",
+    "bobcat", "sandybridge", "bulldozer", "piledriver", "steamroller",
+    "excavator", "generic", "unknown", NULL
+};
+
+static bool
+s_is_pre_avx2 (const char *corename)
+{
+    for (int i = 0; s_pre_avx2[i]; i++)
+        if (strcasecmp (corename, s_pre_avx2[i]) == 0)
+            return true;
+    return false;
+}
+
+const char *
+pl_blas_choose_coretype (const char *corename, bool avx2, bool avx512)
+{
+    if (!corename || !avx2 || !s_is_pre_avx2 (corename))
+        return NULL;
+    return avx512 ? "SkylakeX" : "Haswell";
+}
+
+const char *
+pl_blas_corename (void)
+{
+    const char *name = openblas_get_corename ();
+    return name ? name : "unknown";
+}
+
+void
+pl_blas_setup (char **argv)
+{
+    const char *core = pl_blas_corename ();
+    const char *user = getenv ("OPENBLAS_CORETYPE");
+    if (getenv (S_REEXEC_MARK)) {
+        pl_log_info ("openblas: core %s (selected by pipelearn: this OpenBLAS does "
+                     "not recognise the CPU)", core);
+        unsetenv (S_REEXEC_MARK);
+        return;
+    }
+    if (user && *user) {
+        pl_log_info ("openblas: core %s (OPENBLAS_CORETYPE=%s set by the user)", core, user);
+        return;
+    }
+    __builtin_cpu_init ();
+    bool avx2 = __builtin_cpu_supports ("avx2") && __builtin_cpu_supports ("fma");
+    bool avx512 = __builtin_cpu_supports ("avx512f");
+    const char *want = pl_blas_choose_coretype (core, avx2, avx512);
+    if (!want) {
+        pl_log_info ("openblas: core %s", core);
+        return;
+    }
+    pl_log_info ("openblas: core %s on a CPU with %s; re-running with "
+                 "OPENBLAS_CORETYPE=%s", core, avx512 ? "AVX-512" : "AVX2", want);
+    setenv ("OPENBLAS_CORETYPE", want, 1);
+    setenv (S_REEXEC_MARK, "1", 1);
+    execv ("/proc/self/exe", argv);
+    //  Still here: carry on with the slow kernels rather than fail.
+    pl_log_warn ("openblas: re-exec failed (%s); continuing with core %s",
+                 strerror (errno), core);
+    unsetenv ("OPENBLAS_CORETYPE");
+    unsetenv (S_REEXEC_MARK);
+}
+
+int
+pl_blas_set_threads (int threads)
+{
+    if (threads <= 0) {
+        long n = sysconf (_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (int) n : 1;
+    }
+    openblas_set_num_threads (threads);
+    return threads;
+}

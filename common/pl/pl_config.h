@@ -1,0 +1,70 @@
+/*  pl_config.h: the one JSON config format of every pipelearn binary.
+
+    pl_config_defaults gives a sensible run; a JSON object overlays it
+    (pl_config_parse / pl_config_load); `--set key=value` strings overlay
+    that (pl_config_set); pl_config_check rejects values and combinations
+    that cannot run. Unknown keys are errors. The PipeLearn reference's key
+    names (model_name, dataset_name, data_size, ...) are accepted as aliases.
+    Every error names the source (file path or "--set") and the field.
+*/
+#ifndef PL_CONFIG_H_INCLUDED
+#define PL_CONFIG_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cJSON.h>
+
+#include "nn_dataset.h"
+
+#define PL_AUTO (-1)    //  split_point / micro_batches chosen by the planner
+
+typedef struct {
+    char experiment_name[64];   //  "pipelearn"
+    char model[32];             //  "vgg5" | "vgg5-nobn"
+    char dataset[32];           //  "fashion-mnist" | "mnist" | "cifar10" | "synthetic"
+    char data_dir[512];         //  "" = dataset default (/usr/share/datasets/fashion-mnist)
+    int samples;                //  training samples used in total; 0 = all
+    int test_samples;           //  0 = all
+    int batch_size;             //  100
+    int epochs;                 //  1
+    double learning_rate;       //  0.01
+    double momentum;            //  0.9
+    double weight_decay;        //  0
+    uint64_t seed;              //  1
+    int threads;                //  0 = number of cores
+    bool augment;               //  false (random crop pad 4)
+    bool flip;                  //  false (horizontal flip when augmenting)
+    nn_partition_t partition;   //  contiguous
+    double dirichlet_alpha;     //  0.5
+    //  Daemons (issue: server and client).
+    char mode[16];              //  "pipelearn" | "sfl" | "sl" | "fl"
+    int devices;                //  2
+    int split_point;            //  1, or PL_AUTO
+    int micro_batches;          //  4, or PL_AUTO
+    int aggregation_frequency;  //  -1 = once per epoch
+    char bind[128];             //  "tcp://*:5555"
+    char results_dir[512];      //  "results"
+} pl_config_t;
+
+void pl_config_defaults (pl_config_t *self);
+//  Overlay the JSON object in text onto self. source names it in errors.
+int pl_config_parse (pl_config_t *self, const char *text, const char *source,
+                     char *err, size_t err_size);
+//  Read the file at path and overlay it.
+int pl_config_load (pl_config_t *self, const char *path, char *err, size_t err_size);
+//  Overlay one "key=value" (value is JSON, or a bare string). Aliases apply.
+int pl_config_set (pl_config_t *self, const char *assignment, char *err, size_t err_size);
+//  Validate values and combinations (batch_size > 0, known model/dataset,
+//  micro_batches <= batch_size, ...). source names the origin in messages.
+int pl_config_check (const pl_config_t *self, const char *source,
+                     char *err, size_t err_size);
+//  The config as a JSON object with canonical key names (caller owns it;
+//  NULL only if cJSON runs out of memory). split_point / micro_batches are
+//  "auto" when PL_AUTO. A number cJSON's printer would round (more than 15
+//  significant digits, e.g. seed 2^53) is a cJSON_Raw item holding its exact
+//  digits, so printed output always parses back to the same config.
+cJSON *pl_config_to_json (const pl_config_t *self);
+
+#endif

@@ -1,0 +1,160 @@
+/*  pl_summary.c: see pl_summary.h. */
+#include "pl_summary.h"
+
+#include "nn_alloc.h"
+#include "pl_blas.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct _pl_summary_t {
+    cJSON *root;
+    cJSON *epochs;
+};
+
+pl_summary_t *
+pl_summary_new (const pl_config_t *config, const char *binary, int threads)
+{
+    pl_summary_t *self = nn_calloc (1, sizeof *self);
+    self->root = cJSON_CreateObject ();
+    cJSON_AddItemToObject (self->root, "config", pl_config_to_json (config));
+    cJSON_AddStringToObject (self->root, "binary", binary);
+    self->epochs = cJSON_AddArrayToObject (self->root, "epochs");
+    cJSON_AddStringToObject (self->root, "openblas_core", pl_blas_corename ());
+    cJSON_AddNumberToObject (self->root, "threads", threads);
+    cJSON_AddNumberToObject (self->root, "peak_rss_kb", (double) pl_peak_rss_kb ());
+    return self;
+}
+
+void
+pl_summary_destroy (pl_summary_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    cJSON_Delete ((*self_p)->root);
+    nn_free (*self_p);
+    *self_p = NULL;
+}
+
+cJSON *
+pl_summary_add_epoch (pl_summary_t *self, const pl_epoch_stats_t *s)
+{
+    cJSON *e = cJSON_CreateObject ();
+    cJSON_AddNumberToObject (e, "epoch", s->epoch);
+    cJSON_AddNumberToObject (e, "wall_s", s->wall_s);
+    cJSON_AddNumberToObject (e, "eval_s", s->eval_s);
+    cJSON_AddNumberToObject (e, "train_loss", s->train_loss);
+    cJSON_AddNumberToObject (e, "train_acc", s->train_acc);
+    cJSON_AddNumberToObject (e, "test_loss", s->test_loss);
+    cJSON_AddNumberToObject (e, "test_acc", s->test_acc);
+    cJSON_AddNumberToObject (e, "images_per_s", s->images_per_s);
+    cJSON_AddItemToArray (self->epochs, e);
+    return e;
+}
+
+cJSON *
+pl_summary_root (pl_summary_t *self)
+{
+    return self->root;
+}
+
+long
+pl_peak_rss_kb (void)
+{
+    struct rusage ru;
+    if (getrusage (RUSAGE_SELF, &ru))
+        return -1;
+    return ru.ru_maxrss;
+}
+
+int
+pl_mkdirs (const char *path, char *err, size_t err_size)
+{
+    char buf[1024];
+    if (snprintf (buf, sizeof buf, "%s", path) >= (int) sizeof buf)
+        return nn_errf (err, err_size, "%s: path too long", path);
+    for (char *p = buf + 1; ; p++) {
+        bool end = *p == '\0';
+        if (*p == '/' || end) {
+            *p = '\0';
+            if (mkdir (buf, 0755) && errno != EEXIST)
+                return nn_errf (err, err_size, "%s: cannot create directory: %s", buf,
+                                strerror (errno));
+            if (end)
+                break;
+            *p = '/';
+        }
+    }
+    return 0;
+}
+
+int
+pl_write_file_atomic (const char *path, const char *data, size_t size, char *err,
+                      size_t err_size)
+{
+    char tmp[1100];
+    if (snprintf (tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= (int) sizeof tmp)
+        return nn_errf (err, err_size, "%s: path too long", path);
+    int fd = mkstemp (tmp);
+    if (fd < 0)
+        return nn_errf (err, err_size, "%s: cannot create: %s", path, strerror (errno));
+    size_t done = 0;
+    while (done < size) {
+        ssize_t n = write (fd, data + done, size - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int e = errno;
+            close (fd);
+            unlink (tmp);
+            return nn_errf (err, err_size, "%s: write failed: %s", path, strerror (e));
+        }
+        done += (size_t) n;
+    }
+    if (fsync (fd) || close (fd)) {
+        int e = errno;
+        unlink (tmp);
+        return nn_errf (err, err_size, "%s: fsync failed: %s", path, strerror (e));
+    }
+    if (chmod (tmp, 0644) || rename (tmp, path)) {
+        int e = errno;
+        unlink (tmp);
+        return nn_errf (err, err_size, "%s: rename failed: %s", path, strerror (e));
+    }
+    char dir[1100];
+    snprintf (dir, sizeof dir, "%s", path);
+    int dfd = open (dirname (dir), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        fsync (dfd);
+        close (dfd);
+    }
+    return 0;
+}
+
+int
+pl_summary_write (pl_summary_t *self, const char *dir, char *err, size_t err_size)
+{
+    if (pl_mkdirs (dir, err, err_size))
+        return -1;
+    cJSON_ReplaceItemInObject (self->root, "peak_rss_kb",
+                               cJSON_CreateNumber ((double) pl_peak_rss_kb ()));
+    char *text = cJSON_Print (self->root);
+    if (!text)
+        return nn_errf (err, err_size, "summary: out of memory rendering JSON");
+    char path[1024];
+    snprintf (path, sizeof path, "%s/summary.json", dir);
+    size_t len = strlen (text);
+    text = nn_realloc (text, len + 2);
+    text[len] = '\n';
+    text[len + 1] = '\0';
+    int rc = pl_write_file_atomic (path, text, len + 1, err, err_size);
+    free (text);
+    return rc;
+}

@@ -1,0 +1,45 @@
+/*  pl_summary.h: the results file every binary writes, DIR/summary.json:
+    {"config": {...}, "binary": "...", "epochs": [{"epoch": 1, "wall_s",
+    "eval_s", "train_loss", "train_acc", "test_loss", "test_acc",
+    "images_per_s", ...}], "openblas_core": "...", "threads": N,
+    "peak_rss_kb": N}. Accuracies are fractions in 0..1; wall_s is the
+    epoch's training time (aggregation included, evaluation excluded).
+*/
+#ifndef PL_SUMMARY_H_INCLUDED
+#define PL_SUMMARY_H_INCLUDED
+
+#include <cJSON.h>
+#include <stddef.h>
+
+#include "pl_config.h"
+
+typedef struct {
+    int epoch;                  //  1-based
+    double wall_s, eval_s;
+    double train_loss, train_acc;
+    double test_loss, test_acc;
+    double images_per_s;
+} pl_epoch_stats_t;
+
+typedef struct _pl_summary_t pl_summary_t;
+
+pl_summary_t *pl_summary_new (const pl_config_t *config, const char *binary, int threads);
+void pl_summary_destroy (pl_summary_t **self_p);
+//  Append an epoch; returns its JSON object (borrowed) so a daemon can add
+//  its own fields (server busy/idle, per-device figures).
+cJSON *pl_summary_add_epoch (pl_summary_t *self, const pl_epoch_stats_t *stats);
+//  The top-level object (borrowed), for extra fields.
+cJSON *pl_summary_root (pl_summary_t *self);
+//  Write DIR/summary.json atomically, creating DIR if needed. Updates
+//  peak_rss_kb first.
+int pl_summary_write (pl_summary_t *self, const char *dir, char *err, size_t err_size);
+
+//  Peak resident set size of this process, in KiB.
+long pl_peak_rss_kb (void);
+//  mkdir -p; 0 or -1 with a message.
+int pl_mkdirs (const char *path, char *err, size_t err_size);
+//  Write a whole file atomically (temporary file, fsync, rename).
+int pl_write_file_atomic (const char *path, const char *data, size_t size,
+                          char *err, size_t err_size);
+
+#endif
