@@ -201,37 +201,43 @@ nn_dense_backward (float *din, float *dw, float *db, const float *dout,
 }
 
 void
-nn_batchnorm_forward_train (float *out, float *xhat, float *mean_invstd,
-                            float *running_mean, float *running_var,
-                            const float *in, const float *gamma, const float *beta,
-                            int m, int c, float momentum, float eps)
+nn_batchnorm_moments (double *sum, double *sumsq, const float *in, int m, int c)
 {
-    float *mean = mean_invstd, *invstd = mean_invstd + c;
-    //  Sums in double: m is up to ~10^5 rows.
-    double sum[c], sq[c];
-    for (int k = 0; k < c; k++)
-        sum[k] = sq[k] = 0.0;
-    for (int r = 0; r < m; r++) {
-        const float *x = in + (size_t) r * c;
-        for (int k = 0; k < c; k++)
-            sum[k] += x[k];
-    }
-    for (int k = 0; k < c; k++)
-        mean[k] = (float) (sum[k] / m);
     for (int r = 0; r < m; r++) {
         const float *x = in + (size_t) r * c;
         for (int k = 0; k < c; k++) {
-            double d = (double) x[k] - mean[k];
-            sq[k] += d * d;
+            sum[k] += x[k];
+            sumsq[k] += (double) x[k] * x[k];
         }
     }
+}
+
+void
+nn_batchnorm_finish (float *mean_invstd, float *running_mean, float *running_var,
+                     const double *sum, const double *sumsq, int m_total, int c,
+                     float momentum, float eps)
+{
+    float *mean = mean_invstd, *invstd = mean_invstd + c;
     for (int k = 0; k < c; k++) {
-        double var = sq[k] / m;
+        //  E[x^2] - E[x]^2 in double: float activations leave ample headroom.
+        double mu = sum[k] / m_total;
+        double var = sumsq[k] / m_total - mu * mu;
+        if (var < 0.0)
+            var = 0.0;
+        mean[k] = (float) mu;
         invstd[k] = (float) (1.0 / sqrt (var + eps));
-        double unbiased = m > 1 ? sq[k] / (m - 1) : var;
-        running_mean[k] = (1.0f - momentum) * running_mean[k] + momentum * mean[k];
+        double unbiased = m_total > 1 ? var * m_total / (m_total - 1) : var;
+        running_mean[k] = (1.0f - momentum) * running_mean[k] + momentum * (float) mu;
         running_var[k] = (float) ((1.0 - momentum) * running_var[k] + momentum * unbiased);
     }
+}
+
+void
+nn_batchnorm_normalize (float *out, float *xhat, const float *in,
+                        const float *mean_invstd, const float *gamma, const float *beta,
+                        int m, int c)
+{
+    const float *mean = mean_invstd, *invstd = mean_invstd + c;
     for (int r = 0; r < m; r++) {
         const float *x = in + (size_t) r * c;
         float *xh = xhat + (size_t) r * c;
@@ -242,6 +248,21 @@ nn_batchnorm_forward_train (float *out, float *xhat, float *mean_invstd,
             y[k] = gamma[k] * v + beta[k];
         }
     }
+}
+
+void
+nn_batchnorm_forward_train (float *out, float *xhat, float *mean_invstd,
+                            float *running_mean, float *running_var,
+                            const float *in, const float *gamma, const float *beta,
+                            int m, int c, float momentum, float eps)
+{
+    double sum[c], sq[c];
+    for (int k = 0; k < c; k++)
+        sum[k] = sq[k] = 0.0;
+    nn_batchnorm_moments (sum, sq, in, m, c);
+    nn_batchnorm_finish (mean_invstd, running_mean, running_var, sum, sq, m, c,
+                         momentum, eps);
+    nn_batchnorm_normalize (out, xhat, in, mean_invstd, gamma, beta, m, c);
 }
 
 void
@@ -263,14 +284,9 @@ nn_batchnorm_forward_eval (float *out, const float *in, const float *gamma,
 }
 
 void
-nn_batchnorm_backward (float *din, float *dgamma, float *dbeta, const float *dout,
-                       const float *xhat, const float *mean_invstd,
-                       const float *gamma, int m, int c)
+nn_batchnorm_backward_sums (double *sdy, double *sdyx, const float *dout,
+                            const float *xhat, int m, int c)
 {
-    const float *invstd = mean_invstd + c;
-    double sdy[c], sdyx[c];
-    for (int k = 0; k < c; k++)
-        sdy[k] = sdyx[k] = 0.0;
     for (int r = 0; r < m; r++) {
         const float *dy = dout + (size_t) r * c;
         const float *xh = xhat + (size_t) r * c;
@@ -279,18 +295,21 @@ nn_batchnorm_backward (float *din, float *dgamma, float *dbeta, const float *dou
             sdyx[k] += dy[k] * xh[k];
         }
     }
-    for (int k = 0; k < c; k++) {
-        dgamma[k] += (float) sdyx[k];
-        dbeta[k] += (float) sdy[k];
-    }
-    if (!din)
-        return;
-    //  dx = gamma * invstd / m * (m dy - sum dy - xhat sum(dy xhat))
+}
+
+void
+nn_batchnorm_backward_apply (float *din, const float *dout, const float *xhat,
+                             const float *mean_invstd, const float *gamma,
+                             const double *sdy, const double *sdyx, int m, int m_total,
+                             int c)
+{
+    //  dx = gamma * invstd / M * (M dy - sum dy - xhat sum(dy xhat))
+    const float *invstd = mean_invstd + c;
     float a[c], mdy[c], mdyx[c];
     for (int k = 0; k < c; k++) {
         a[k] = gamma[k] * invstd[k];
-        mdy[k] = (float) (sdy[k] / m);
-        mdyx[k] = (float) (sdyx[k] / m);
+        mdy[k] = (float) (sdy[k] / m_total);
+        mdyx[k] = (float) (sdyx[k] / m_total);
     }
     for (int r = 0; r < m; r++) {
         const float *dy = dout + (size_t) r * c;
@@ -299,6 +318,23 @@ nn_batchnorm_backward (float *din, float *dgamma, float *dbeta, const float *dou
         for (int k = 0; k < c; k++)
             dx[k] = a[k] * (dy[k] - mdy[k] - xh[k] * mdyx[k]);
     }
+}
+
+void
+nn_batchnorm_backward (float *din, float *dgamma, float *dbeta, const float *dout,
+                       const float *xhat, const float *mean_invstd, const float *gamma,
+                       int m, int c)
+{
+    double sdy[c], sdyx[c];
+    for (int k = 0; k < c; k++)
+        sdy[k] = sdyx[k] = 0.0;
+    nn_batchnorm_backward_sums (sdy, sdyx, dout, xhat, m, c);
+    for (int k = 0; k < c; k++) {
+        dgamma[k] += (float) sdyx[k];
+        dbeta[k] += (float) sdy[k];
+    }
+    if (din)
+        nn_batchnorm_backward_apply (din, dout, xhat, mean_invstd, gamma, sdy, sdyx, m, m, c);
 }
 
 void

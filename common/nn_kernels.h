@@ -72,6 +72,26 @@ void nn_batchnorm_forward_eval (float *out, const float *in,
                                 const float *running_mean,
                                 const float *running_var, int m, int c,
                                 float eps);
+//  The pieces of the two kernels above, for callers that split the rows
+//  across threads: per-channel sums of x and x^2 over m rows (+= into
+//  double accumulators); statistics from the totals over m_total rows
+//  (also updates the running averages); normalisation of m rows.
+void nn_batchnorm_moments (double *sum, double *sumsq, const float *in, int m, int c);
+void nn_batchnorm_finish (float *mean_invstd, float *running_mean, float *running_var,
+                          const double *sum, const double *sumsq, int m_total, int c,
+                          float momentum, float eps);
+void nn_batchnorm_normalize (float *out, float *xhat, const float *in,
+                             const float *mean_invstd, const float *gamma,
+                             const float *beta, int m, int c);
+//  Backward pieces: sums of dout and dout*xhat (+=), then din for m rows of
+//  a batch of m_total rows. din may alias dout.
+void nn_batchnorm_backward_sums (double *sdy, double *sdyx, const float *dout,
+                                 const float *xhat, int m, int c);
+void nn_batchnorm_backward_apply (float *din, const float *dout, const float *xhat,
+                                  const float *mean_invstd, const float *gamma,
+                                  const double *sdy, const double *sdyx, int m,
+                                  int m_total, int c);
+
 //  dout (m,c) -> dgamma += , dbeta += , din = (m,c) if not NULL (may
 //  alias dout).
 void nn_batchnorm_backward (float *din, float *dgamma, float *dbeta,

@@ -8,6 +8,48 @@
 #define S_BN_MOMENTUM 0.1f
 #define S_BN_EPS 1e-5f
 
+//  Every threaded op is a loop over `threads` sample ranges; OpenMP runs
+//  the iterations in parallel (serially when threads is 1 or OpenMP is off).
+#define S_PRAGMA(x) _Pragma (#x)
+#define S_PARALLEL_FOR(T) S_PRAGMA (omp parallel for num_threads (T) schedule (static) if (T > 1))
+
+//  First sample of range t of n samples split T ways.
+static inline int
+s_lo (int n, int T, int t)
+{
+    return (int) ((long) n * t / T);
+}
+
+//  Parameter-gradient accumulators for thread t: the layer's own for
+//  thread 0, a zeroed private slice for the others (summed afterwards).
+static void
+s_grad_slot (nn_layer_t *self, int t, float **dw, float **db)
+{
+    if (t == 0) {
+        *dw = self->dw;
+        *db = self->db;
+        return;
+    }
+    size_t pc = self->w_count + self->b_count;
+    float *part = self->grad_parts + (size_t) (t - 1) * pc;
+    memset (part, 0, sizeof (float) * pc);
+    *dw = part;
+    *db = self->b_count ? part + self->w_count : NULL;
+}
+
+static void
+s_grad_reduce (nn_layer_t *self)
+{
+    size_t pc = self->w_count + self->b_count;
+    for (int t = 1; t < self->threads; t++) {
+        const float *part = self->grad_parts + (size_t) (t - 1) * pc;
+        for (size_t i = 0; i < self->w_count; i++)
+            self->dw[i] += part[i];
+        for (size_t i = 0; i < self->b_count; i++)
+            self->db[i] += part[self->w_count + i];
+    }
+}
+
 static nn_conv_shape_t
 s_conv_shape (const nn_layer_t *self, int n)
 {
@@ -43,86 +85,202 @@ static void
 s_conv_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rng)
 {
     s_remember (self, in, n, train);
-    nn_conv_shape_t s = s_conv_shape (self, n);
-    nn_conv2d_forward (self->out, in, self->w, self->b, &s, self->scratch);
+    size_t in_sz = nn_shape_size (self->ishape), out_sz = nn_shape_size (self->oshape);
+    int T = self->threads;
+    S_PARALLEL_FOR (T)
+    for (int t = 0; t < T; t++) {
+        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
+        if (n1 <= n0)
+            continue;
+        nn_conv_shape_t s = s_conv_shape (self, n1 - n0);
+        nn_conv2d_forward (self->out + n0 * out_sz, in + n0 * in_sz, self->w, self->b,
+                           &s, self->scratch + t * self->scratch_stride);
+    }
 }
 
 static void
 s_conv_backward (nn_layer_t *self, const float *dout, float *din)
 {
-    nn_conv_shape_t s = s_conv_shape (self, self->n);
-    nn_conv2d_backward (din, self->dw, self->db, dout, self->in_ptr, self->w, &s,
-                        self->scratch);
+    size_t in_sz = nn_shape_size (self->ishape), out_sz = nn_shape_size (self->oshape);
+    int T = self->threads, n = self->n;
+    S_PARALLEL_FOR (T)
+    for (int t = 0; t < T; t++) {
+        float *dw, *db;
+        s_grad_slot (self, t, &dw, &db);
+        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
+        if (n1 <= n0)
+            continue;
+        nn_conv_shape_t s = s_conv_shape (self, n1 - n0);
+        nn_conv2d_backward (din ? din + n0 * in_sz : NULL, dw, db, dout + n0 * out_sz,
+                            self->in_ptr + n0 * in_sz, self->w, &s,
+                            self->scratch + t * self->scratch_stride);
+    }
+    s_grad_reduce (self);
 }
 
 static void
 s_dense_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rng)
 {
     s_remember (self, in, n, train);
-    nn_dense_forward (self->out, in, self->w, self->b, n,
-                      (int) nn_shape_size (self->ishape), self->spec.out_channels);
+    int i = (int) nn_shape_size (self->ishape), o = self->spec.out_channels;
+    int T = self->threads;
+    S_PARALLEL_FOR (T)
+    for (int t = 0; t < T; t++) {
+        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
+        if (n1 > n0)
+            nn_dense_forward (self->out + (size_t) n0 * o, in + (size_t) n0 * i, self->w,
+                              self->b, n1 - n0, i, o);
+    }
 }
 
 static void
 s_dense_backward (nn_layer_t *self, const float *dout, float *din)
 {
-    nn_dense_backward (din, self->dw, self->db, dout, self->in_ptr, self->w, self->n,
-                       (int) nn_shape_size (self->ishape), self->spec.out_channels);
+    int i = (int) nn_shape_size (self->ishape), o = self->spec.out_channels;
+    int T = self->threads, n = self->n;
+    S_PARALLEL_FOR (T)
+    for (int t = 0; t < T; t++) {
+        float *dw, *db;
+        s_grad_slot (self, t, &dw, &db);
+        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
+        if (n1 > n0)
+            nn_dense_backward (din ? din + (size_t) n0 * i : NULL, dw, db,
+                               dout + (size_t) n0 * o, self->in_ptr + (size_t) n0 * i,
+                               self->w, n1 - n0, i, o);
+    }
+    s_grad_reduce (self);
 }
 
 static void
 s_bn_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rng)
 {
     s_remember (self, in, n, train);
-    int m = n * self->ishape.h * self->ishape.w;
-    if (train)
-        nn_batchnorm_forward_train (self->out, self->saved, self->stats,
-                                    self->running_mean, self->running_var, in,
-                                    self->w, self->b, m, self->ishape.c,
-                                    S_BN_MOMENTUM, S_BN_EPS);
-    else
-        nn_batchnorm_forward_eval (self->out, in, self->w, self->b,
-                                   self->running_mean, self->running_var, m,
-                                   self->ishape.c, S_BN_EPS);
+    int c = self->ishape.c, hw = self->ishape.h * self->ishape.w, T = self->threads;
+    size_t row = (size_t) hw * c;
+    if (!train) {
+        S_PARALLEL_FOR (T)
+        for (int t = 0; t < T; t++) {
+            int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
+            nn_batchnorm_forward_eval (self->out + n0 * row, in + n0 * row, self->w,
+                                       self->b, self->running_mean, self->running_var,
+                                       (n1 - n0) * hw, c, S_BN_EPS);
+        }
+        return;
+    }
+    S_PARALLEL_FOR (T)
+    for (int t = 0; t < T; t++) {
+        double *sum = self->bn_parts + (size_t) t * 2 * c, *sq = sum + c;
+        for (int k = 0; k < 2 * c; k++)
+            sum[k] = 0.0;
+        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
+        nn_batchnorm_moments (sum, sq, in + n0 * row, (n1 - n0) * hw, c);
+    }
+    for (int t = 1; t < T; t++)
+        for (int k = 0; k < 2 * c; k++)
+            self->bn_parts[k] += self->bn_parts[(size_t) t * 2 * c + k];
+    nn_batchnorm_finish (self->stats, self->running_mean, self->running_var,
+                         self->bn_parts, self->bn_parts + c, n * hw, c, S_BN_MOMENTUM,
+                         S_BN_EPS);
+    S_PARALLEL_FOR (T)
+    for (int t = 0; t < T; t++) {
+        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
+        nn_batchnorm_normalize (self->out + n0 * row, self->saved + n0 * row, in + n0 * row,
+                                self->stats, self->w, self->b, (n1 - n0) * hw, c);
+    }
 }
 
 static void
 s_bn_backward (nn_layer_t *self, const float *dout, float *din)
 {
     //  Backward through evaluation-mode BN is not part of training.
-    int m = self->n * self->ishape.h * self->ishape.w;
-    nn_batchnorm_backward (din, self->dw, self->db, dout, self->saved, self->stats,
-                           self->w, m, self->ishape.c);
+    int c = self->ishape.c, hw = self->ishape.h * self->ishape.w, T = self->threads;
+    int n = self->n;
+    size_t row = (size_t) hw * c;
+    S_PARALLEL_FOR (T)
+    for (int t = 0; t < T; t++) {
+        double *sdy = self->bn_parts + (size_t) t * 2 * c, *sdyx = sdy + c;
+        for (int k = 0; k < 2 * c; k++)
+            sdy[k] = 0.0;
+        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
+        nn_batchnorm_backward_sums (sdy, sdyx, dout + n0 * row, self->saved + n0 * row,
+                                    (n1 - n0) * hw, c);
+    }
+    double *sdy = self->bn_parts, *sdyx = sdy + c;
+    for (int t = 1; t < T; t++)
+        for (int k = 0; k < 2 * c; k++)
+            sdy[k] += self->bn_parts[(size_t) t * 2 * c + k];
+    for (int k = 0; k < c; k++) {
+        self->dw[k] += (float) sdyx[k];
+        self->db[k] += (float) sdy[k];
+    }
+    if (!din)
+        return;
+    S_PARALLEL_FOR (T)
+    for (int t = 0; t < T; t++) {
+        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
+        nn_batchnorm_backward_apply (din + n0 * row, dout + n0 * row, self->saved + n0 * row,
+                                     self->stats, self->w, sdy, sdyx, (n1 - n0) * hw,
+                                     n * hw, c);
+    }
 }
 
 static void
 s_relu_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rng)
 {
     s_remember (self, in, n, train);
-    nn_relu_forward (self->out, in, (size_t) n * nn_shape_size (self->oshape));
+    size_t sz = nn_shape_size (self->oshape);
+    int T = self->threads;
+    S_PARALLEL_FOR (T)
+    for (int t = 0; t < T; t++) {
+        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
+        nn_relu_forward (self->out + n0 * sz, in + n0 * sz, (size_t) (n1 - n0) * sz);
+    }
 }
 
 static void
 s_relu_backward (nn_layer_t *self, const float *dout, float *din)
 {
-    if (din)
-        nn_relu_backward (din, dout, self->out, (size_t) self->n * nn_shape_size (self->oshape));
+    if (!din)
+        return;
+    size_t sz = nn_shape_size (self->oshape);
+    int T = self->threads, n = self->n;
+    S_PARALLEL_FOR (T)
+    for (int t = 0; t < T; t++) {
+        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
+        nn_relu_backward (din + n0 * sz, dout + n0 * sz, self->out + n0 * sz,
+                          (size_t) (n1 - n0) * sz);
+    }
 }
 
 static void
 s_maxpool_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rng)
 {
     s_remember (self, in, n, train);
-    nn_pool_shape_t s = s_pool_shape (self, n);
-    nn_maxpool_forward (self->out, self->argmax, in, &s);
+    size_t in_sz = nn_shape_size (self->ishape), out_sz = nn_shape_size (self->oshape);
+    int T = self->threads;
+    S_PARALLEL_FOR (T)
+    for (int t = 0; t < T; t++) {
+        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
+        nn_pool_shape_t s = s_pool_shape (self, n1 - n0);
+        nn_maxpool_forward (self->out + n0 * out_sz, self->argmax + n0 * out_sz,
+                            in + n0 * in_sz, &s);
+    }
 }
 
 static void
 s_maxpool_backward (nn_layer_t *self, const float *dout, float *din)
 {
-    nn_pool_shape_t s = s_pool_shape (self, self->n);
-    if (din)
-        nn_maxpool_backward (din, dout, self->argmax, &s);
+    if (!din)
+        return;
+    size_t in_sz = nn_shape_size (self->ishape), out_sz = nn_shape_size (self->oshape);
+    int T = self->threads, n = self->n;
+    S_PARALLEL_FOR (T)
+    for (int t = 0; t < T; t++) {
+        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
+        nn_pool_shape_t s = s_pool_shape (self, n1 - n0);
+        nn_maxpool_backward (din + n0 * in_sz, dout + n0 * out_sz,
+                             self->argmax + n0 * out_sz, &s);
+    }
 }
 
 static void

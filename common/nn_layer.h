@@ -43,7 +43,12 @@ struct nn_layer {
     const float *in_ptr;
     int n;
     bool train;
-    float *scratch;             //  shared model scratch (conv)
+    //  Threads: the batch is split into `threads` contiguous sample ranges.
+    int threads;
+    float *scratch;             //  model scratch, threads x scratch_stride floats
+    size_t scratch_stride;
+    float *grad_parts;          //  (threads-1) x (w_count + b_count) partial grads
+    double *bn_parts;           //  threads x 2c partial sums (BN)
 };
 
 //  Ops for a kind, NULL if unknown.

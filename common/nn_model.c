@@ -19,6 +19,9 @@ struct _nn_model_t {
     float *acts;                //  activation slab (layer outputs, saved state)
     float *grad_a, *grad_b;     //  ping-pong input-gradient buffers
     float *scratch;
+    float *grad_parts;          //  per-thread partial parameter gradients
+    double *bn_parts;           //  per-thread BN partial sums
+    int threads;
     nn_tensor_info_t *tensors;
     int tensors_count;
     int last_n;
@@ -106,7 +109,7 @@ s_place_params (nn_model_t *self)
 static void
 s_place_activations (nn_model_t *self)
 {
-    size_t total = 0, grad_max = 0, scratch = 0;
+    size_t total = 0, grad_max = 0;
     bool prev_owned = false;            //  is the previous output ours to overwrite?
     for (int pass = 0; pass < 2; pass++) {
         size_t at = 0;
@@ -145,18 +148,59 @@ s_place_activations (nn_model_t *self)
                 size_t in_count = (size_t) self->max_batch * nn_shape_size (l->ishape);
                 grad_max = grad_max > in_count ? grad_max : in_count;
             }
-            size_t sc = nn_layer_scratch_count (l, self->max_batch);
-            scratch = scratch > sc ? scratch : sc;
         }
         if (pass == 0) {
             self->acts = nn_alloc_aligned (sizeof (float) * (total ? total : 1));
             self->grad_a = nn_alloc_aligned (sizeof (float) * s_align (grad_max + 1));
             self->grad_b = nn_alloc_aligned (sizeof (float) * s_align (grad_max + 1));
-            self->scratch = nn_alloc_aligned (sizeof (float) * s_align (scratch + 1));
         }
     }
-    for (int i = 0; i < self->layers_count; i++)
-        self->layers[i].scratch = self->scratch;
+}
+
+//  Per-thread buffers: conv scratch, partial gradients, BN partial sums.
+static void
+s_place_thread_buffers (nn_model_t *self, int threads)
+{
+    nn_free (self->scratch);
+    nn_free (self->grad_parts);
+    nn_free (self->bn_parts);
+    size_t stride = 0, parts = 0, bn = 0;
+    for (int i = 0; i < self->layers_count; i++) {
+        nn_layer_t *l = &self->layers[i];
+        size_t sc = s_align (nn_layer_scratch_count (l, self->max_batch));
+        stride = stride > sc ? stride : sc;
+        parts += s_align (l->w_count + l->b_count) * (size_t) (threads - 1);
+        if (l->spec.kind == NN_LAYER_BATCHNORM)
+            bn += 2 * (size_t) l->ishape.c * (size_t) threads;
+    }
+    self->scratch = nn_alloc_aligned (sizeof (float) * (stride * (size_t) threads + 16));
+    self->grad_parts = nn_alloc_aligned (sizeof (float) * (parts + 16));
+    self->bn_parts = nn_alloc_aligned (sizeof (double) * (bn + 16));
+    size_t at = 0, bn_at = 0;
+    for (int i = 0; i < self->layers_count; i++) {
+        nn_layer_t *l = &self->layers[i];
+        l->threads = threads;
+        l->scratch = self->scratch;
+        l->scratch_stride = stride;
+        l->grad_parts = self->grad_parts + at;
+        at += s_align (l->w_count + l->b_count) * (size_t) (threads - 1);
+        l->bn_parts = self->bn_parts + bn_at;
+        if (l->spec.kind == NN_LAYER_BATCHNORM)
+            bn_at += 2 * (size_t) l->ishape.c * (size_t) threads;
+    }
+    self->threads = threads;
+}
+
+void
+nn_model_set_threads (nn_model_t *self, int threads)
+{
+    s_place_thread_buffers (self, threads < 1 ? 1 : threads);
+}
+
+int
+nn_model_threads (const nn_model_t *self)
+{
+    return self->threads;
 }
 
 nn_model_t *
@@ -215,6 +259,7 @@ nn_model_new (const nn_model_spec_t *spec, int unit_begin, int unit_end, int max
     self->tensors_count = 0;
     s_place_params (self);
     s_place_activations (self);
+    s_place_thread_buffers (self, 1);
     return self;
 }
 
@@ -232,6 +277,8 @@ nn_model_destroy (nn_model_t **self_p)
     nn_free (self->grad_a);
     nn_free (self->grad_b);
     nn_free (self->scratch);
+    nn_free (self->grad_parts);
+    nn_free (self->bn_parts);
     nn_free (self->tensors);
     nn_free (self);
     *self_p = NULL;

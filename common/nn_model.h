@@ -121,6 +121,14 @@ const float *nn_model_forward (nn_model_t *self, const float *x, int n,
 void nn_model_backward (nn_model_t *self, const float *dout, float *dx);
 void nn_model_zero_grad (nn_model_t *self);
 
+//  Threads used inside forward and backward: each layer splits the batch
+//  into `threads` sample ranges run in parallel (OpenMP), with private
+//  scratch and gradient accumulators, so OpenBLAS itself should run one
+//  thread. Results equal the one-thread results up to float summation
+//  order. Allocates; call between iterations, not during one. Default 1.
+void nn_model_set_threads (nn_model_t *self, int threads);
+int nn_model_threads (const nn_model_t *self);
+
 const nn_model_spec_t *nn_model_spec (const nn_model_t *self);
 int nn_model_unit_begin (const nn_model_t *self);
 int nn_model_unit_end (const nn_model_t *self);

@@ -164,7 +164,9 @@ main (int argc, char **argv)
     if (s_parse_args (argc, argv, &args, &cfg))
         return 2;
     const char *results = args.results_dir ? args.results_dir : cfg.results_dir;
+    //  The model splits batches across threads itself; OpenBLAS runs one.
     int threads = pl_blas_set_threads (cfg.threads);
+    pl_blas_set_threads (1);
 
     char err[NN_ERR_SIZE];
     const char *dir = cfg.data_dir[0] ? cfg.data_dir : NULL;
@@ -190,6 +192,7 @@ main (int argc, char **argv)
         pl_log_error ("%s", err);
         return 1;
     }
+    nn_model_set_threads (t.model, threads);
     nn_rng_t rng;
     nn_rng_seed (&rng, cfg.seed);
     nn_model_init (t.model, &rng);

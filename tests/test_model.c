@@ -267,3 +267,49 @@ Test (model, fedavg_weights_by_sample_count)
     cr_assert_float_eq (out[0], 0.25 * 1 + 0.75 * 4, 1e-6);
     cr_assert_float_eq (out[2], 0.25 * 3 + 0.75 * 6, 1e-6);
 }
+
+Test (model, threads_split_the_batch_without_changing_results)
+{
+    //  7 samples over 3 threads: uneven ranges; BN statistics and weight
+    //  gradients are combined across threads.
+    nn_model_spec_t spec;
+    nn_model_spec_vgg5 (&spec, 1, 28, 10, true);
+    nn_rng_t rng;
+    nn_rng_seed (&rng, 21);
+    nn_model_t *a = nn_model_new (&spec, 0, 5, 7, NULL, 0);
+    nn_model_t *b = nn_model_new (&spec, 0, 5, 7, NULL, 0);
+    nn_model_init (a, &rng);
+    nn_model_init (b, &rng);
+    nn_model_set_threads (b, 3);
+    cr_assert_eq (nn_model_threads (b), 3);
+    float *x = nn_malloc (sizeof (float) * 7 * 784);
+    s_fill (x, 7 * 784, &rng);
+    int labels[7] = { 1, 2, 3, 4, 5, 6, 7 };
+    float da[70], db[70];
+    float *dxa = nn_calloc (7 * 784, sizeof (float)), *dxb = nn_calloc (7 * 784, sizeof (float));
+    for (int round = 0; round < 2; round++) {
+        const float *oa = nn_model_forward (a, x, 7, true, NULL);
+        const float *ob = nn_model_forward (b, x, 7, true, NULL);
+        for (int i = 0; i < 70; i++)
+            cr_assert (fabsf (oa[i] - ob[i]) <= 1e-4f, "logit %d: %g vs %g", i,
+                       (double) oa[i], (double) ob[i]);
+        nn_softmax_xent (da, oa, labels, 7, 10, 1.0f, NULL);
+        nn_softmax_xent (db, ob, labels, 7, 10, 1.0f, NULL);
+        nn_model_backward (a, da, dxa);
+        nn_model_backward (b, db, dxb);
+    }
+    const float *ga = nn_model_grads (a), *gb = nn_model_grads (b);
+    for (size_t i = 0; i < nn_model_params_count (a); i++)
+        cr_assert (fabsf (ga[i] - gb[i]) <= 1e-4f * (1.0f + fabsf (ga[i])), "grad %zu", i);
+    for (int i = 0; i < 7 * 784; i++)
+        cr_assert (fabsf (dxa[i] - dxb[i]) <= 1e-5f, "dx %d", i);
+    const float *wa = nn_model_weights (a), *wb = nn_model_weights (b);
+    for (size_t i = nn_model_params_count (a); i < nn_model_weights_count (a); i++)
+        cr_assert (fabsf (wa[i] - wb[i]) <= 1e-5f, "running stat %zu", i);
+    //  Fewer samples than threads.
+    nn_model_forward (b, x, 2, true, NULL);
+    nn_model_forward (b, x, 1, false, NULL);
+    nn_free (x), nn_free (dxa), nn_free (dxb);
+    nn_model_destroy (&a);
+    nn_model_destroy (&b);
+}

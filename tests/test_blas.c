@@ -1,0 +1,46 @@
+/*  OpenBLAS core selection: the decision, and that binaries log the core
+    and respect a user's OPENBLAS_CORETYPE. */
+#include <criterion/criterion.h>
+
+#include "pl_blas.h"
+#include "runcmd.h"
+
+Test (blas, generic_core_on_capable_cpu_is_replaced)
+{
+    cr_assert_str_eq (pl_blas_choose_coretype ("Prescott", true, true), "SkylakeX");
+    cr_assert_str_eq (pl_blas_choose_coretype ("Prescott", true, false), "Haswell");
+    cr_assert_str_eq (pl_blas_choose_coretype ("Sandybridge", true, false), "Haswell");
+    cr_assert_str_eq (pl_blas_choose_coretype ("CORE2", true, true), "SkylakeX");
+}
+
+Test (blas, right_core_or_old_cpu_is_left_alone)
+{
+    cr_assert_null (pl_blas_choose_coretype ("Haswell", true, false));
+    cr_assert_null (pl_blas_choose_coretype ("Zen", true, false));
+    cr_assert_null (pl_blas_choose_coretype ("SkylakeX", true, true));
+    cr_assert_null (pl_blas_choose_coretype ("Prescott", false, false));
+    cr_assert_null (pl_blas_choose_coretype (NULL, true, true));
+}
+
+Test (blas, binary_logs_core_and_respects_user_setting)
+{
+    char bin[1024], cmd[2048], out[8192];
+    built ("server/pipelearn-train", bin, sizeof bin);
+    //  A user's choice wins, is not re-executed, and is logged as theirs.
+    snprintf (cmd, sizeof cmd,
+              "OPENBLAS_CORETYPE=Haswell %s --set dataset=synthetic --set samples=200 "
+              "--set test_samples=100 --set batch_size=50 --results /tmp/pl-blas-$$", bin);
+    int rc = runcmd (cmd, out, sizeof out);
+    cr_assert_eq (rc, 0, "%s", out);
+    cr_assert (strstr (out, "openblas: core Haswell (OPENBLAS_CORETYPE=Haswell set by the user)"),
+               "%s", out);
+    //  Forcing the slow generic core is also the user's right.
+    snprintf (cmd, sizeof cmd,
+              "OPENBLAS_CORETYPE=Prescott %s --set dataset=synthetic --set samples=100 "
+              "--set test_samples=50 --set batch_size=50 --results /tmp/pl-blas-$$", bin);
+    rc = runcmd (cmd, out, sizeof out);
+    cr_assert_eq (rc, 0, "%s", out);
+    cr_assert (strstr (out, "core Prescott"), "%s", out);
+    cr_assert_null (strstr (out, "re-running"), "%s", out);
+    runcmd ("rm -rf /tmp/pl-blas-*", out, sizeof out);
+}
