@@ -6,6 +6,7 @@
 
 #include <sodium.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -130,6 +131,9 @@ nn_model_spec_hash (const nn_model_spec_t *spec, uint8_t hash[NN_SPEC_HASH_SIZE]
     crypto_generichash_state st;
     char line[256];
     int len;
+    //  Idempotent and thread-safe; required before any libsodium call.
+    if (sodium_init () < 0)
+        abort ();
     crypto_generichash_init (&st, NULL, 0, NN_SPEC_HASH_SIZE);
     len = snprintf (line, sizeof line, "pipelearn-spec-1 %s in %d %d %d classes %d units %d\n",
                     spec->name, spec->in_h, spec->in_w, spec->in_c, spec->classes,

@@ -1,0 +1,274 @@
+/*  pipelearn-bench: training throughput of our VGG5 against PyTorch's,
+    measured in the same run, on the same shapes, with the same threads.
+
+    pipelearn-bench [--threads T] [--images N] [--repeats R] [--no-torch]
+                    [--no-rss] [--json FILE]
+
+    For each setting (batch 100 whole; batch 100 as 4 micro-batches of 25;
+    as 10 micro-batches of 10 — what the PipeLearn pipeline feeds each
+    side) it times R repeats of N images and prints the medians, PyTorch's
+    medians and the ratio. With --rss it also runs pipelearn-train for one
+    epoch on all of Fashion-MNIST and reports its peak RSS beyond the
+    dataset's 8-bit size.
+*/
+#include "nn_alloc.h"
+#include "nn_dataset.h"
+#include "nn_kernels.h"
+#include "nn_model.h"
+#include "nn_optim.h"
+#include "pl_blas.h"
+#include "pl_log.h"
+
+#include <cJSON.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifndef PL_SOURCE_DIR
+#define PL_SOURCE_DIR "."
+#endif
+#ifndef PL_BUILD_DIR
+#define PL_BUILD_DIR "build"
+#endif
+
+typedef struct {
+    int batch, micro;
+} s_setting_t;
+
+static const s_setting_t s_settings[] = { { 100, 1 }, { 100, 4 }, { 100, 10 } };
+#define S_SETTINGS 3
+#define S_MAX_REPEATS 15
+
+static double
+s_now (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int
+s_cmp (const void *a, const void *b)
+{
+    double x = *(const double *) a, y = *(const double *) b;
+    return (x > y) - (x < y);
+}
+
+static double
+s_median (double *v, int n)
+{
+    qsort (v, (size_t) n, sizeof (double), s_cmp);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+//  One mini-batch of `batch` images as `micro` micro-batches: gradient
+//  accumulation with the loss scaled by 1/micro, one SGD step.
+static void
+s_step (nn_model_t *m, const nn_dataset_t *ds, int *cursor, const s_setting_t *s,
+        float *x, int *y, float *d, int *idx)
+{
+    int mb = s->batch / s->micro;
+    nn_sgd_t sgd = { 0.01f, 0.9f, 0.0f };
+    nn_model_zero_grad (m);
+    for (int k = 0; k < s->micro; k++) {
+        for (int i = 0; i < mb; i++)
+            idx[i] = (*cursor)++ % ds->count;
+        nn_dataset_batch (x, y, ds, idx, mb, NULL, NULL);
+        const float *out = nn_model_forward (m, x, mb, true, NULL);
+        nn_softmax_xent (d, out, y, mb, 10, 1.0f / s->micro, NULL);
+        nn_model_backward (m, d, NULL);
+    }
+    nn_sgd_step (nn_model_weights (m), nn_model_optim_state (m), nn_model_grads (m),
+                 nn_model_params_count (m), &sgd);
+}
+
+static double
+s_ours (const s_setting_t *s, int threads, int images, int repeats, double *runs)
+{
+    nn_model_spec_t spec;
+    nn_model_spec_vgg5 (&spec, 1, 28, 10, true);
+    int mb = s->batch / s->micro;
+    nn_model_t *m = nn_model_new (&spec, 0, spec.units_count, mb, NULL, 0);
+    nn_model_set_threads (m, threads);
+    nn_rng_t rng;
+    nn_rng_seed (&rng, 1);
+    nn_model_init (m, &rng);
+    //  8-bit pixels converted per batch, as in training.
+    nn_dataset_t *ds = nn_dataset_synthetic (2000, 28, 28, 1, 10, 1);
+    float *x = nn_alloc_aligned (sizeof (float) * 784 * (size_t) mb);
+    int *y = nn_malloc (sizeof (int) * (size_t) mb), *idx = nn_malloc (sizeof (int) * (size_t) mb);
+    float *d = nn_malloc (sizeof (float) * 10 * (size_t) mb);
+    int cursor = 0;
+    for (int w = 0; w < 5; w++)
+        s_step (m, ds, &cursor, s, x, y, d, idx);
+    int steps = (images + s->batch - 1) / s->batch;
+    for (int r = 0; r < repeats; r++) {
+        double t0 = s_now ();
+        for (int k = 0; k < steps; k++)
+            s_step (m, ds, &cursor, s, x, y, d, idx);
+        runs[r] = steps * s->batch / (s_now () - t0);
+    }
+    nn_free (x), nn_free (y), nn_free (idx), nn_free (d);
+    nn_dataset_destroy (&ds);
+    nn_model_destroy (&m);
+    double copy[S_MAX_REPEATS];
+    memcpy (copy, runs, sizeof (double) * (size_t) repeats);
+    return s_median (copy, repeats);
+}
+
+//  PyTorch's figure for the same setting, from tests/bench/torch_vgg5.py.
+static double
+s_torch (const s_setting_t *s, int threads, int images, int repeats, char *version,
+         size_t version_size)
+{
+    char cmd[2048], line[8192] = "";
+    snprintf (cmd, sizeof cmd,
+              "/usr/bin/python3 %s/tests/bench/torch_vgg5.py --batch %d --micro-batches %d "
+              "--threads %d --images %d --repeats %d 2>/dev/null",
+              PL_SOURCE_DIR, s->batch, s->micro, threads, images, repeats);
+    FILE *p = popen (cmd, "r");
+    if (!p)
+        return -1.0;
+    char buf[8192];
+    while (fgets (buf, sizeof buf, p))
+        if (buf[0] == '{')
+            snprintf (line, sizeof line, "%s", buf);
+    if (pclose (p) != 0)
+        return -1.0;
+    cJSON *j = cJSON_Parse (line);
+    cJSON *v = cJSON_GetObjectItem (j, "images_per_s");
+    double rate = cJSON_IsNumber (v) ? v->valuedouble : -1.0;
+    cJSON *ver = cJSON_GetObjectItem (j, "version");
+    if (cJSON_IsString (ver))
+        snprintf (version, version_size, "%s", ver->valuestring);
+    cJSON_Delete (j);
+    return rate;
+}
+
+//  Peak RSS of pipelearn-train over one full Fashion-MNIST epoch, in KiB.
+static long
+s_train_rss (int threads, double *acc)
+{
+    char cmd[2048], path[256], buf[1 << 16];
+    char dir[] = "/tmp/pl-bench-XXXXXX";
+    if (!mkdtemp (dir))
+        return -1;
+    snprintf (cmd, sizeof cmd, "%s/server/pipelearn-train --threads %d --results %s --quiet "
+              ">/dev/null 2>&1", PL_BUILD_DIR, threads, dir);
+    if (system (cmd) != 0)
+        return -1;
+    snprintf (path, sizeof path, "%s/summary.json", dir);
+    FILE *f = fopen (path, "r");
+    if (!f)
+        return -1;
+    buf[fread (buf, 1, sizeof buf - 1, f)] = '\0';
+    fclose (f);
+    cJSON *j = cJSON_Parse (buf);
+    long rss = (long) cJSON_GetObjectItem (j, "peak_rss_kb")->valuedouble;
+    *acc = cJSON_GetObjectItem (cJSON_GetArrayItem (cJSON_GetObjectItem (j, "epochs"), 0),
+                                "test_acc")->valuedouble;
+    cJSON_Delete (j);
+    snprintf (cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system (cmd) != 0)
+        pl_log_warn ("could not remove %s", dir);
+    return rss;
+}
+
+int
+main (int argc, char **argv)
+{
+    pl_blas_setup (argv);
+    int threads = 2, images = 2000, repeats = 5;
+    bool torch = true, rss = true;
+    const char *json_path = NULL;
+    static const struct option opts[] = {
+        { "threads", required_argument, NULL, 't' }, { "images", required_argument, NULL, 'n' },
+        { "repeats", required_argument, NULL, 'r' }, { "no-torch", no_argument, NULL, 'T' },
+        { "no-rss", no_argument, NULL, 'R' }, { "json", required_argument, NULL, 'j' },
+        { NULL, 0, NULL, 0 }
+    };
+    int c;
+    while ((c = getopt_long (argc, argv, "t:n:r:TRj:", opts, NULL)) != -1)
+        switch (c) {
+            case 't': threads = atoi (optarg); break;
+            case 'n': images = atoi (optarg); break;
+            case 'r': repeats = atoi (optarg); break;
+            case 'T': torch = false; break;
+            case 'R': rss = false; break;
+            case 'j': json_path = optarg; break;
+            default:
+                fprintf (stderr, "usage: pipelearn-bench [--threads T] [--images N] "
+                         "[--repeats R] [--no-torch] [--no-rss] [--json FILE]\n");
+                return 2;
+        }
+    if (threads < 1 || images < 100 || repeats < 1 || repeats > S_MAX_REPEATS) {
+        fprintf (stderr, "pipelearn-bench: need threads >= 1, images >= 100, 1 <= repeats <= %d\n",
+                 S_MAX_REPEATS);
+        return 2;
+    }
+    pl_blas_set_threads (1);
+    char version[64] = "-";
+    cJSON *out = cJSON_CreateObject ();
+    cJSON_AddStringToObject (out, "openblas_core", pl_blas_corename ());
+    cJSON_AddNumberToObject (out, "threads", threads);
+    cJSON *rows = cJSON_AddArrayToObject (out, "settings");
+    printf ("VGG5 training, 28x28x1, %d thread(s), OpenBLAS core %s, median of %d x %d images\n",
+            threads, pl_blas_corename (), repeats, images);
+    printf ("%-8s %-6s %14s %14s %8s\n", "batch", "micro", "ours img/s", "torch img/s", "ratio");
+    for (int i = 0; i < S_SETTINGS; i++) {
+        const s_setting_t *s = &s_settings[i];
+        double runs[S_MAX_REPEATS];
+        //  Interleave: ours, then PyTorch, per setting, so drift hits both.
+        double ours = s_ours (s, threads, images, repeats, runs);
+        double peer = torch ? s_torch (s, threads, images, repeats, version, sizeof version)
+                            : -1.0;
+        char peer_s[32] = "-", ratio_s[32] = "-";
+        if (peer > 0) {
+            snprintf (peer_s, sizeof peer_s, "%.0f", peer);
+            snprintf (ratio_s, sizeof ratio_s, "%.2fx", ours / peer);
+        }
+        printf ("%-8d %-6d %14.0f %14s %8s\n", s->batch, s->batch / s->micro, ours, peer_s, ratio_s);
+        fflush (stdout);
+        cJSON *row = cJSON_CreateObject ();
+        cJSON_AddNumberToObject (row, "batch", s->batch);
+        cJSON_AddNumberToObject (row, "micro_batch", s->batch / s->micro);
+        cJSON_AddNumberToObject (row, "ours_images_per_s", ours);
+        cJSON_AddItemToObject (row, "ours_runs", cJSON_CreateDoubleArray (runs, repeats));
+        if (peer > 0) {
+            cJSON_AddNumberToObject (row, "torch_images_per_s", peer);
+            cJSON_AddNumberToObject (row, "ratio", ours / peer);
+        }
+        cJSON_AddItemToArray (rows, row);
+    }
+    if (torch)
+        printf ("PyTorch %s (python3-torch), same threads, same model and batch shapes\n", version);
+    if (rss) {
+        double acc = 0.0;
+        long kb = s_train_rss (threads, &acc);
+        //  70000 images of 784 bytes plus their labels, as stored.
+        long dataset_kb = (70000L * 785L) / 1024;
+        if (kb > 0) {
+            printf ("pipelearn-train, 1 epoch of Fashion-MNIST: peak RSS %ld KiB = dataset %ld "
+                    "KiB + %ld KiB (%.1f MiB); test accuracy %.2f%%\n", kb, dataset_kb,
+                    kb - dataset_kb, (kb - dataset_kb) / 1024.0, 100.0 * acc);
+            cJSON_AddNumberToObject (out, "train_peak_rss_kb", (double) kb);
+            cJSON_AddNumberToObject (out, "train_rss_beyond_dataset_kb", (double) (kb - dataset_kb));
+            cJSON_AddNumberToObject (out, "train_test_acc", acc);
+        }
+        else
+            printf ("pipelearn-train RSS run failed (is dataset-fashion-mnist installed?)\n");
+    }
+    if (json_path) {
+        char *text = cJSON_Print (out);
+        FILE *f = fopen (json_path, "w");
+        if (f) {
+            fprintf (f, "%s\n", text);
+            fclose (f);
+        }
+        free (text);
+    }
+    cJSON_Delete (out);
+    return 0;
+}
