@@ -235,17 +235,19 @@ nn_batchnorm_finish (float *mean_invstd, float *running_mean, float *running_var
 void
 nn_batchnorm_normalize (float *out, float *xhat, const float *in,
                         const float *mean_invstd, const float *gamma, const float *beta,
-                        int m, int c)
+                        int m, int c, bool relu)
 {
     const float *mean = mean_invstd, *invstd = mean_invstd + c;
+    float floor = relu ? 0.0f : -INFINITY;
     for (int r = 0; r < m; r++) {
         const float *x = in + (size_t) r * c;
-        float *xh = xhat + (size_t) r * c;
+        float *restrict xh = xhat + (size_t) r * c;
         float *y = out + (size_t) r * c;
         for (int k = 0; k < c; k++) {
             float v = (x[k] - mean[k]) * invstd[k];
+            float z = gamma[k] * v + beta[k];
             xh[k] = v;
-            y[k] = gamma[k] * v + beta[k];
+            y[k] = z > floor ? z : floor;
         }
     }
 }
@@ -262,7 +264,7 @@ nn_batchnorm_forward_train (float *out, float *xhat, float *mean_invstd,
     nn_batchnorm_moments (sum, sq, in, m, c);
     nn_batchnorm_finish (mean_invstd, running_mean, running_var, sum, sq, m, c,
                          momentum, eps);
-    nn_batchnorm_normalize (out, xhat, in, mean_invstd, gamma, beta, m, c);
+    nn_batchnorm_normalize (out, xhat, in, mean_invstd, gamma, beta, m, c, false);
 }
 
 void
@@ -391,26 +393,31 @@ nn_maxpool_forward (float *out, int32_t *argmax, const float *in,
 {
     size_t in_size = (size_t) s->h * s->w * s->c;
     size_t out_size = (size_t) s->p * s->q * s->c;
+    int C = s->c;
     for (int n = 0; n < s->n; n++) {
         const float *x = in + n * in_size;
         for (int p = 0; p < s->p; p++)
             for (int q = 0; q < s->q; q++) {
-                float *o = out + n * out_size + ((size_t) p * s->q + q) * s->c;
-                int32_t *a = argmax + n * out_size + ((size_t) p * s->q + q) * s->c;
+                float *restrict o = out + n * out_size + ((size_t) p * s->q + q) * C;
+                int32_t *restrict a = argmax + n * out_size + ((size_t) p * s->q + q) * C;
                 int h0, h1, w0, w1;
                 s_pool_window (s, p, q, &h0, &h1, &w0, &w1);
-                for (int c = 0; c < s->c; c++) {
-                    o[c] = -FLT_MAX;
-                    a[c] = (int32_t) (((size_t) h0 * s->w + w0) * s->c + c);
+                int32_t first = (int32_t) (((size_t) h0 * s->w + w0) * C);
+                for (int c = 0; c < C; c++) {
+                    o[c] = x[first + c];
+                    a[c] = first + c;
                 }
+                //  Branch-free over channels so the compiler vectorises it;
+                //  strict > keeps the first maximum, as PyTorch does.
                 for (int h = h0; h < h1; h++)
                     for (int w = w0; w < w1; w++) {
-                        size_t base = ((size_t) h * s->w + w) * s->c;
-                        for (int c = 0; c < s->c; c++)
-                            if (x[base + c] > o[c]) {
-                                o[c] = x[base + c];
-                                a[c] = (int32_t) (base + c);
-                            }
+                        int32_t base = (int32_t) (((size_t) h * s->w + w) * C);
+                        const float *restrict xv = x + base;
+                        for (int c = 0; c < C; c++) {
+                            bool take = xv[c] > o[c];
+                            o[c] = take ? xv[c] : o[c];
+                            a[c] = take ? base + c : a[c];
+                        }
                     }
             }
     }
@@ -418,7 +425,7 @@ nn_maxpool_forward (float *out, int32_t *argmax, const float *in,
 
 void
 nn_maxpool_backward (float *din, const float *dout, const int32_t *argmax,
-                     const nn_pool_shape_t *s)
+                     const float *mask, const nn_pool_shape_t *s)
 {
     size_t in_size = (size_t) s->h * s->w * s->c;
     size_t out_size = (size_t) s->p * s->q * s->c;
@@ -427,8 +434,15 @@ nn_maxpool_backward (float *din, const float *dout, const int32_t *argmax,
         float *dx = din + n * in_size;
         const float *dy = dout + n * out_size;
         const int32_t *a = argmax + n * out_size;
-        for (size_t i = 0; i < out_size; i++)
-            dx[a[i]] += dy[i];
+        if (mask) {
+            const float *m = mask + n * in_size;
+            for (size_t i = 0; i < out_size; i++)
+                if (m[a[i]] > 0.0f)
+                    dx[a[i]] += dy[i];
+        }
+        else
+            for (size_t i = 0; i < out_size; i++)
+                dx[a[i]] += dy[i];
     }
 }
 

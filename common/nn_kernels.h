@@ -80,9 +80,10 @@ void nn_batchnorm_moments (double *sum, double *sumsq, const float *in, int m, i
 void nn_batchnorm_finish (float *mean_invstd, float *running_mean, float *running_var,
                           const double *sum, const double *sumsq, int m_total, int c,
                           float momentum, float eps);
+//  relu: also apply ReLU to the output (BN+ReLU fused in one pass).
 void nn_batchnorm_normalize (float *out, float *xhat, const float *in,
                              const float *mean_invstd, const float *gamma,
-                             const float *beta, int m, int c);
+                             const float *beta, int m, int c, bool relu);
 //  Backward pieces: sums of dout and dout*xhat (+=), then din for m rows of
 //  a batch of m_total rows. din may alias dout.
 void nn_batchnorm_backward_sums (double *sdy, double *sdyx, const float *dout,
@@ -115,8 +116,11 @@ int nn_pool_shape_finish (nn_pool_shape_t *s);
 //  max within its sample. Padding never wins (it is -inf, as PyTorch).
 void nn_maxpool_forward (float *out, int32_t *argmax, const float *in,
                          const nn_pool_shape_t *s);
+//  mask (n,h,w,c) or NULL: when given, gradient only flows where
+//  mask > 0 (a preceding ReLU's backward folded into this one; mask is that
+//  ReLU's output, i.e. this pool's input).
 void nn_maxpool_backward (float *din, const float *dout, const int32_t *argmax,
-                          const nn_pool_shape_t *s);
+                          const float *mask, const nn_pool_shape_t *s);
 //  Average over the window, padding counted (PyTorch count_include_pad).
 void nn_avgpool_forward (float *out, const float *in, const nn_pool_shape_t *s);
 void nn_avgpool_backward (float *din, const float *dout,

@@ -164,6 +164,9 @@ s_bn_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rn
             nn_batchnorm_forward_eval (self->out + n0 * row, in + n0 * row, self->w,
                                        self->b, self->running_mean, self->running_var,
                                        (n1 - n0) * hw, c, S_BN_EPS);
+            if (self->bn_relu)
+                nn_relu_forward (self->out + n0 * row, self->out + n0 * row,
+                                 (size_t) (n1 - n0) * row);
         }
         return;
     }
@@ -185,7 +188,8 @@ s_bn_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rn
     for (int t = 0; t < T; t++) {
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
         nn_batchnorm_normalize (self->out + n0 * row, self->saved + n0 * row, in + n0 * row,
-                                self->stats, self->w, self->b, (n1 - n0) * hw, c);
+                                self->stats, self->w, self->b, (n1 - n0) * hw, c,
+                                self->bn_relu);
     }
 }
 
@@ -228,6 +232,8 @@ static void
 s_relu_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rng)
 {
     s_remember (self, in, n, train);
+    if (self->relu_fwd_fused)
+        return;                 //  in place, and the BN before already clamped
     size_t sz = nn_shape_size (self->oshape);
     int T = self->threads;
     S_PARALLEL_FOR (T)
@@ -243,6 +249,12 @@ s_relu_backward (nn_layer_t *self, const float *dout, float *din)
     if (!din)
         return;
     size_t sz = nn_shape_size (self->oshape);
+    if (self->relu_bwd_fused) {
+        //  The max-pool after us masked its gradient by our output already.
+        if (din != dout)
+            memcpy (din, dout, sizeof (float) * sz * self->n);
+        return;
+    }
     int T = self->threads, n = self->n;
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
@@ -279,7 +291,8 @@ s_maxpool_backward (nn_layer_t *self, const float *dout, float *din)
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
         nn_pool_shape_t s = s_pool_shape (self, n1 - n0);
         nn_maxpool_backward (din + n0 * in_sz, dout + n0 * out_sz,
-                             self->argmax + n0 * out_sz, &s);
+                             self->argmax + n0 * out_sz,
+                             self->pool_mask_input ? self->in_ptr + n0 * in_sz : NULL, &s);
     }
 }
 

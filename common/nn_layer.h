@@ -36,6 +36,11 @@ struct nn_layer {
     //  Activation memory (views into the model's activation slab).
     float *out;                 //  (max_batch, out), or == input when in place
     bool inplace;
+    //  Fusions the model sets up to save passes over memory:
+    bool bn_relu;               //  BN: apply the next layer's ReLU itself
+    bool relu_fwd_fused;        //  ReLU: forward done by the BN before it
+    bool relu_bwd_fused;        //  ReLU: backward done by the max-pool after it
+    bool pool_mask_input;       //  max-pool: mask its gradient by input > 0
     float *saved;               //  BN xhat / dropout mask, (max_batch, out)
     float *stats;               //  BN mean and invstd, (2, c)
     int32_t *argmax;            //  maxpool, (max_batch, out)

@@ -157,6 +157,26 @@ s_place_activations (nn_model_t *self)
     }
 }
 
+//  BN -> ReLU and ReLU -> max-pool pairs are fused to save passes over
+//  the largest tensors; both need the ReLU to run in place.
+static void
+s_fuse (nn_model_t *self)
+{
+    for (int i = 1; i < self->layers_count; i++) {
+        nn_layer_t *prev = &self->layers[i - 1], *l = &self->layers[i];
+        if (l->spec.kind != NN_LAYER_RELU || !l->inplace)
+            continue;
+        if (prev->spec.kind == NN_LAYER_BATCHNORM) {
+            prev->bn_relu = true;
+            l->relu_fwd_fused = true;
+        }
+        if (i + 1 < self->layers_count && self->layers[i + 1].spec.kind == NN_LAYER_MAXPOOL) {
+            l->relu_bwd_fused = true;
+            self->layers[i + 1].pool_mask_input = true;
+        }
+    }
+}
+
 //  Per-thread buffers: conv scratch, partial gradients, BN partial sums.
 static void
 s_place_thread_buffers (nn_model_t *self, int threads)
@@ -259,6 +279,7 @@ nn_model_new (const nn_model_spec_t *spec, int unit_begin, int unit_end, int max
     self->tensors_count = 0;
     s_place_params (self);
     s_place_activations (self);
+    s_fuse (self);
     s_place_thread_buffers (self, 1);
     return self;
 }

@@ -1,0 +1,96 @@
+/*  dump_step: one training step of VGG5 written to files, for comparison
+    with PyTorch (tests/torch_parity.py).
+
+    dump_step DIR SIDE BATCH BN THREADS
+    Writes DIR/{weights,x,y,grads,dx,after}.bin (little-endian float32 /
+    int32), DIR/tensors.txt (name offset count per line) and DIR/loss.txt.
+    "after" holds the weights after one SGD step (lr 0.01, momentum 0.9,
+    weight decay 5e-4), BN running statistics included.
+*/
+#include "nn_alloc.h"
+#include "nn_kernels.h"
+#include "nn_model.h"
+#include "nn_optim.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static int
+s_write (const char *dir, const char *name, const void *data, size_t bytes)
+{
+    char path[1024];
+    snprintf (path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen (path, "wb");
+    if (!f || fwrite (data, 1, bytes, f) != bytes) {
+        fprintf (stderr, "dump_step: cannot write %s\n", path);
+        return -1;
+    }
+    return fclose (f);
+}
+
+int
+main (int argc, char **argv)
+{
+    if (argc != 6 && argc != 7) {
+        fprintf (stderr, "usage: dump_step DIR SIDE BATCH BN THREADS [SEED]\n");
+        return 2;
+    }
+    const char *dir = argv[1];
+    int side = atoi (argv[2]), n = atoi (argv[3]), bn = atoi (argv[4]), threads = atoi (argv[5]);
+    nn_model_spec_t spec;
+    nn_model_spec_vgg5 (&spec, 1, side, 10, bn != 0);
+    char err[256];
+    nn_model_t *m = nn_model_new (&spec, 0, spec.units_count, n, err, sizeof err);
+    if (!m) {
+        fprintf (stderr, "dump_step: %s\n", err);
+        return 1;
+    }
+    nn_model_set_threads (m, threads);
+    nn_rng_t rng;
+    nn_rng_seed (&rng, argc == 7 ? (uint64_t) atoll (argv[6]) : 3);
+    nn_model_init (m, &rng);
+    float *w = nn_model_weights (m);
+    //  Non-trivial biases and BN affine terms.
+    for (size_t i = 0; i < nn_model_params_count (m); i++)
+        w[i] += 0.05f * (nn_rng_uniform (&rng) - 0.5f);
+    size_t in_count = (size_t) n * side * side;
+    float *x = nn_malloc (sizeof (float) * in_count);
+    for (size_t i = 0; i < in_count; i++)
+        x[i] = 2.0f * nn_rng_uniform (&rng) - 1.0f;
+    int *y = nn_malloc (sizeof (int) * (size_t) n);
+    for (int i = 0; i < n; i++)
+        y[i] = (int) nn_rng_below (&rng, 10);
+    size_t wc = nn_model_weights_count (m), pc = nn_model_params_count (m);
+    if (s_write (dir, "weights.bin", w, 4 * wc) || s_write (dir, "x.bin", x, 4 * in_count)
+        || s_write (dir, "y.bin", y, 4 * (size_t) n))
+        return 1;
+    nn_model_zero_grad (m);
+    const float *out = nn_model_forward (m, x, n, true, NULL);
+    float *d = nn_malloc (sizeof (float) * 10 * (size_t) n);
+    float loss = nn_softmax_xent (d, out, y, n, 10, 1.0f, NULL);
+    float *dx = nn_malloc (sizeof (float) * in_count);
+    nn_model_backward (m, d, dx);
+    nn_sgd_t sgd = { 0.01f, 0.9f, 5e-4f };
+    if (s_write (dir, "grads.bin", nn_model_grads (m), 4 * pc)
+        || s_write (dir, "dx.bin", dx, 4 * in_count))
+        return 1;
+    nn_sgd_step (w, nn_model_optim_state (m), nn_model_grads (m), pc, &sgd);
+    if (s_write (dir, "after.bin", w, 4 * wc))
+        return 1;
+    char path[1024];
+    snprintf (path, sizeof path, "%s/tensors.txt", dir);
+    FILE *f = fopen (path, "w");
+    for (int t = 0; t < nn_model_tensors_count (m); t++) {
+        nn_tensor_info_t info;
+        nn_model_tensor (m, t, &info);
+        fprintf (f, "%s %zu %zu\n", info.name, info.offset, info.count);
+    }
+    fclose (f);
+    snprintf (path, sizeof path, "%s/loss.txt", dir);
+    f = fopen (path, "w");
+    fprintf (f, "%.9g\n", (double) loss);
+    fclose (f);
+    nn_free (x), nn_free (y), nn_free (d), nn_free (dx);
+    nn_model_destroy (&m);
+    return 0;
+}
