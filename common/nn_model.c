@@ -22,6 +22,7 @@ struct _nn_model_t {
     float *grad_parts;          //  per-thread partial parameter gradients
     double *bn_parts;           //  per-thread BN partial sums
     int threads;
+    bool shared;                //  slabs borrowed from another model
     nn_tensor_info_t *tensors;
     int tensors_count;
     int last_n;
@@ -284,6 +285,26 @@ nn_model_new (const nn_model_spec_t *spec, int unit_begin, int unit_end, int max
     return self;
 }
 
+nn_model_t *
+nn_model_new_shared (nn_model_t *base, char *err, size_t err_size)
+{
+    nn_model_t *self = nn_model_new (&base->spec, base->unit_begin, base->unit_end,
+                                     base->max_batch, err, err_size);
+    if (!self)
+        return NULL;
+    nn_free (self->weights);
+    nn_free (self->grads);
+    nn_free (self->optim);
+    self->weights = base->weights;
+    self->grads = base->grads;
+    self->optim = base->optim;
+    self->shared = true;
+    self->tensors_count = 0;
+    s_place_params (self);
+    s_place_thread_buffers (self, base->threads);
+    return self;
+}
+
 void
 nn_model_destroy (nn_model_t **self_p)
 {
@@ -291,9 +312,11 @@ nn_model_destroy (nn_model_t **self_p)
         return;
     nn_model_t *self = *self_p;
     nn_free (self->layers);
-    nn_free (self->weights);
-    nn_free (self->grads);
-    nn_free (self->optim);
+    if (!self->shared) {
+        nn_free (self->weights);
+        nn_free (self->grads);
+        nn_free (self->optim);
+    }
     nn_free (self->acts);
     nn_free (self->grad_a);
     nn_free (self->grad_b);

@@ -102,6 +102,13 @@ nn_model_t *nn_model_new (const nn_model_spec_t *spec, int unit_begin,
                           int unit_end, int max_batch, char *err, size_t err_size);
 void nn_model_destroy (nn_model_t **self_p);
 
+//  Another context of `base`: the same units and batch size, sharing
+//  base's weights, gradients and optimiser state (views: base must outlive
+//  it and stays their owner) but with its own activation memory. A
+//  pipeline keeps one context per micro-batch in flight so that micro-batch
+//  i's forward state survives micro-batch i+1's forward until i's backward.
+nn_model_t *nn_model_new_shared (nn_model_t *base, char *err, size_t err_size);
+
 //  Xavier-uniform weights, zero biases, BN weight 1 bias 0, running mean 0
 //  var 1. Each layer draws from its own stream split off rng by its global
 //  index in the spec, so the full model and its parts initialise to the

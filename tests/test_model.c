@@ -313,3 +313,43 @@ Test (model, threads_split_the_batch_without_changing_results)
     nn_model_destroy (&a);
     nn_model_destroy (&b);
 }
+
+Test (model, shared_contexts_keep_their_own_forward_state)
+{
+    //  Forward A then B in two contexts, backward A then B: equals doing
+    //  each forward/backward back to back in one model (no BN: the running
+    //  statistics would differ in order only).
+    nn_model_spec_t spec;
+    nn_model_spec_vgg5 (&spec, 1, 28, 10, true);
+    nn_rng_t rng;
+    nn_rng_seed (&rng, 4);
+    nn_model_t *base = nn_model_new (&spec, 0, 2, 3, NULL, 0);
+    nn_model_t *ref = nn_model_new (&spec, 0, 2, 3, NULL, 0);
+    nn_model_init (base, &rng);
+    nn_model_init (ref, &rng);
+    nn_model_t *ctx = nn_model_new_shared (base, NULL, 0);
+    cr_assert_not_null (ctx);
+    cr_assert_eq (nn_model_weights (ctx), nn_model_weights (base));
+    cr_assert_eq (nn_model_grads (ctx), nn_model_grads (base));
+    size_t in = 3 * 784, out = 3 * nn_shape_size (nn_model_output_shape (base));
+    float *x = nn_malloc (sizeof (float) * 2 * in), *g = nn_malloc (sizeof (float) * 2 * out);
+    s_fill (x, 2 * in, &rng);
+    s_fill (g, 2 * out, &rng);
+    nn_model_forward (base, x, 3, true, NULL);
+    nn_model_forward (ctx, x + in, 3, true, NULL);
+    nn_model_backward (base, g, NULL);
+    nn_model_backward (ctx, g + out, NULL);
+    nn_model_forward (ref, x, 3, true, NULL);
+    nn_model_backward (ref, g, NULL);
+    nn_model_forward (ref, x + in, 3, true, NULL);
+    nn_model_backward (ref, g + out, NULL);
+    const float *ga = nn_model_grads (base), *gb = nn_model_grads (ref);
+    for (size_t i = 0; i < nn_model_params_count (base); i++)
+        cr_assert (fabsf (ga[i] - gb[i]) <= 1e-5f * (1.0f + fabsf (gb[i])), "grad %zu", i);
+    nn_model_destroy (&ctx);
+    //  The base still owns and uses its slabs.
+    nn_model_zero_grad (base);
+    nn_free (x), nn_free (g);
+    nn_model_destroy (&base);
+    nn_model_destroy (&ref);
+}

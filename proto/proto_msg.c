@@ -1,0 +1,1495 @@
+/*  proto_msg.c: messages, their codecs and socket I/O (proto/PROTOCOL.md).
+
+    One set of checks serves both directions: the decoder parses bytes into
+    the payload structs and runs the s_*_check functions with the
+    receiver's limits; the encoder runs the same checks with default limits
+    before it writes a byte, so we never send what a peer would reject.
+
+    Every length a peer announces is compared with the frame that arrived
+    before anything is read through it. Frames are counted and sized before
+    any payload is parsed.
+*/
+#include "proto_msg.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn_alloc.h"
+#include "proto_tensor.h"
+
+//  Header field offsets (PROTOCOL.md, "Frame 0: header").
+#define S_OFF_MAGIC      0
+#define S_OFF_VERSION    4
+#define S_OFF_TYPE       6
+#define S_OFF_FLAGS      8
+#define S_OFF_DEVICE     12
+#define S_OFF_EPOCH      16
+#define S_OFF_ITERATION  20
+#define S_OFF_MICRO      24
+#define S_OFF_RESERVED   28
+#define S_OFF_SEQUENCE   32
+
+#define S_FLAGS_KNOWN    (PROTO_FLAG_EVAL_RESULT | PROTO_FLAG_LAST)
+#define S_TYPE_MAX       PROTO_MSG_ERROR
+
+struct _proto_msg_t {
+    proto_header_t header;
+    proto_hello_t hello;
+    char *config;               //  WELCOME: NUL-terminated copy, or NULL
+    size_t config_len;
+    proto_plan_t plan;
+    proto_slab_t slab;
+    proto_tensor_desc_t tensor;
+    //  Float data (tensor or slab). data_view is NULL when none is set; it
+    //  points into `data` (has_data) or into data_copy.
+    bool has_data;
+    zmq_msg_t data;
+    const float *data_view;
+    float *data_copy;
+    size_t data_count;
+    int32_t *labels;            //  NULL until set
+    size_t labels_count;
+    proto_loss_t loss;
+    proto_eval_result_t eval;
+    proto_stats_t stats;
+    uint32_t error_code;
+    char *error_text;           //  NULL until set
+};
+
+static const char *const s_type_names[S_TYPE_MAX + 1] = {
+    NULL, "HELLO", "WELCOME", "MODEL", "ACTIVATIONS", "GRADIENTS", "PARAMS",
+    "EVAL", "STATS", "HEARTBEAT", "BYE", "ERROR"
+};
+
+static const char *const s_mode_names[] = { NULL, "fl", "sl", "sfl", "pipelearn" };
+
+//  ---------------------------------------------------------------------
+//  Names and codes
+
+const char *
+proto_type_name (int type)
+{
+    return type >= 1 && type <= S_TYPE_MAX ? s_type_names[type] : "UNKNOWN";
+}
+
+const char *
+proto_strerror (int code)
+{
+    switch (code) {
+        case PROTO_OK:        return "ok";
+        case PROTO_E_AGAIN:   return "no message (timeout, interrupted or terminated)";
+        case PROTO_E_SOCKET:  return "socket error";
+        case PROTO_E_MAGIC:   return "bad magic (not a pipelearn message)";
+        case PROTO_E_VERSION: return "unsupported protocol version";
+        case PROTO_E_TYPE:    return "unknown message type";
+        case PROTO_E_FRAMES:  return "wrong number of frames";
+        case PROTO_E_SIZE:    return "frame size wrong or over the limit";
+        case PROTO_E_SHAPE:   return "tensor shape invalid or unexpected";
+        case PROTO_E_LABEL:   return "label out of range";
+        case PROTO_E_VALUE:   return "field value out of range";
+        case PROTO_E_TEXT:    return "invalid text";
+        case PROTO_E_SPEC:    return "model spec hash mismatch";
+        default:              return "unknown error code";
+    }
+}
+
+bool
+proto_code_is_malformed (int code)
+{
+    return code <= PROTO_E_MAGIC && code >= PROTO_E_SPEC;
+}
+
+const char *
+proto_mode_name (int mode)
+{
+    return mode >= PROTO_MODE_FL && mode <= PROTO_MODE_PIPELEARN ? s_mode_names[mode]
+                                                                 : "UNKNOWN";
+}
+
+int
+proto_mode_from_name (const char *name)
+{
+    for (int m = PROTO_MODE_FL; name && m <= PROTO_MODE_PIPELEARN; m++)
+        if (strcmp (name, s_mode_names[m]) == 0)
+            return m;
+    return -1;
+}
+
+static bool
+s_is_tensor_type (int type)
+{
+    return type == PROTO_MSG_ACTIVATIONS || type == PROTO_MSG_GRADIENTS
+        || type == PROTO_MSG_EVAL;
+}
+
+static bool
+s_is_slab_type (int type)
+{
+    return type == PROTO_MSG_MODEL || type == PROTO_MSG_PARAMS;
+}
+
+//  Frames of a message of this type, header included.
+static int
+s_frames_for (int type, uint32_t flags)
+{
+    switch (type) {
+        case PROTO_MSG_HELLO:       return 2;
+        case PROTO_MSG_WELCOME:     return 3;
+        case PROTO_MSG_MODEL:       return 3;
+        case PROTO_MSG_PARAMS:      return 3;
+        case PROTO_MSG_ACTIVATIONS: return 4;
+        case PROTO_MSG_GRADIENTS:   return 4;
+        case PROTO_MSG_EVAL:        return flags & PROTO_FLAG_EVAL_RESULT ? 2 : 4;
+        case PROTO_MSG_STATS:       return 2;
+        case PROTO_MSG_ERROR:       return 2;
+        default:                    return 1;   //  HEARTBEAT, BYE
+    }
+}
+
+//  ---------------------------------------------------------------------
+//  Header
+
+void
+proto_header_encode (uint8_t out[PROTO_HEADER_SIZE], const proto_header_t *h)
+{
+    proto_le_put_u32 (out + S_OFF_MAGIC, h->magic);
+    proto_le_put_u16 (out + S_OFF_VERSION, h->version);
+    proto_le_put_u16 (out + S_OFF_TYPE, h->type);
+    proto_le_put_u32 (out + S_OFF_FLAGS, h->flags);
+    proto_le_put_u32 (out + S_OFF_DEVICE, h->device_id);
+    proto_le_put_u32 (out + S_OFF_EPOCH, h->epoch);
+    proto_le_put_u32 (out + S_OFF_ITERATION, h->iteration);
+    proto_le_put_u32 (out + S_OFF_MICRO, h->micro_batch);
+    proto_le_put_u32 (out + S_OFF_RESERVED, h->reserved);
+    proto_le_put_u64 (out + S_OFF_SEQUENCE, h->sequence);
+}
+
+//  Type, reserved and flags: shared by the decoder and the encoder.
+static int
+s_header_check (const proto_header_t *h, char *err, size_t err_size)
+{
+    if (h->type < 1 || h->type > S_TYPE_MAX)
+        return proto_fail (err, err_size, PROTO_E_TYPE,
+                           "header: unknown type %u (known 1..%d)",
+                           (unsigned) h->type, S_TYPE_MAX);
+    const char *tn = proto_type_name (h->type);
+    if (h->reserved != 0)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: header: reserved is 0x%08" PRIx32 ", must be 0",
+                           tn, h->reserved);
+    if (h->flags & ~S_FLAGS_KNOWN)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: header: unknown flags 0x%08" PRIx32 " (known 0x%08x)",
+                           tn, h->flags, S_FLAGS_KNOWN);
+    if ((h->flags & PROTO_FLAG_EVAL_RESULT) && h->type != PROTO_MSG_EVAL)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: header: flag EVAL_RESULT set on a non-EVAL message", tn);
+    if ((h->flags & PROTO_FLAG_LAST) && !s_is_tensor_type (h->type))
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: header: flag LAST set on a message without a sequence", tn);
+    return 0;
+}
+
+int
+proto_header_decode (proto_header_t *h, const uint8_t *buf, size_t len,
+                     char *err, size_t err_size)
+{
+    memset (h, 0, sizeof *h);
+    //  Magic and version sit at fixed offsets in every version, so a peer
+    //  speaking another version is told so even if its header is longer.
+    if (len >= 4) {
+        h->magic = proto_le_get_u32 (buf + S_OFF_MAGIC);
+        if (h->magic != PROTO_MAGIC)
+            return proto_fail (err, err_size, PROTO_E_MAGIC,
+                               "header: magic 0x%08" PRIx32 ", expected 0x%08x (\"PLRN\")",
+                               h->magic, PROTO_MAGIC);
+    }
+    if (len >= 6) {
+        h->version = proto_le_get_u16 (buf + S_OFF_VERSION);
+        if (h->version != PROTO_VERSION)
+            return proto_fail (err, err_size, PROTO_E_VERSION,
+                               "header: protocol version %u not supported (this build speaks %d)",
+                               (unsigned) h->version, PROTO_VERSION);
+    }
+    if (len != PROTO_HEADER_SIZE)
+        return proto_fail (err, err_size, PROTO_E_SIZE,
+                           "header: %zu bytes, expected %d", len, PROTO_HEADER_SIZE);
+    h->type = proto_le_get_u16 (buf + S_OFF_TYPE);
+    h->flags = proto_le_get_u32 (buf + S_OFF_FLAGS);
+    h->device_id = proto_le_get_u32 (buf + S_OFF_DEVICE);
+    h->epoch = proto_le_get_u32 (buf + S_OFF_EPOCH);
+    h->iteration = proto_le_get_u32 (buf + S_OFF_ITERATION);
+    h->micro_batch = proto_le_get_u32 (buf + S_OFF_MICRO);
+    h->reserved = proto_le_get_u32 (buf + S_OFF_RESERVED);
+    h->sequence = proto_le_get_u64 (buf + S_OFF_SEQUENCE);
+    return s_header_check (h, err, err_size);
+}
+
+//  ---------------------------------------------------------------------
+//  Payload checks, shared by decoder and encoder
+
+//  0 if s[0..len) is UTF-8 (RFC 3629: no overlongs, surrogates or code
+//  points past U+10FFFF) without NUL; else PROTO_E_TEXT.
+static int
+s_text_check (const uint8_t *s, size_t len, const char *what, char *err, size_t err_size)
+{
+    size_t i = 0;
+    while (i < len) {
+        uint8_t c = s[i];
+        if (c == 0)
+            return proto_fail (err, err_size, PROTO_E_TEXT,
+                               "%s: NUL byte at offset %zu", what, i);
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t need = 0;
+        uint8_t lo = 0x80, hi = 0xBF;       //  range of the first continuation
+        if (c >= 0xC2 && c <= 0xDF)
+            need = 1;
+        else if (c == 0xE0)
+            need = 2, lo = 0xA0;
+        else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF)
+            need = 2;
+        else if (c == 0xED)
+            need = 2, hi = 0x9F;
+        else if (c == 0xF0)
+            need = 3, lo = 0x90;
+        else if (c >= 0xF1 && c <= 0xF3)
+            need = 3;
+        else if (c == 0xF4)
+            need = 3, hi = 0x8F;
+        bool ok = need > 0 && len - i - 1 >= need;
+        for (size_t k = 1; ok && k <= need; k++) {
+            uint8_t b = s[i + k];
+            ok = k == 1 ? b >= lo && b <= hi : b >= 0x80 && b <= 0xBF;
+        }
+        if (!ok)
+            return proto_fail (err, err_size, PROTO_E_TEXT,
+                               "%s: invalid UTF-8 at offset %zu (byte 0x%02x)", what, i, c);
+        i += need + 1;
+    }
+    return 0;
+}
+
+static int
+s_name_check (const char *name, size_t len, char *err, size_t err_size)
+{
+    if (len > PROTO_NAME_MAX)
+        return proto_fail (err, err_size, PROTO_E_SIZE,
+                           "HELLO: name length %zu exceeds %d", len, PROTO_NAME_MAX);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char) name[i];
+        if (c < 0x20 || c > 0x7E)
+            return proto_fail (err, err_size, PROTO_E_TEXT,
+                               "HELLO: name byte 0x%02x at offset %zu is not printable ASCII",
+                               c, i);
+    }
+    return 0;
+}
+
+static int
+s_hello_check (const proto_hello_t *h, char *err, size_t err_size)
+{
+    if (h->protocol_version < 1)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "HELLO: protocol_version is 0, must be >= 1");
+    if (h->requested_device_id < -1)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "HELLO: requested_device_id %" PRId32 ", must be >= 0 or -1 (any)",
+                           h->requested_device_id);
+    return s_name_check (h->name, strnlen (h->name, sizeof h->name), err, err_size);
+}
+
+static int
+s_plan_check (const proto_plan_t *p, const proto_limits_t *l, char *err, size_t err_size)
+{
+    const char *w = "WELCOME: plan";
+    if (p->mode < PROTO_MODE_FL || p->mode > PROTO_MODE_PIPELEARN)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: mode %" PRIu32 " not in 1..4 (fl, sl, sfl, pipelearn)",
+                           w, p->mode);
+    if (p->devices < 1 || p->device_id >= p->devices)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: device_id %" PRIu32 " not below devices %" PRIu32,
+                           w, p->device_id, p->devices);
+    if (p->batch_size < 1)
+        return proto_fail (err, err_size, PROTO_E_VALUE, "%s: batch_size is 0", w);
+    if (l->max_batch && p->batch_size > l->max_batch)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: batch_size %" PRIu32 " exceeds limit %" PRIu32,
+                           w, p->batch_size, l->max_batch);
+    if (p->micro_batches < 1 || p->micro_batches > p->batch_size)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: micro_batches %" PRIu32 " not in 1..batch_size %" PRIu32,
+                           w, p->micro_batches, p->batch_size);
+    if (p->mode == PROTO_MODE_FL ? p->split_point != 0 : p->split_point < 1)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: split_point %" PRIu32 " in mode %s (fl: 0, others: >= 1)",
+                           w, p->split_point, proto_mode_name ((int) p->mode));
+    if (p->shard_count > UINT64_MAX - p->shard_begin)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: shard %" PRIu64 " + %" PRIu64 " overflows",
+                           w, p->shard_begin, p->shard_count);
+    return 0;
+}
+
+static void
+s_hash_hex (char *out, const uint8_t *hash)
+{
+    //  The first 8 bytes are enough to tell two specs apart in a log line.
+    for (int i = 0; i < 8; i++)
+        snprintf (out + 2 * i, 3, "%02x", hash[i]);
+}
+
+static int
+s_slab_check (const proto_slab_t *s, int type, const proto_limits_t *l,
+              char *err, size_t err_size)
+{
+    const char *tn = proto_type_name (type);
+    if (s->unit_begin >= s->unit_end)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: slab: unit range [%" PRIu32 ", %" PRIu32 ") is empty",
+                           tn, s->unit_begin, s->unit_end);
+    if (s->count == 0 || s->count > (uint64_t) (SIZE_MAX / 4))
+        return proto_fail (err, err_size, PROTO_E_SHAPE,
+                           "%s: slab: count %" PRIu64 " not in 1..%zu",
+                           tn, s->count, SIZE_MAX / 4);
+    if (l->slab_count && s->count != l->slab_count)
+        return proto_fail (err, err_size, PROTO_E_SHAPE,
+                           "%s: slab: count %" PRIu64 ", expected %" PRIu64,
+                           tn, s->count, l->slab_count);
+    if (l->spec_hash && memcmp (s->spec_hash, l->spec_hash, PROTO_SPEC_HASH_SIZE) != 0) {
+        char got[17], want[17];
+        s_hash_hex (got, s->spec_hash);
+        s_hash_hex (want, l->spec_hash);
+        return proto_fail (err, err_size, PROTO_E_SPEC,
+                           "%s: slab: spec hash %s..., expected %s...", tn, got, want);
+    }
+    if (type == PROTO_MSG_MODEL && s->sample_count != 0)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "MODEL: slab: sample_count %" PRIu64 ", must be 0", s->sample_count);
+    if (type == PROTO_MSG_PARAMS && s->sample_count == 0)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "PARAMS: slab: sample_count is 0 (FedAvg weight), must be >= 1");
+    return 0;
+}
+
+static int
+s_loss_check (const proto_loss_t *loss, uint32_t batch, char *err, size_t err_size)
+{
+    if (loss->count != batch || loss->correct > loss->count)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "GRADIENTS: loss: correct %" PRIu32 " count %" PRIu32
+                           ", need correct <= count == batch %" PRIu32,
+                           loss->correct, loss->count, batch);
+    return 0;
+}
+
+static int
+s_eval_result_check (const proto_eval_result_t *r, char *err, size_t err_size)
+{
+    if (r->correct > r->count)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "EVAL: result: correct %" PRIu64 " exceeds count %" PRIu64,
+                           r->correct, r->count);
+    return 0;
+}
+
+static int
+s_stats_check (const proto_stats_t *s, char *err, size_t err_size)
+{
+    const double t[4] = { s->forward_s, s->backward_s, s->update_s, s->idle_s };
+    static const char *const names[4] = { "forward_s", "backward_s", "update_s", "idle_s" };
+    for (int i = 0; i < 4; i++)
+        if (!isfinite (t[i]) || t[i] < 0)
+            return proto_fail (err, err_size, PROTO_E_VALUE,
+                               "STATS: %s is %g, must be finite and >= 0", names[i], t[i]);
+    return 0;
+}
+
+static int
+s_error_check (uint32_t code, char *err, size_t err_size)
+{
+    if (code == 0)
+        return proto_fail (err, err_size, PROTO_E_VALUE, "ERROR: code is 0, must be >= 1");
+    return 0;
+}
+
+//  ---------------------------------------------------------------------
+//  Messages
+
+proto_msg_t *
+proto_msg_new (int type)
+{
+    assert (type >= 1 && type <= S_TYPE_MAX);
+    proto_msg_t *self = nn_calloc (1, sizeof *self);
+    self->header.magic = PROTO_MAGIC;
+    self->header.version = PROTO_VERSION;
+    self->header.type = (uint16_t) type;
+    if (type == PROTO_MSG_HELLO) {
+        self->hello.protocol_version = PROTO_VERSION;
+        self->hello.requested_device_id = -1;
+    }
+    return self;
+}
+
+static void
+s_clear_data (proto_msg_t *self)
+{
+    if (self->has_data)
+        zmq_msg_close (&self->data);
+    nn_free (self->data_copy);
+    self->has_data = false;
+    self->data_copy = NULL;
+    self->data_view = NULL;
+    self->data_count = 0;
+}
+
+void
+proto_msg_destroy (proto_msg_t **self_p)
+{
+    assert (self_p);
+    proto_msg_t *self = *self_p;
+    if (!self)
+        return;
+    s_clear_data (self);
+    nn_free (self->config);
+    nn_free (self->labels);
+    nn_free (self->error_text);
+    nn_free (self);
+    *self_p = NULL;
+}
+
+int
+proto_msg_type (const proto_msg_t *self)
+{
+    assert (self);
+    return self->header.type;
+}
+
+const proto_header_t *
+proto_msg_header (const proto_msg_t *self)
+{
+    assert (self);
+    return &self->header;
+}
+
+void
+proto_msg_set_route (proto_msg_t *self, uint32_t device_id, uint32_t epoch,
+                     uint32_t iteration, uint32_t micro_batch)
+{
+    assert (self);
+    self->header.device_id = device_id;
+    self->header.epoch = epoch;
+    self->header.iteration = iteration;
+    self->header.micro_batch = micro_batch;
+}
+
+void
+proto_msg_set_sequence (proto_msg_t *self, uint64_t sequence)
+{
+    assert (self);
+    self->header.sequence = sequence;
+}
+
+void
+proto_msg_set_last (proto_msg_t *self, bool last)
+{
+    assert (self && s_is_tensor_type (self->header.type));
+    if (last)
+        self->header.flags |= PROTO_FLAG_LAST;
+    else
+        self->header.flags &= ~PROTO_FLAG_LAST;
+}
+
+bool
+proto_msg_is_last (const proto_msg_t *self)
+{
+    assert (self);
+    return (self->header.flags & PROTO_FLAG_LAST) != 0;
+}
+
+int
+proto_msg_set_hello (proto_msg_t *self, const proto_hello_t *hello)
+{
+    assert (self && hello && self->header.type == PROTO_MSG_HELLO);
+    if (s_hello_check (hello, NULL, 0))
+        return -1;
+    self->hello = *hello;
+    return 0;
+}
+
+const proto_hello_t *
+proto_msg_hello (const proto_msg_t *self)
+{
+    assert (self && self->header.type == PROTO_MSG_HELLO);
+    return &self->hello;
+}
+
+int
+proto_msg_set_config (proto_msg_t *self, const char *json, size_t len)
+{
+    assert (self && json && self->header.type == PROTO_MSG_WELCOME);
+    if (len == 0 || len > PROTO_JSON_MAX
+        || s_text_check ((const uint8_t *) json, len, "config", NULL, 0))
+        return -1;
+    char *copy = nn_malloc (len + 1);
+    memcpy (copy, json, len);
+    copy[len] = 0;
+    nn_free (self->config);
+    self->config = copy;
+    self->config_len = len;
+    return 0;
+}
+
+const char *
+proto_msg_config (const proto_msg_t *self, size_t *len_out)
+{
+    assert (self && self->header.type == PROTO_MSG_WELCOME);
+    if (len_out)
+        *len_out = self->config_len;
+    return self->config;
+}
+
+void
+proto_msg_set_plan (proto_msg_t *self, const proto_plan_t *plan)
+{
+    assert (self && plan && self->header.type == PROTO_MSG_WELCOME);
+    self->plan = *plan;
+}
+
+const proto_plan_t *
+proto_msg_plan (const proto_msg_t *self)
+{
+    assert (self && self->header.type == PROTO_MSG_WELCOME);
+    return &self->plan;
+}
+
+//  After `data` holds a little-endian frame of count floats.
+static void
+s_data_attach (proto_msg_t *self, size_t count)
+{
+    self->has_data = true;
+    self->data_count = count;
+    self->data_view = proto_floats_view (&self->data, count, &self->data_copy);
+}
+
+int
+proto_msg_set_slab_copy (proto_msg_t *self, const proto_slab_t *desc, const float *data)
+{
+    assert (self && desc && s_is_slab_type (self->header.type));
+    if (desc->count == 0 || desc->count > (uint64_t) (SIZE_MAX / 4))
+        return -1;
+    assert (data);
+    s_clear_data (self);
+    self->slab = *desc;
+    proto_frame_from_floats (&self->data, data, (size_t) desc->count);
+    s_data_attach (self, (size_t) desc->count);
+    return 0;
+}
+
+int
+proto_msg_set_slab_owned (proto_msg_t *self, const proto_slab_t *desc,
+                          float **data_p, proto_free_fn *free_fn)
+{
+    assert (self && desc && s_is_slab_type (self->header.type));
+    assert (data_p && *data_p && free_fn);
+    if (desc->count == 0 || desc->count > (uint64_t) (SIZE_MAX / 4))
+        return -1;
+    s_clear_data (self);
+    self->slab = *desc;
+    proto_frame_from_owned (&self->data, *data_p, (size_t) desc->count, free_fn);
+    *data_p = NULL;
+    s_data_attach (self, (size_t) desc->count);
+    return 0;
+}
+
+const proto_slab_t *
+proto_msg_slab (const proto_msg_t *self)
+{
+    assert (self && s_is_slab_type (self->header.type));
+    return &self->slab;
+}
+
+//  A valid descriptor for dims[0..rank), or -1.
+static int
+s_tensor_make (proto_tensor_desc_t *d, uint64_t *count, const uint32_t *dims, int rank)
+{
+    memset (d, 0, sizeof *d);
+    if (rank < 1 || rank > PROTO_MAX_RANK)
+        return -1;
+    assert (dims);
+    d->dtype = PROTO_DTYPE_F32;
+    d->rank = (uint8_t) rank;
+    for (int i = 0; i < rank; i++)
+        d->dims[i] = dims[i];
+    return proto_tensor_desc_check (d, count, "tensor", NULL, 0) ? -1 : 0;
+}
+
+static void
+s_tensor_attached (proto_msg_t *self, const proto_tensor_desc_t *d)
+{
+    self->tensor = *d;
+    self->header.flags &= ~PROTO_FLAG_EVAL_RESULT;
+}
+
+int
+proto_msg_set_tensor_copy (proto_msg_t *self, const float *data,
+                           const uint32_t *dims, int rank)
+{
+    assert (self && s_is_tensor_type (self->header.type));
+    proto_tensor_desc_t d;
+    uint64_t count;
+    if (s_tensor_make (&d, &count, dims, rank))
+        return -1;
+    assert (data);
+    s_clear_data (self);
+    proto_frame_from_floats (&self->data, data, (size_t) count);
+    s_data_attach (self, (size_t) count);
+    s_tensor_attached (self, &d);
+    return 0;
+}
+
+int
+proto_msg_set_tensor_owned (proto_msg_t *self, float **data_p,
+                            const uint32_t *dims, int rank, proto_free_fn *free_fn)
+{
+    assert (self && s_is_tensor_type (self->header.type));
+    assert (data_p && *data_p && free_fn);
+    proto_tensor_desc_t d;
+    uint64_t count;
+    if (s_tensor_make (&d, &count, dims, rank))
+        return -1;
+    s_clear_data (self);
+    proto_frame_from_owned (&self->data, *data_p, (size_t) count, free_fn);
+    *data_p = NULL;
+    s_data_attach (self, (size_t) count);
+    s_tensor_attached (self, &d);
+    return 0;
+}
+
+const proto_tensor_desc_t *
+proto_msg_tensor (const proto_msg_t *self)
+{
+    assert (self && s_is_tensor_type (self->header.type));
+    return &self->tensor;
+}
+
+const float *
+proto_msg_tensor_data (const proto_msg_t *self)
+{
+    assert (self);
+    return self->data_view;
+}
+
+size_t
+proto_msg_tensor_count (const proto_msg_t *self)
+{
+    assert (self);
+    return self->data_count;
+}
+
+bool
+proto_msg_tensor_is_zero_copy (const proto_msg_t *self)
+{
+    assert (self);
+    return self->data_view && !self->data_copy;
+}
+
+void
+proto_msg_set_labels (proto_msg_t *self, const int32_t *labels, size_t count)
+{
+    assert (self && (self->header.type == PROTO_MSG_ACTIVATIONS
+                     || self->header.type == PROTO_MSG_EVAL));
+    assert (labels || count == 0);
+    int32_t *copy = nn_calloc (count ? count : 1, sizeof *copy);
+    if (count)
+        memcpy (copy, labels, count * sizeof *copy);
+    nn_free (self->labels);
+    self->labels = copy;
+    self->labels_count = count;
+}
+
+const int32_t *
+proto_msg_labels (const proto_msg_t *self)
+{
+    assert (self);
+    return self->labels;
+}
+
+size_t
+proto_msg_labels_count (const proto_msg_t *self)
+{
+    assert (self);
+    return self->labels_count;
+}
+
+void
+proto_msg_set_loss (proto_msg_t *self, const proto_loss_t *loss)
+{
+    assert (self && loss && self->header.type == PROTO_MSG_GRADIENTS);
+    self->loss = *loss;
+}
+
+const proto_loss_t *
+proto_msg_loss (const proto_msg_t *self)
+{
+    assert (self && self->header.type == PROTO_MSG_GRADIENTS);
+    return &self->loss;
+}
+
+void
+proto_msg_set_eval_result (proto_msg_t *self, const proto_eval_result_t *r)
+{
+    assert (self && r && self->header.type == PROTO_MSG_EVAL);
+    s_clear_data (self);
+    nn_free (self->labels);
+    self->labels = NULL;
+    self->labels_count = 0;
+    memset (&self->tensor, 0, sizeof self->tensor);
+    self->eval = *r;
+    self->header.flags |= PROTO_FLAG_EVAL_RESULT;
+}
+
+bool
+proto_msg_is_eval_result (const proto_msg_t *self)
+{
+    assert (self);
+    return self->header.type == PROTO_MSG_EVAL
+        && (self->header.flags & PROTO_FLAG_EVAL_RESULT);
+}
+
+const proto_eval_result_t *
+proto_msg_eval_result (const proto_msg_t *self)
+{
+    assert (proto_msg_is_eval_result (self));
+    return &self->eval;
+}
+
+void
+proto_msg_set_stats (proto_msg_t *self, const proto_stats_t *stats)
+{
+    assert (self && stats && self->header.type == PROTO_MSG_STATS);
+    self->stats = *stats;
+}
+
+const proto_stats_t *
+proto_msg_stats (const proto_msg_t *self)
+{
+    assert (self && self->header.type == PROTO_MSG_STATS);
+    return &self->stats;
+}
+
+int
+proto_msg_set_error (proto_msg_t *self, uint32_t code, const char *text)
+{
+    assert (self && text && self->header.type == PROTO_MSG_ERROR);
+    size_t len = strlen (text);
+    if (code == 0 || len > PROTO_TEXT_MAX
+        || s_text_check ((const uint8_t *) text, len, "text", NULL, 0))
+        return -1;
+    nn_free (self->error_text);
+    self->error_text = nn_strdup (text);
+    self->error_code = code;
+    return 0;
+}
+
+uint32_t
+proto_msg_error_code (const proto_msg_t *self)
+{
+    assert (self && self->header.type == PROTO_MSG_ERROR);
+    return self->error_code;
+}
+
+const char *
+proto_msg_error_text (const proto_msg_t *self)
+{
+    assert (self && self->header.type == PROTO_MSG_ERROR);
+    return self->error_text ? self->error_text : "";
+}
+
+//  ---------------------------------------------------------------------
+//  Encoding
+
+int
+proto_msg_check (const proto_msg_t *self, char *err, size_t err_size)
+{
+    assert (self);
+    const proto_limits_t l = proto_limits_resolve (NULL);
+    const proto_header_t *h = &self->header;
+    const char *tn = proto_type_name (h->type);
+    int rc = s_header_check (h, err, err_size);
+    if (rc)
+        return rc;
+    switch (h->type) {
+        case PROTO_MSG_HELLO:
+            return s_hello_check (&self->hello, err, err_size);
+        case PROTO_MSG_WELCOME:
+            if (!self->config)
+                return proto_fail (err, err_size, PROTO_E_VALUE, "WELCOME: no config set");
+            return s_plan_check (&self->plan, &l, err, err_size);
+        case PROTO_MSG_MODEL:
+        case PROTO_MSG_PARAMS:
+            if (!self->data_view)
+                return proto_fail (err, err_size, PROTO_E_VALUE, "%s: no slab data set", tn);
+            return s_slab_check (&self->slab, h->type, &l, err, err_size);
+        case PROTO_MSG_STATS:
+            return s_stats_check (&self->stats, err, err_size);
+        case PROTO_MSG_ERROR:
+            return s_error_check (self->error_code, err, err_size);
+        case PROTO_MSG_HEARTBEAT:
+        case PROTO_MSG_BYE:
+            return 0;
+        default:
+            break;
+    }
+    if (proto_msg_is_eval_result (self))
+        return s_eval_result_check (&self->eval, err, err_size);
+    //  A tensor message.
+    if (!self->data_view)
+        return proto_fail (err, err_size, PROTO_E_VALUE, "%s: no tensor set", tn);
+    rc = proto_tensor_desc_check (&self->tensor, NULL, tn, err, err_size);
+    if (rc)
+        return rc;
+    uint32_t batch = self->tensor.dims[0];
+    if (h->type == PROTO_MSG_GRADIENTS)
+        return s_loss_check (&self->loss, batch, err, err_size);
+    if (!self->labels || self->labels_count != batch)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: %zu labels set for batch %" PRIu32,
+                           tn, self->labels ? self->labels_count : 0, batch);
+    return proto_labels_check (self->labels, self->labels_count, 0, tn, err, err_size);
+}
+
+//  frame shares the message's float data: a reference, not a copy.
+static void
+s_data_frame (proto_msg_t *self, zmq_msg_t *frame)
+{
+    if (self->has_data) {
+        zmq_msg_init (frame);
+        int rc = zmq_msg_copy (frame, &self->data);
+        assert (rc == 0);
+        (void) rc;
+    }
+    else    //  decoded from a misaligned frame: only the copy is left
+        proto_frame_from_floats (frame, self->data_view, self->data_count);
+}
+
+static uint8_t *
+s_frame_bytes (zmq_msg_t *frame, size_t size)
+{
+    proto_frame_init_size (frame, size);
+    return zmq_msg_data (frame);
+}
+
+int
+proto_msg_encode (proto_msg_t *self, zmq_msg_t frames[PROTO_MAX_FRAMES],
+                  char *err, size_t err_size)
+{
+    int rc = proto_msg_check (self, err, err_size);
+    if (rc)
+        return rc;
+    const int type = self->header.type;
+    const int count = s_frames_for (type, self->header.flags);
+    proto_header_encode (s_frame_bytes (&frames[0], PROTO_HEADER_SIZE), &self->header);
+    uint8_t *b;
+    switch (type) {
+        case PROTO_MSG_HELLO: {
+            size_t name_len = strnlen (self->hello.name, sizeof self->hello.name);
+            b = s_frame_bytes (&frames[1], PROTO_HELLO_FIXED_SIZE + name_len);
+            proto_le_put_u16 (b, self->hello.protocol_version);
+            proto_le_put_u32 (b + 2, self->hello.capabilities);
+            proto_le_put_i32 (b + 6, self->hello.requested_device_id);
+            proto_le_put_u64 (b + 10, self->hello.sample_count);
+            proto_le_put_u16 (b + 18, (uint16_t) name_len);
+            memcpy (b + 20, self->hello.name, name_len);
+            break;
+        }
+        case PROTO_MSG_WELCOME: {
+            b = s_frame_bytes (&frames[1], self->config_len);
+            memcpy (b, self->config, self->config_len);
+            const proto_plan_t *p = &self->plan;
+            b = s_frame_bytes (&frames[2], PROTO_PLAN_SIZE);
+            proto_le_put_u32 (b, p->device_id);
+            proto_le_put_u32 (b + 4, p->split_point);
+            proto_le_put_u32 (b + 8, p->micro_batches);
+            proto_le_put_u32 (b + 12, p->batch_size);
+            proto_le_put_u32 (b + 16, p->devices);
+            proto_le_put_u32 (b + 20, p->mode);
+            proto_le_put_u64 (b + 24, p->shard_begin);
+            proto_le_put_u64 (b + 32, p->shard_count);
+            proto_le_put_u64 (b + 40, p->seed);
+            break;
+        }
+        case PROTO_MSG_MODEL:
+        case PROTO_MSG_PARAMS: {
+            const proto_slab_t *s = &self->slab;
+            b = s_frame_bytes (&frames[1], PROTO_SLAB_SIZE);
+            memcpy (b, s->spec_hash, PROTO_SPEC_HASH_SIZE);
+            proto_le_put_u32 (b + 32, s->unit_begin);
+            proto_le_put_u32 (b + 36, s->unit_end);
+            proto_le_put_u64 (b + 40, s->count);
+            proto_le_put_u64 (b + 48, s->sample_count);
+            s_data_frame (self, &frames[2]);
+            break;
+        }
+        case PROTO_MSG_STATS: {
+            const proto_stats_t *s = &self->stats;
+            b = s_frame_bytes (&frames[1], PROTO_STATS_SIZE);
+            proto_le_put_f64 (b, s->forward_s);
+            proto_le_put_f64 (b + 8, s->backward_s);
+            proto_le_put_f64 (b + 16, s->update_s);
+            proto_le_put_f64 (b + 24, s->idle_s);
+            proto_le_put_u64 (b + 32, s->bytes_up);
+            proto_le_put_u64 (b + 40, s->bytes_down);
+            proto_le_put_u32 (b + 48, s->epoch);
+            break;
+        }
+        case PROTO_MSG_ERROR: {
+            const char *text = proto_msg_error_text (self);
+            size_t len = strlen (text);
+            b = s_frame_bytes (&frames[1], 4 + len);
+            proto_le_put_u32 (b, self->error_code);
+            memcpy (b + 4, text, len);
+            break;
+        }
+        case PROTO_MSG_HEARTBEAT:
+        case PROTO_MSG_BYE:
+            break;
+        default:
+            if (proto_msg_is_eval_result (self)) {
+                b = s_frame_bytes (&frames[1], PROTO_EVAL_RESULT_SIZE);
+                proto_le_put_f64 (b, self->eval.loss_sum);
+                proto_le_put_u64 (b + 8, self->eval.correct);
+                proto_le_put_u64 (b + 16, self->eval.count);
+                break;
+            }
+            b = s_frame_bytes (&frames[1], proto_tensor_desc_size (self->tensor.rank));
+            proto_tensor_desc_encode (b, &self->tensor);
+            s_data_frame (self, &frames[2]);
+            if (type == PROTO_MSG_GRADIENTS) {
+                b = s_frame_bytes (&frames[3], PROTO_LOSS_SIZE);
+                proto_le_put_f32 (b, self->loss.loss);
+                proto_le_put_u32 (b + 4, self->loss.correct);
+                proto_le_put_u32 (b + 8, self->loss.count);
+            }
+            else {
+                b = s_frame_bytes (&frames[3], 4 * self->labels_count);
+                proto_labels_encode (b, self->labels, self->labels_count);
+            }
+            break;
+    }
+    return count;
+}
+
+//  ---------------------------------------------------------------------
+//  Decoding
+
+static const uint8_t *
+s_bytes (zmq_msg_t *frame, size_t *len)
+{
+    *len = zmq_msg_size (frame);
+    return zmq_msg_data (frame);
+}
+
+//  Keep frame (count little-endian floats) as the message's data.
+static void
+s_data_take (proto_msg_t *self, zmq_msg_t *frame, size_t count)
+{
+    zmq_msg_init (&self->data);
+    zmq_msg_move (&self->data, frame);
+    s_data_attach (self, count);
+    if (self->data_copy) {
+        //  Misaligned: the aligned copy is what we keep.
+        zmq_msg_close (&self->data);
+        self->has_data = false;
+    }
+}
+
+static int
+s_decode_hello (proto_msg_t *self, zmq_msg_t *frames, char *err, size_t err_size)
+{
+    size_t len;
+    const uint8_t *b = s_bytes (&frames[1], &len);
+    if (len < PROTO_HELLO_FIXED_SIZE)
+        return proto_fail (err, err_size, PROTO_E_SIZE,
+                           "HELLO: payload %zu bytes, need at least %d",
+                           len, PROTO_HELLO_FIXED_SIZE);
+    proto_hello_t *h = &self->hello;
+    h->protocol_version = proto_le_get_u16 (b);
+    h->capabilities = proto_le_get_u32 (b + 2);
+    h->requested_device_id = proto_le_get_i32 (b + 6);
+    h->sample_count = proto_le_get_u64 (b + 10);
+    size_t name_len = proto_le_get_u16 (b + 18);
+    if (name_len > PROTO_NAME_MAX)
+        return proto_fail (err, err_size, PROTO_E_SIZE,
+                           "HELLO: name length %zu exceeds %d", name_len, PROTO_NAME_MAX);
+    if (len != PROTO_HELLO_FIXED_SIZE + name_len)
+        return proto_fail (err, err_size, PROTO_E_SIZE,
+                           "HELLO: payload %zu bytes, name length %zu needs %zu",
+                           len, name_len, PROTO_HELLO_FIXED_SIZE + name_len);
+    //  Check the raw bytes: an embedded NUL must not hide the rest.
+    int rc = s_name_check ((const char *) b + 20, name_len, err, err_size);
+    if (rc)
+        return rc;
+    memcpy (h->name, b + 20, name_len);
+    h->name[name_len] = 0;
+    return s_hello_check (h, err, err_size);
+}
+
+static int
+s_decode_welcome (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
+                  char *err, size_t err_size)
+{
+    size_t len;
+    const uint8_t *b = s_bytes (&frames[1], &len);
+    if (len == 0)
+        return proto_fail (err, err_size, PROTO_E_SIZE, "WELCOME: config is empty");
+    if (len > l->max_json_bytes)
+        return proto_fail (err, err_size, PROTO_E_SIZE,
+                           "WELCOME: config %zu bytes exceeds limit %zu",
+                           len, l->max_json_bytes);
+    int rc = s_text_check (b, len, "WELCOME: config", err, err_size);
+    if (rc)
+        return rc;
+    size_t plen;
+    const uint8_t *p = s_bytes (&frames[2], &plen);
+    if (plen != PROTO_PLAN_SIZE)
+        return proto_fail (err, err_size, PROTO_E_SIZE,
+                           "WELCOME: plan %zu bytes, expected %d", plen, PROTO_PLAN_SIZE);
+    proto_plan_t *plan = &self->plan;
+    plan->device_id = proto_le_get_u32 (p);
+    plan->split_point = proto_le_get_u32 (p + 4);
+    plan->micro_batches = proto_le_get_u32 (p + 8);
+    plan->batch_size = proto_le_get_u32 (p + 12);
+    plan->devices = proto_le_get_u32 (p + 16);
+    plan->mode = proto_le_get_u32 (p + 20);
+    plan->shard_begin = proto_le_get_u64 (p + 24);
+    plan->shard_count = proto_le_get_u64 (p + 32);
+    plan->seed = proto_le_get_u64 (p + 40);
+    rc = s_plan_check (plan, l, err, err_size);
+    if (rc)
+        return rc;
+    self->config = nn_malloc (len + 1);
+    memcpy (self->config, b, len);
+    self->config[len] = 0;
+    self->config_len = len;
+    return 0;
+}
+
+static int
+s_decode_slab (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
+               char *err, size_t err_size)
+{
+    const char *tn = proto_type_name (self->header.type);
+    size_t len;
+    const uint8_t *b = s_bytes (&frames[1], &len);
+    if (len != PROTO_SLAB_SIZE)
+        return proto_fail (err, err_size, PROTO_E_SIZE,
+                           "%s: slab descriptor %zu bytes, expected %d",
+                           tn, len, PROTO_SLAB_SIZE);
+    proto_slab_t *s = &self->slab;
+    memcpy (s->spec_hash, b, PROTO_SPEC_HASH_SIZE);
+    s->unit_begin = proto_le_get_u32 (b + 32);
+    s->unit_end = proto_le_get_u32 (b + 36);
+    s->count = proto_le_get_u64 (b + 40);
+    s->sample_count = proto_le_get_u64 (b + 48);
+    int rc = s_slab_check (s, self->header.type, l, err, err_size);
+    if (rc)
+        return rc;
+    size_t dlen = zmq_msg_size (&frames[2]);
+    if (dlen != s->count * 4)   //  count <= SIZE_MAX / 4: no overflow
+        return proto_fail (err, err_size, PROTO_E_SIZE,
+                           "%s: data %zu bytes, count %" PRIu64 " needs %" PRIu64,
+                           tn, dlen, s->count, s->count * 4);
+    s_data_take (self, &frames[2], (size_t) s->count);
+    return 0;
+}
+
+static int
+s_decode_tensor (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
+                 char *err, size_t err_size)
+{
+    const int type = self->header.type;
+    const char *tn = proto_type_name (type);
+    size_t len;
+    const uint8_t *b = s_bytes (&frames[1], &len);
+    uint64_t count;
+    proto_tensor_desc_t *d = &self->tensor;
+    int rc = proto_tensor_desc_decode_as (d, &count, b, len, tn, err, err_size);
+    if (!rc)
+        rc = proto_tensor_check_limits (d, l, tn, err, err_size);
+    if (rc)
+        return rc;
+    size_t dlen = zmq_msg_size (&frames[2]);
+    if (dlen != count * 4)      //  checked: count * 4 fits in size_t
+        return proto_fail (err, err_size, PROTO_E_SIZE,
+                           "%s: data %zu bytes, shape needs %" PRIu64 " (%" PRIu64 " floats)",
+                           tn, dlen, count * 4, count);
+    const uint32_t batch = d->dims[0];
+    const uint8_t *t = s_bytes (&frames[3], &len);
+    if (type == PROTO_MSG_GRADIENTS) {
+        if (len != PROTO_LOSS_SIZE)
+            return proto_fail (err, err_size, PROTO_E_SIZE,
+                               "GRADIENTS: loss frame %zu bytes, expected %d",
+                               len, PROTO_LOSS_SIZE);
+        self->loss.loss = proto_le_get_f32 (t);
+        self->loss.correct = proto_le_get_u32 (t + 4);
+        self->loss.count = proto_le_get_u32 (t + 8);
+        rc = s_loss_check (&self->loss, batch, err, err_size);
+    }
+    else {
+        if (len != (size_t) batch * 4)
+            return proto_fail (err, err_size, PROTO_E_SIZE,
+                               "%s: labels %zu bytes, batch %" PRIu32 " needs %zu",
+                               tn, len, batch, (size_t) batch * 4);
+        self->labels = nn_calloc (batch, sizeof *self->labels);
+        self->labels_count = batch;
+        rc = proto_labels_decode (self->labels, t, batch, l->classes, tn, err, err_size);
+    }
+    if (rc)
+        return rc;
+    s_data_take (self, &frames[2], (size_t) count);
+    return 0;
+}
+
+static int
+s_decode_payload (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
+                  char *err, size_t err_size)
+{
+    size_t len;
+    const uint8_t *b;
+    switch (self->header.type) {
+        case PROTO_MSG_HELLO:
+            return s_decode_hello (self, frames, err, err_size);
+        case PROTO_MSG_WELCOME:
+            return s_decode_welcome (self, frames, l, err, err_size);
+        case PROTO_MSG_MODEL:
+        case PROTO_MSG_PARAMS:
+            return s_decode_slab (self, frames, l, err, err_size);
+        case PROTO_MSG_STATS: {
+            b = s_bytes (&frames[1], &len);
+            if (len != PROTO_STATS_SIZE)
+                return proto_fail (err, err_size, PROTO_E_SIZE,
+                                   "STATS: payload %zu bytes, expected %d",
+                                   len, PROTO_STATS_SIZE);
+            proto_stats_t *s = &self->stats;
+            s->forward_s = proto_le_get_f64 (b);
+            s->backward_s = proto_le_get_f64 (b + 8);
+            s->update_s = proto_le_get_f64 (b + 16);
+            s->idle_s = proto_le_get_f64 (b + 24);
+            s->bytes_up = proto_le_get_u64 (b + 32);
+            s->bytes_down = proto_le_get_u64 (b + 40);
+            s->epoch = proto_le_get_u32 (b + 48);
+            return s_stats_check (s, err, err_size);
+        }
+        case PROTO_MSG_ERROR: {
+            b = s_bytes (&frames[1], &len);
+            if (len < 4)
+                return proto_fail (err, err_size, PROTO_E_SIZE,
+                                   "ERROR: payload %zu bytes, need at least 4", len);
+            if (len - 4 > PROTO_TEXT_MAX)
+                return proto_fail (err, err_size, PROTO_E_SIZE,
+                                   "ERROR: text %zu bytes exceeds %d", len - 4, PROTO_TEXT_MAX);
+            self->error_code = proto_le_get_u32 (b);
+            int rc = s_error_check (self->error_code, err, err_size);
+            if (!rc)
+                rc = s_text_check (b + 4, len - 4, "ERROR: text", err, err_size);
+            if (rc)
+                return rc;
+            self->error_text = nn_malloc (len - 4 + 1);
+            memcpy (self->error_text, b + 4, len - 4);
+            self->error_text[len - 4] = 0;
+            return 0;
+        }
+        case PROTO_MSG_HEARTBEAT:
+        case PROTO_MSG_BYE:
+            return 0;
+        default:
+            break;
+    }
+    if (self->header.flags & PROTO_FLAG_EVAL_RESULT) {
+        b = s_bytes (&frames[1], &len);
+        if (len != PROTO_EVAL_RESULT_SIZE)
+            return proto_fail (err, err_size, PROTO_E_SIZE,
+                               "EVAL: result %zu bytes, expected %d",
+                               len, PROTO_EVAL_RESULT_SIZE);
+        self->eval.loss_sum = proto_le_get_f64 (b);
+        self->eval.correct = proto_le_get_u64 (b + 8);
+        self->eval.count = proto_le_get_u64 (b + 16);
+        return s_eval_result_check (&self->eval, err, err_size);
+    }
+    return s_decode_tensor (self, frames, l, err, err_size);
+}
+
+//  count is the number of frames that arrived; only the first
+//  min (count, PROTO_MAX_FRAMES) exist in frames[], and nothing past the
+//  type's frame count is touched until count has been checked.
+static int
+s_decode (proto_msg_t **out, zmq_msg_t *frames, int count,
+          const proto_limits_t *limits, char *err, size_t err_size)
+{
+    assert (out);
+    *out = NULL;
+    if (count < 1)
+        return proto_fail (err, err_size, PROTO_E_FRAMES, "message: no frames");
+    const proto_limits_t l = proto_limits_resolve (limits);
+    proto_header_t h;
+    size_t len;
+    const uint8_t *b = s_bytes (&frames[0], &len);
+    int rc = proto_header_decode (&h, b, len, err, err_size);
+    if (rc)
+        return rc;
+    const char *tn = proto_type_name (h.type);
+    const int expect = s_frames_for (h.type, h.flags);
+    if (count != expect)
+        return proto_fail (err, err_size, PROTO_E_FRAMES,
+                           "%s: %d frames, expected %d", tn, count, expect);
+    if (count > l.max_frames)
+        return proto_fail (err, err_size, PROTO_E_FRAMES,
+                           "%s: %d frames exceeds limit %d", tn, count, l.max_frames);
+    //  Every frame against the size limit before any payload is parsed.
+    for (int i = 1; i < count; i++) {
+        size_t size = zmq_msg_size (&frames[i]);
+        if (size > l.max_frame_bytes)
+            return proto_fail (err, err_size, PROTO_E_SIZE,
+                               "%s: frame %d is %zu bytes, limit %zu",
+                               tn, i, size, l.max_frame_bytes);
+    }
+    proto_msg_t *self = proto_msg_new (h.type);
+    self->header = h;
+    rc = s_decode_payload (self, frames, &l, err, err_size);
+    if (rc) {
+        proto_msg_destroy (&self);
+        return rc;
+    }
+    *out = self;
+    return 0;
+}
+
+int
+proto_msg_decode_frames (proto_msg_t **out, zmq_msg_t *frames, int count,
+                         const proto_limits_t *limits, char *err, size_t err_size)
+{
+    assert (out && (frames || count == 0));
+    //  Beyond PROTO_MAX_FRAMES no type matches; s_decode reads only frame 0
+    //  before it says so.
+    return s_decode (out, frames, count, limits, err, err_size);
+}
+
+int
+proto_msg_decode_bytes (proto_msg_t **out, const void *const *data, const size_t *sizes,
+                        int count, const proto_limits_t *limits,
+                        char *err, size_t err_size)
+{
+    assert (out && (count == 0 || (data && sizes)));
+    zmq_msg_t frames[PROTO_MAX_FRAMES];
+    int built = count < PROTO_MAX_FRAMES ? count : PROTO_MAX_FRAMES;
+    for (int i = 0; i < built; i++) {
+        proto_frame_init_size (&frames[i], sizes[i]);
+        if (sizes[i])
+            memcpy (zmq_msg_data (&frames[i]), data[i], sizes[i]);
+    }
+    int rc = s_decode (out, frames, count, limits, err, err_size);
+    for (int i = 0; i < built; i++)
+        zmq_msg_close (&frames[i]);
+    return rc;
+}
+
+//  ---------------------------------------------------------------------
+//  Sockets
+
+static int
+s_send (proto_msg_t **self_p, void *socket, const void *routing_id, size_t routing_id_len)
+{
+    assert (self_p && *self_p && socket);
+    zmq_msg_t frames[PROTO_MAX_FRAMES];
+    int count = proto_msg_encode (*self_p, frames, NULL, 0);
+    if (count < 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    //  Once the first frame is accepted libzmq takes the rest of a
+    //  multipart message too, so a failure leaves nothing half sent.
+    int rc = 0;
+    if (routing_id && zmq_send (socket, routing_id, routing_id_len, ZMQ_SNDMORE) == -1)
+        rc = -1;
+    for (int i = 0; rc == 0 && i < count; i++)
+        if (zmq_msg_send (&frames[i], socket, i + 1 < count ? ZMQ_SNDMORE : 0) == -1)
+            rc = -1;
+    int saved = errno;
+    for (int i = 0; i < count; i++)
+        zmq_msg_close (&frames[i]);
+    if (rc == 0)
+        proto_msg_destroy (self_p);
+    errno = saved;
+    return rc;
+}
+
+int
+proto_msg_send (proto_msg_t **self_p, void *socket)
+{
+    return s_send (self_p, socket, NULL, 0);
+}
+
+int
+proto_msg_send_to (proto_msg_t **self_p, void *socket,
+                   const void *routing_id, size_t routing_id_len)
+{
+    assert (routing_id && routing_id_len >= 1 && routing_id_len <= PROTO_ROUTING_ID_MAX);
+    return s_send (self_p, socket, routing_id, routing_id_len);
+}
+
+static void
+s_close_frames (zmq_msg_t *frames, int count)
+{
+    for (int i = 0; i < count; i++)
+        zmq_msg_close (&frames[i]);
+}
+
+static int
+s_recv (proto_msg_t **msg_out, void *socket, uint8_t *routing_id, size_t *routing_id_len,
+        const proto_limits_t *limits, char *err, size_t err_size)
+{
+    assert (msg_out && socket);
+    *msg_out = NULL;
+    if (routing_id_len)
+        *routing_id_len = 0;
+    //  Slot PROTO_MAX_FRAMES is scratch: frames beyond what any type has
+    //  are counted and dropped as they arrive, never kept.
+    zmq_msg_t frames[PROTO_MAX_FRAMES + 1];
+    int total = 0;                  //  frames after the routing id
+    bool first = true, more = true;
+    bool want_id = routing_id != NULL;
+    size_t id_size = 0;
+    while (more) {
+        int slot = total < PROTO_MAX_FRAMES ? total : PROTO_MAX_FRAMES;
+        zmq_msg_t *part = &frames[slot];
+        zmq_msg_init (part);
+        int r;
+        //  The rest of a multipart message is already queued: finish it
+        //  even if a signal arrives, or the next read starts mid-message.
+        do
+            r = zmq_msg_recv (part, socket, 0);
+        while (r == -1 && errno == EINTR && !first);
+        if (r == -1) {
+            int e = errno;
+            zmq_msg_close (part);
+            s_close_frames (frames, slot);
+            if (e == EAGAIN || e == EINTR || e == ETERM)
+                return proto_fail (err, err_size, PROTO_E_AGAIN, "recv: %s", zmq_strerror (e));
+            return proto_fail (err, err_size, PROTO_E_SOCKET, "recv: %s", zmq_strerror (e));
+        }
+        first = false;
+        more = zmq_msg_more (part);
+        if (want_id) {
+            want_id = false;
+            id_size = zmq_msg_size (part);
+            if (id_size >= 1 && id_size <= PROTO_ROUTING_ID_MAX) {
+                memcpy (routing_id, zmq_msg_data (part), id_size);
+                *routing_id_len = id_size;
+            }
+            zmq_msg_close (part);
+            continue;
+        }
+        if (slot == PROTO_MAX_FRAMES)
+            zmq_msg_close (part);
+        if (total < INT32_MAX)
+            total++;
+    }
+    int rc;
+    if (routing_id && (id_size < 1 || id_size > PROTO_ROUTING_ID_MAX))
+        rc = proto_fail (err, err_size, PROTO_E_SIZE,
+                         "message: routing id of %zu bytes, expected 1..%d (not a ROUTER?)",
+                         id_size, PROTO_ROUTING_ID_MAX);
+    else if (total == 0)
+        rc = proto_fail (err, err_size, PROTO_E_FRAMES, "message: no frames after the routing id");
+    else
+        rc = s_decode (msg_out, frames, total, limits, err, err_size);
+    s_close_frames (frames, total < PROTO_MAX_FRAMES ? total : PROTO_MAX_FRAMES);
+    return rc;
+}
+
+int
+proto_msg_recv (proto_msg_t **msg_out, void *socket, const proto_limits_t *limits,
+                char *err, size_t err_size)
+{
+    return s_recv (msg_out, socket, NULL, NULL, limits, err, err_size);
+}
+
+int
+proto_msg_recv_from (proto_msg_t **msg_out, void *socket, uint8_t *routing_id,
+                     size_t *routing_id_len, const proto_limits_t *limits,
+                     char *err, size_t err_size)
+{
+    assert (routing_id && routing_id_len);
+    return s_recv (msg_out, socket, routing_id, routing_id_len, limits, err, err_size);
+}
+
+int
+proto_socket_limit (void *socket, const proto_limits_t *limits)
+{
+    assert (socket);
+    const proto_limits_t l = proto_limits_resolve (limits);
+    size_t max = l.max_frame_bytes < PROTO_HEADER_SIZE ? PROTO_HEADER_SIZE : l.max_frame_bytes;
+    int64_t v = max > (size_t) INT64_MAX ? INT64_MAX : (int64_t) max;
+    return zmq_setsockopt (socket, ZMQ_MAXMSGSIZE, &v, sizeof v);
+}
+
+//  ---------------------------------------------------------------------
+//  State machine
+
+bool
+proto_type_allowed (proto_mode_t mode, proto_state_t state, int type, proto_dir_t dir)
+{
+    if (dir != PROTO_UP && dir != PROTO_DOWN)
+        return false;
+    const bool up = dir == PROTO_UP;
+    //  Session control, allowed both ways once HELLO has been sent.
+    const bool control = type == PROTO_MSG_HEARTBEAT || type == PROTO_MSG_BYE
+                      || type == PROTO_MSG_ERROR;
+    switch (state) {
+        case PROTO_STATE_CONNECTING:
+            return up && type == PROTO_MSG_HELLO;
+        case PROTO_STATE_JOINING:
+            return control || (!up && type == PROTO_MSG_WELCOME);
+        case PROTO_STATE_JOINED:
+            return control || (!up && type == PROTO_MSG_MODEL);
+        case PROTO_STATE_TRAINING: {
+            if (mode < PROTO_MODE_FL || mode > PROTO_MODE_PIPELEARN)
+                return false;
+            const bool split = mode != PROTO_MODE_FL;
+            switch (type) {
+                case PROTO_MSG_ACTIVATIONS: return up && split;
+                case PROTO_MSG_GRADIENTS:   return !up && split;
+                case PROTO_MSG_EVAL:        return split;
+                case PROTO_MSG_PARAMS:      return up;
+                case PROTO_MSG_STATS:       return up;
+                case PROTO_MSG_MODEL:       return !up;
+                default:                    return control;
+            }
+        }
+        default:
+            return false;
+    }
+}
+
+proto_state_t
+proto_state_next (proto_state_t state, int type, proto_dir_t dir)
+{
+    if (state == PROTO_STATE_CLOSED || type == PROTO_MSG_BYE || type == PROTO_MSG_ERROR)
+        return PROTO_STATE_CLOSED;
+    if (state == PROTO_STATE_CONNECTING && type == PROTO_MSG_HELLO && dir == PROTO_UP)
+        return PROTO_STATE_JOINING;
+    if (state == PROTO_STATE_JOINING && type == PROTO_MSG_WELCOME && dir == PROTO_DOWN)
+        return PROTO_STATE_JOINED;
+    if (state == PROTO_STATE_JOINED && type == PROTO_MSG_MODEL && dir == PROTO_DOWN)
+        return PROTO_STATE_TRAINING;
+    return state;
+}
