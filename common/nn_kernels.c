@@ -10,6 +10,19 @@
 //  small enough to stay in L2 (2 MiB per core here).
 #define S_COLS_TARGET (384 * 1024)
 
+//  Convolutions whose patch (r*s*c) is at most this run as a direct loop:
+//  sgemm with an inner dimension of 9 (a 3x3 kernel on one channel) spends
+//  its time packing, not multiplying (6.5 GFLOP/s against 55 for conv2).
+#define S_DIRECT_PATCH 32
+
+//  Elementwise kernels are compiled twice, for AVX2+FMA (x86-64-v3) and for
+//  the baseline, and the loader picks one: one binary for every x86-64 host.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#   define S_CLONES __attribute__ ((target_clones ("arch=x86-64-v3", "default")))
+#else
+#   define S_CLONES
+#endif
+
 int
 nn_conv_shape_finish (nn_conv_shape_t *s)
 {
@@ -39,12 +52,157 @@ s_conv_chunk (const nn_conv_shape_t *s)
 size_t
 nn_conv2d_scratch_count (const nn_conv_shape_t *s)
 {
-    return (size_t) s_conv_chunk (s) * s->p * s->q * s->r * s->s * s->c;
+    size_t im2col = (size_t) s_conv_chunk (s) * s->p * s->q * s->r * s->s * s->c;
+    size_t direct = 2 * (size_t) s->r * s->s * s->c * s->k + 3 * S_DIRECT_PATCH;
+    return im2col > direct ? im2col : direct;
+}
+
+//  Gather the (r, s, c) patch of output pixel (p, q) of one image.
+static inline void
+s_patch (float *patch, const float *in, const nn_conv_shape_t *s, int p, int q)
+{
+    int j = 0;
+    for (int r = 0; r < s->r; r++) {
+        int ih = p * s->stride - s->pad + r;
+        for (int t = 0; t < s->s; t++) {
+            int iw = q * s->stride - s->pad + t;
+            bool inside = ih >= 0 && ih < s->h && iw >= 0 && iw < s->w;
+            const float *src = in + ((size_t) ih * s->w + iw) * s->c;
+            for (int c = 0; c < s->c; c++)
+                patch[j++] = inside ? src[c] : 0.0f;
+        }
+    }
+}
+
+//  Direct convolution for small patches: per output pixel, out[k] =
+//  b[k] + sum_j patch[j] * wt[j][k], with the K outputs held in 8-wide
+//  vector registers (GCC vector extensions: AVX in the x86-64-v3 clone).
+//  wt (scratch) is w transposed to (r*s*c, k). Needs k % 8 == 0 and
+//  k <= S_DIRECT_KMAX.
+#define S_DIRECT_KMAX 64
+typedef float s_v8 __attribute__ ((vector_size (32), aligned (4)));
+
+static bool
+s_conv_direct (const nn_conv_shape_t *s)
+{
+    return s->r * s->s * s->c <= S_DIRECT_PATCH && s->k % 8 == 0 && s->k <= S_DIRECT_KMAX;
+}
+
+//  Unaligned 8-float load and store (macros: a function returning a
+//  vector would change ABI between the two clones).
+#define s_v8_load(p) (*(const s_v8 *) (p))
+#define s_v8_store(p, v) (*(s_v8 *) (p) = (v))
+
+S_CLONES static void
+s_conv_direct_forward (float *out, const float *in, const float *w, const float *b,
+                       const nn_conv_shape_t *s, float *scratch)
+{
+    int K = s->k, J = s->r * s->s * s->c, V = K / 8;
+    float *wt = scratch, *patch = scratch + (size_t) J * K;
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < J; j++)
+            wt[(size_t) j * K + k] = w[(size_t) k * J + j];
+    s_v8 bias[S_DIRECT_KMAX / 8];
+    for (int v = 0; v < V; v++)
+        bias[v] = b ? s_v8_load (b + 8 * v) : (s_v8) { 0 };
+    size_t in_size = (size_t) s->h * s->w * s->c;
+    float *patch2 = patch + S_DIRECT_PATCH;
+    for (int n = 0; n < s->n; n++)
+        for (int p = 0; p < s->p; p++)
+            //  Two output pixels at a time: two independent accumulation
+            //  chains hide the add latency.
+            for (int q = 0; q < s->q; q += 2) {
+                bool pair = q + 1 < s->q;
+                s_patch (patch, in + n * in_size, s, p, q);
+                if (pair)
+                    s_patch (patch2, in + n * in_size, s, p, q + 1);
+                s_v8 a0[S_DIRECT_KMAX / 8], a1[S_DIRECT_KMAX / 8];
+                for (int v = 0; v < V; v++)
+                    a0[v] = a1[v] = bias[v];
+                for (int j = 0; j < J; j++) {
+                    s_v8 x0 = (s_v8) { 0 } + patch[j];
+                    s_v8 x1 = (s_v8) { 0 } + (pair ? patch2[j] : 0.0f);
+                    const float *wr = wt + (size_t) j * K;
+                    for (int v = 0; v < V; v++) {
+                        s_v8 wv = s_v8_load (wr + 8 * v);
+                        a0[v] += x0 * wv;
+                        a1[v] += x1 * wv;
+                    }
+                }
+                float *o = out + (((size_t) n * s->p + p) * s->q + q) * K;
+                for (int v = 0; v < V; v++)
+                    s_v8_store (o + 8 * v, a0[v]);
+                if (pair)
+                    for (int v = 0; v < V; v++)
+                        s_v8_store (o + K + 8 * v, a1[v]);
+            }
+}
+
+S_CLONES static void
+s_conv_direct_backward (float *din, float *dw, float *db, const float *dout,
+                        const float *in, const float *w, const nn_conv_shape_t *s,
+                        float *scratch)
+{
+    int K = s->k, J = s->r * s->s * s->c, V = K / 8;
+    float *dwt = scratch, *patch = scratch + (size_t) J * K;
+    float *dpatch = patch + S_DIRECT_PATCH;
+    memset (dwt, 0, sizeof (float) * (size_t) J * K);
+    s_v8 dbias[S_DIRECT_KMAX / 8];
+    for (int v = 0; v < V; v++)
+        dbias[v] = (s_v8) { 0 };
+    size_t in_size = (size_t) s->h * s->w * s->c;
+    if (din)
+        memset (din, 0, sizeof (float) * in_size * s->n);
+    for (int n = 0; n < s->n; n++)
+        for (int p = 0; p < s->p; p++)
+            for (int q = 0; q < s->q; q++) {
+                const float *g = dout + (((size_t) n * s->p + p) * s->q + q) * K;
+                s_v8 gv[S_DIRECT_KMAX / 8];
+                for (int v = 0; v < V; v++) {
+                    gv[v] = s_v8_load (g + 8 * v);
+                    dbias[v] += gv[v];
+                }
+                s_patch (patch, in + n * in_size, s, p, q);
+                for (int j = 0; j < J; j++) {
+                    s_v8 x = (s_v8) { 0 } + patch[j];
+                    float *dr = dwt + (size_t) j * K;
+                    for (int v = 0; v < V; v++)
+                        s_v8_store (dr + 8 * v, s_v8_load (dr + 8 * v) + x * gv[v]);
+                }
+                if (!din)
+                    continue;
+                for (int j = 0; j < J; j++) {
+                    float acc = 0.0f;
+                    for (int k = 0; k < K; k++)
+                        acc += w[(size_t) k * J + j] * g[k];
+                    dpatch[j] = acc;
+                }
+                //  Scatter the patch gradient back (adjoint of s_patch).
+                int j = 0;
+                for (int r = 0; r < s->r; r++) {
+                    int ih = p * s->stride - s->pad + r;
+                    for (int t = 0; t < s->s; t++) {
+                        int iw = q * s->stride - s->pad + t;
+                        bool inside = ih >= 0 && ih < s->h && iw >= 0 && iw < s->w;
+                        for (int c = 0; c < s->c; c++, j++)
+                            if (inside)
+                                din[n * in_size + ((size_t) ih * s->w + iw) * s->c + c]
+                                    += dpatch[j];
+                    }
+                }
+            }
+    if (db)
+        for (int v = 0; v < V; v++)
+            for (int i = 0; i < 8; i++)
+                db[8 * v + i] += dbias[v][i];
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < J; j++)
+            dw[(size_t) k * J + j] += dwt[(size_t) j * K + k];
 }
 
 //  One image: in (h,w,c) -> cols (p*q, r*s*c), rows in output order, each
 //  row laid out (r, s, c) like a weight row.
-static void
+S_CLONES static void
 s_im2col (float *cols, const float *in, const nn_conv_shape_t *s)
 {
     size_t row_len = (size_t) s->r * s->s * s->c;
@@ -79,7 +237,7 @@ s_im2col (float *cols, const float *in, const nn_conv_shape_t *s)
 }
 
 //  Adjoint of s_im2col: din (h,w,c) += scatter of cols.
-static void
+S_CLONES static void
 s_col2im_add (float *din, const float *cols, const nn_conv_shape_t *s)
 {
     size_t row_len = (size_t) s->r * s->s * s->c;
@@ -107,6 +265,10 @@ void
 nn_conv2d_forward (float *out, const float *in, const float *w, const float *b,
                    const nn_conv_shape_t *s, float *scratch)
 {
+    if (s_conv_direct (s)) {
+        s_conv_direct_forward (out, in, w, b, s, scratch);
+        return;
+    }
     int chunk = s_conv_chunk (s);
     size_t in_size = (size_t) s->h * s->w * s->c;
     size_t pq = (size_t) s->p * s->q;
@@ -135,6 +297,10 @@ nn_conv2d_backward (float *din, float *dw, float *db, const float *dout,
                     const float *in, const float *w, const nn_conv_shape_t *s,
                     float *scratch)
 {
+    if (s_conv_direct (s)) {
+        s_conv_direct_backward (din, dw, db, dout, in, w, s, scratch);
+        return;
+    }
     int chunk = s_conv_chunk (s);
     size_t in_size = (size_t) s->h * s->w * s->c;
     size_t pq = (size_t) s->p * s->q;
@@ -186,6 +352,27 @@ nn_dense_forward (float *out, const float *in, const float *w, const float *b,
 }
 
 void
+nn_dense_backward_weights (float *dw, float *db, const float *dout, const float *in,
+                           int n, int i, int o, int ldo)
+{
+    //  dw (o, i) += dout^T (o, n; row stride ldo) . in (n, i)
+    cblas_sgemm (CblasRowMajor, CblasTrans, CblasNoTrans, o, i, n,
+                 1.0f, dout, ldo, in, i, 1.0f, dw, i);
+    if (db)
+        for (int r = 0; r < n; r++)
+            for (int k = 0; k < o; k++)
+                db[k] += dout[(size_t) r * ldo + k];
+}
+
+void
+nn_dense_backward_input (float *din, const float *dout, const float *w, int n, int i,
+                         int o)
+{
+    cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, n, i, o,
+                 1.0f, dout, o, w, i, 0.0f, din, i);
+}
+
+void
 nn_dense_backward (float *din, float *dw, float *db, const float *dout,
                    const float *in, const float *w, int n, int i, int o)
 {
@@ -200,7 +387,7 @@ nn_dense_backward (float *din, float *dw, float *db, const float *dout,
                      1.0f, dout, o, w, i, 0.0f, din, i);
 }
 
-void
+S_CLONES void
 nn_batchnorm_moments (double *sum, double *sumsq, const float *in, int m, int c)
 {
     for (int r = 0; r < m; r++) {
@@ -232,7 +419,7 @@ nn_batchnorm_finish (float *mean_invstd, float *running_mean, float *running_var
     }
 }
 
-void
+S_CLONES void
 nn_batchnorm_normalize (float *out, float *xhat, const float *in,
                         const float *mean_invstd, const float *gamma, const float *beta,
                         int m, int c, bool relu)
@@ -267,7 +454,7 @@ nn_batchnorm_forward_train (float *out, float *xhat, float *mean_invstd,
     nn_batchnorm_normalize (out, xhat, in, mean_invstd, gamma, beta, m, c, false);
 }
 
-void
+S_CLONES void
 nn_batchnorm_forward_eval (float *out, const float *in, const float *gamma,
                            const float *beta, const float *running_mean,
                            const float *running_var, int m, int c, float eps)
@@ -285,7 +472,7 @@ nn_batchnorm_forward_eval (float *out, const float *in, const float *gamma,
     }
 }
 
-void
+S_CLONES void
 nn_batchnorm_backward_sums (double *sdy, double *sdyx, const float *dout,
                             const float *xhat, int m, int c)
 {
@@ -299,7 +486,7 @@ nn_batchnorm_backward_sums (double *sdy, double *sdyx, const float *dout,
     }
 }
 
-void
+S_CLONES void
 nn_batchnorm_backward_apply (float *din, const float *dout, const float *xhat,
                              const float *mean_invstd, const float *gamma,
                              const double *sdy, const double *sdyx, int m, int m_total,
@@ -339,14 +526,14 @@ nn_batchnorm_backward (float *din, float *dgamma, float *dbeta, const float *dou
         nn_batchnorm_backward_apply (din, dout, xhat, mean_invstd, gamma, sdy, sdyx, m, m, c);
 }
 
-void
+S_CLONES void
 nn_relu_forward (float *out, const float *in, size_t count)
 {
     for (size_t i = 0; i < count; i++)
         out[i] = in[i] > 0.0f ? in[i] : 0.0f;
 }
 
-void
+S_CLONES void
 nn_relu_backward (float *din, const float *dout, const float *out, size_t count)
 {
     for (size_t i = 0; i < count; i++)
@@ -387,7 +574,7 @@ s_pool_window (const nn_pool_shape_t *s, int p, int q,
     *w1 = ws + s->kernel > s->w ? s->w : ws + s->kernel;
 }
 
-void
+S_CLONES void
 nn_maxpool_forward (float *out, int32_t *argmax, const float *in,
                     const nn_pool_shape_t *s)
 {
@@ -423,7 +610,7 @@ nn_maxpool_forward (float *out, int32_t *argmax, const float *in,
     }
 }
 
-void
+S_CLONES void
 nn_maxpool_backward (float *din, const float *dout, const int32_t *argmax,
                      const float *mask, const nn_pool_shape_t *s)
 {

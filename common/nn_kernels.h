@@ -50,6 +50,13 @@ void nn_dense_forward (float *out, const float *in, const float *w,
 //  dout (n,o) -> dw += (o,i), db += (o), din = (n,i) if not NULL.
 void nn_dense_backward (float *din, float *dw, float *db, const float *dout,
                         const float *in, const float *w, int n, int i, int o);
+//  The two halves of nn_dense_backward, for callers that split the work:
+//  dw (o, i) += dout^T . in and db (o) += over n samples, where dout rows
+//  have stride ldo (a column slice of a wider dout); din = dout . w.
+void nn_dense_backward_weights (float *dw, float *db, const float *dout,
+                                const float *in, int n, int i, int o, int ldo);
+void nn_dense_backward_input (float *din, const float *dout, const float *w,
+                              int n, int i, int o);
 void nn_dense_forward_naive (float *out, const float *in, const float *w,
                              const float *b, int n, int i, int o);
 void nn_dense_backward_naive (float *din, float *dw, float *db,

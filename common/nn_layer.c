@@ -37,16 +37,27 @@ s_grad_slot (nn_layer_t *self, int t, float **dw, float **db)
     *db = self->b_count ? part + self->w_count : NULL;
 }
 
+//  Sum the other threads' partial gradients into the layer's own, with the
+//  parameter range itself split across the threads.
 static void
 s_grad_reduce (nn_layer_t *self)
 {
+    int T = self->threads;
+    if (T < 2)
+        return;
     size_t pc = self->w_count + self->b_count;
-    for (int t = 1; t < self->threads; t++) {
-        const float *part = self->grad_parts + (size_t) (t - 1) * pc;
-        for (size_t i = 0; i < self->w_count; i++)
-            self->dw[i] += part[i];
-        for (size_t i = 0; i < self->b_count; i++)
-            self->db[i] += part[self->w_count + i];
+    S_PARALLEL_FOR (T)
+    for (int t = 0; t < T; t++) {
+        size_t i0 = pc * (size_t) t / (size_t) T, i1 = pc * (size_t) (t + 1) / (size_t) T;
+        for (int u = 1; u < T; u++) {
+            const float *part = self->grad_parts + (size_t) (u - 1) * pc;
+            for (size_t i = i0; i < i1; i++) {
+                if (i < self->w_count)
+                    self->dw[i] += part[i];
+                else
+                    self->db[i - self->w_count] += part[i];
+            }
+        }
     }
 }
 
@@ -133,6 +144,9 @@ s_dense_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t 
     }
 }
 
+//  Weight gradients are split by output unit (each thread owns rows of dw
+//  over the whole batch: no partial sums to add up); the input gradient
+//  by sample.
 static void
 s_dense_backward (nn_layer_t *self, const float *dout, float *din)
 {
@@ -140,15 +154,16 @@ s_dense_backward (nn_layer_t *self, const float *dout, float *din)
     int T = self->threads, n = self->n;
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
-        float *dw, *db;
-        s_grad_slot (self, t, &dw, &db);
+        int o0 = s_lo (o, T, t), o1 = s_lo (o, T, t + 1);
+        if (o1 > o0)
+            nn_dense_backward_weights (self->dw + (size_t) o0 * i,
+                                       self->db ? self->db + o0 : NULL, dout + o0,
+                                       self->in_ptr, n, i, o1 - o0, o);
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
-        if (n1 > n0)
-            nn_dense_backward (din ? din + (size_t) n0 * i : NULL, dw, db,
-                               dout + (size_t) n0 * o, self->in_ptr + (size_t) n0 * i,
-                               self->w, n1 - n0, i, o);
+        if (din && n1 > n0)
+            nn_dense_backward_input (din + (size_t) n0 * i, dout + (size_t) n0 * o,
+                                     self->w, n1 - n0, i, o);
     }
-    s_grad_reduce (self);
 }
 
 static void

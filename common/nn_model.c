@@ -431,3 +431,22 @@ nn_model_tensor (const nn_model_t *self, int index, nn_tensor_info_t *info)
     assert (index >= 0 && index < self->tensors_count);
     *info = self->tensors[index];
 }
+
+int
+nn_model_copy_tensors (nn_model_t *dst, const nn_model_t *src)
+{
+    int copied = 0;
+    for (int i = 0; i < dst->tensors_count; i++) {
+        const nn_tensor_info_t *d = &dst->tensors[i];
+        for (int j = 0; j < src->tensors_count; j++) {
+            const nn_tensor_info_t *s = &src->tensors[j];
+            if (s->count != d->count || strcmp (s->name, d->name))
+                continue;
+            memcpy (dst->weights + d->offset, src->weights + s->offset,
+                    sizeof (float) * d->count);
+            copied++;
+            break;
+        }
+    }
+    return copied;
+}

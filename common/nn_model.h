@@ -164,6 +164,9 @@ typedef struct {
 } nn_tensor_info_t;
 
 int nn_model_tensors_count (const nn_model_t *self);
+//  Copy every tensor of src whose name and size match one of dst's (a part
+//  into the full model, or back). Returns the number of tensors copied.
+int nn_model_copy_tensors (nn_model_t *dst, const nn_model_t *src);
 void nn_model_tensor (const nn_model_t *self, int index, nn_tensor_info_t *info);
 
 #endif

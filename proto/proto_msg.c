@@ -1,4 +1,6 @@
-/*  proto_msg.c: messages, their codecs and socket I/O (proto/PROTOCOL.md).
+/*  proto_msg.c: the message envelope, the fixed-layout payloads (HELLO,
+    WELCOME, STATS, ERROR, EVAL results), socket I/O and the state machine
+    (proto/PROTOCOL.md). The float-carrying payloads are in proto_tensor.c.
 
     One set of checks serves both directions: the decoder parses bytes into
     the payload structs and runs the s_*_check functions with the
@@ -36,30 +38,6 @@
 
 #define S_FLAGS_KNOWN    (PROTO_FLAG_EVAL_RESULT | PROTO_FLAG_LAST)
 #define S_TYPE_MAX       PROTO_MSG_ERROR
-
-struct _proto_msg_t {
-    proto_header_t header;
-    proto_hello_t hello;
-    char *config;               //  WELCOME: NUL-terminated copy, or NULL
-    size_t config_len;
-    proto_plan_t plan;
-    proto_slab_t slab;
-    proto_tensor_desc_t tensor;
-    //  Float data (tensor or slab). data_view is NULL when none is set; it
-    //  points into `data` (has_data) or into data_copy.
-    bool has_data;
-    zmq_msg_t data;
-    const float *data_view;
-    float *data_copy;
-    size_t data_count;
-    int32_t *labels;            //  NULL until set
-    size_t labels_count;
-    proto_loss_t loss;
-    proto_eval_result_t eval;
-    proto_stats_t stats;
-    uint32_t error_code;
-    char *error_text;           //  NULL until set
-};
 
 static const char *const s_type_names[S_TYPE_MAX + 1] = {
     NULL, "HELLO", "WELCOME", "MODEL", "ACTIVATIONS", "GRADIENTS", "PARAMS",
@@ -120,19 +98,6 @@ proto_mode_from_name (const char *name)
     return -1;
 }
 
-static bool
-s_is_tensor_type (int type)
-{
-    return type == PROTO_MSG_ACTIVATIONS || type == PROTO_MSG_GRADIENTS
-        || type == PROTO_MSG_EVAL;
-}
-
-static bool
-s_is_slab_type (int type)
-{
-    return type == PROTO_MSG_MODEL || type == PROTO_MSG_PARAMS;
-}
-
 //  Frames of a message of this type, header included.
 static int
 s_frames_for (int type, uint32_t flags)
@@ -189,7 +154,7 @@ s_header_check (const proto_header_t *h, char *err, size_t err_size)
     if ((h->flags & PROTO_FLAG_EVAL_RESULT) && h->type != PROTO_MSG_EVAL)
         return proto_fail (err, err_size, PROTO_E_VALUE,
                            "%s: header: flag EVAL_RESULT set on a non-EVAL message", tn);
-    if ((h->flags & PROTO_FLAG_LAST) && !s_is_tensor_type (h->type))
+    if ((h->flags & PROTO_FLAG_LAST) && !proto_type_is_tensor (h->type))
         return proto_fail (err, err_size, PROTO_E_VALUE,
                            "%s: header: flag LAST set on a message without a sequence", tn);
     return 0;
@@ -339,58 +304,6 @@ s_plan_check (const proto_plan_t *p, const proto_limits_t *l, char *err, size_t 
     return 0;
 }
 
-static void
-s_hash_hex (char *out, const uint8_t *hash)
-{
-    //  The first 8 bytes are enough to tell two specs apart in a log line.
-    for (int i = 0; i < 8; i++)
-        snprintf (out + 2 * i, 3, "%02x", hash[i]);
-}
-
-static int
-s_slab_check (const proto_slab_t *s, int type, const proto_limits_t *l,
-              char *err, size_t err_size)
-{
-    const char *tn = proto_type_name (type);
-    if (s->unit_begin >= s->unit_end)
-        return proto_fail (err, err_size, PROTO_E_VALUE,
-                           "%s: slab: unit range [%" PRIu32 ", %" PRIu32 ") is empty",
-                           tn, s->unit_begin, s->unit_end);
-    if (s->count == 0 || s->count > (uint64_t) (SIZE_MAX / 4))
-        return proto_fail (err, err_size, PROTO_E_SHAPE,
-                           "%s: slab: count %" PRIu64 " not in 1..%zu",
-                           tn, s->count, SIZE_MAX / 4);
-    if (l->slab_count && s->count != l->slab_count)
-        return proto_fail (err, err_size, PROTO_E_SHAPE,
-                           "%s: slab: count %" PRIu64 ", expected %" PRIu64,
-                           tn, s->count, l->slab_count);
-    if (l->spec_hash && memcmp (s->spec_hash, l->spec_hash, PROTO_SPEC_HASH_SIZE) != 0) {
-        char got[17], want[17];
-        s_hash_hex (got, s->spec_hash);
-        s_hash_hex (want, l->spec_hash);
-        return proto_fail (err, err_size, PROTO_E_SPEC,
-                           "%s: slab: spec hash %s..., expected %s...", tn, got, want);
-    }
-    if (type == PROTO_MSG_MODEL && s->sample_count != 0)
-        return proto_fail (err, err_size, PROTO_E_VALUE,
-                           "MODEL: slab: sample_count %" PRIu64 ", must be 0", s->sample_count);
-    if (type == PROTO_MSG_PARAMS && s->sample_count == 0)
-        return proto_fail (err, err_size, PROTO_E_VALUE,
-                           "PARAMS: slab: sample_count is 0 (FedAvg weight), must be >= 1");
-    return 0;
-}
-
-static int
-s_loss_check (const proto_loss_t *loss, uint32_t batch, char *err, size_t err_size)
-{
-    if (loss->count != batch || loss->correct > loss->count)
-        return proto_fail (err, err_size, PROTO_E_VALUE,
-                           "GRADIENTS: loss: correct %" PRIu32 " count %" PRIu32
-                           ", need correct <= count == batch %" PRIu32,
-                           loss->correct, loss->count, batch);
-    return 0;
-}
-
 static int
 s_eval_result_check (const proto_eval_result_t *r, char *err, size_t err_size)
 {
@@ -439,18 +352,6 @@ proto_msg_new (int type)
     return self;
 }
 
-static void
-s_clear_data (proto_msg_t *self)
-{
-    if (self->has_data)
-        zmq_msg_close (&self->data);
-    nn_free (self->data_copy);
-    self->has_data = false;
-    self->data_copy = NULL;
-    self->data_view = NULL;
-    self->data_count = 0;
-}
-
 void
 proto_msg_destroy (proto_msg_t **self_p)
 {
@@ -458,7 +359,7 @@ proto_msg_destroy (proto_msg_t **self_p)
     proto_msg_t *self = *self_p;
     if (!self)
         return;
-    s_clear_data (self);
+    proto_msg_data_clear (self);
     nn_free (self->config);
     nn_free (self->labels);
     nn_free (self->error_text);
@@ -501,7 +402,7 @@ proto_msg_set_sequence (proto_msg_t *self, uint64_t sequence)
 void
 proto_msg_set_last (proto_msg_t *self, bool last)
 {
-    assert (self && s_is_tensor_type (self->header.type));
+    assert (self && proto_type_is_tensor (self->header.type));
     if (last)
         self->header.flags |= PROTO_FLAG_LAST;
     else
@@ -571,184 +472,11 @@ proto_msg_plan (const proto_msg_t *self)
     return &self->plan;
 }
 
-//  After `data` holds a little-endian frame of count floats.
-static void
-s_data_attach (proto_msg_t *self, size_t count)
-{
-    self->has_data = true;
-    self->data_count = count;
-    self->data_view = proto_floats_view (&self->data, count, &self->data_copy);
-}
-
-int
-proto_msg_set_slab_copy (proto_msg_t *self, const proto_slab_t *desc, const float *data)
-{
-    assert (self && desc && s_is_slab_type (self->header.type));
-    if (desc->count == 0 || desc->count > (uint64_t) (SIZE_MAX / 4))
-        return -1;
-    assert (data);
-    s_clear_data (self);
-    self->slab = *desc;
-    proto_frame_from_floats (&self->data, data, (size_t) desc->count);
-    s_data_attach (self, (size_t) desc->count);
-    return 0;
-}
-
-int
-proto_msg_set_slab_owned (proto_msg_t *self, const proto_slab_t *desc,
-                          float **data_p, proto_free_fn *free_fn)
-{
-    assert (self && desc && s_is_slab_type (self->header.type));
-    assert (data_p && *data_p && free_fn);
-    if (desc->count == 0 || desc->count > (uint64_t) (SIZE_MAX / 4))
-        return -1;
-    s_clear_data (self);
-    self->slab = *desc;
-    proto_frame_from_owned (&self->data, *data_p, (size_t) desc->count, free_fn);
-    *data_p = NULL;
-    s_data_attach (self, (size_t) desc->count);
-    return 0;
-}
-
-const proto_slab_t *
-proto_msg_slab (const proto_msg_t *self)
-{
-    assert (self && s_is_slab_type (self->header.type));
-    return &self->slab;
-}
-
-//  A valid descriptor for dims[0..rank), or -1.
-static int
-s_tensor_make (proto_tensor_desc_t *d, uint64_t *count, const uint32_t *dims, int rank)
-{
-    memset (d, 0, sizeof *d);
-    if (rank < 1 || rank > PROTO_MAX_RANK)
-        return -1;
-    assert (dims);
-    d->dtype = PROTO_DTYPE_F32;
-    d->rank = (uint8_t) rank;
-    for (int i = 0; i < rank; i++)
-        d->dims[i] = dims[i];
-    return proto_tensor_desc_check (d, count, "tensor", NULL, 0) ? -1 : 0;
-}
-
-static void
-s_tensor_attached (proto_msg_t *self, const proto_tensor_desc_t *d)
-{
-    self->tensor = *d;
-    self->header.flags &= ~PROTO_FLAG_EVAL_RESULT;
-}
-
-int
-proto_msg_set_tensor_copy (proto_msg_t *self, const float *data,
-                           const uint32_t *dims, int rank)
-{
-    assert (self && s_is_tensor_type (self->header.type));
-    proto_tensor_desc_t d;
-    uint64_t count;
-    if (s_tensor_make (&d, &count, dims, rank))
-        return -1;
-    assert (data);
-    s_clear_data (self);
-    proto_frame_from_floats (&self->data, data, (size_t) count);
-    s_data_attach (self, (size_t) count);
-    s_tensor_attached (self, &d);
-    return 0;
-}
-
-int
-proto_msg_set_tensor_owned (proto_msg_t *self, float **data_p,
-                            const uint32_t *dims, int rank, proto_free_fn *free_fn)
-{
-    assert (self && s_is_tensor_type (self->header.type));
-    assert (data_p && *data_p && free_fn);
-    proto_tensor_desc_t d;
-    uint64_t count;
-    if (s_tensor_make (&d, &count, dims, rank))
-        return -1;
-    s_clear_data (self);
-    proto_frame_from_owned (&self->data, *data_p, (size_t) count, free_fn);
-    *data_p = NULL;
-    s_data_attach (self, (size_t) count);
-    s_tensor_attached (self, &d);
-    return 0;
-}
-
-const proto_tensor_desc_t *
-proto_msg_tensor (const proto_msg_t *self)
-{
-    assert (self && s_is_tensor_type (self->header.type));
-    return &self->tensor;
-}
-
-const float *
-proto_msg_tensor_data (const proto_msg_t *self)
-{
-    assert (self);
-    return self->data_view;
-}
-
-size_t
-proto_msg_tensor_count (const proto_msg_t *self)
-{
-    assert (self);
-    return self->data_count;
-}
-
-bool
-proto_msg_tensor_is_zero_copy (const proto_msg_t *self)
-{
-    assert (self);
-    return self->data_view && !self->data_copy;
-}
-
-void
-proto_msg_set_labels (proto_msg_t *self, const int32_t *labels, size_t count)
-{
-    assert (self && (self->header.type == PROTO_MSG_ACTIVATIONS
-                     || self->header.type == PROTO_MSG_EVAL));
-    assert (labels || count == 0);
-    int32_t *copy = nn_calloc (count ? count : 1, sizeof *copy);
-    if (count)
-        memcpy (copy, labels, count * sizeof *copy);
-    nn_free (self->labels);
-    self->labels = copy;
-    self->labels_count = count;
-}
-
-const int32_t *
-proto_msg_labels (const proto_msg_t *self)
-{
-    assert (self);
-    return self->labels;
-}
-
-size_t
-proto_msg_labels_count (const proto_msg_t *self)
-{
-    assert (self);
-    return self->labels_count;
-}
-
-void
-proto_msg_set_loss (proto_msg_t *self, const proto_loss_t *loss)
-{
-    assert (self && loss && self->header.type == PROTO_MSG_GRADIENTS);
-    self->loss = *loss;
-}
-
-const proto_loss_t *
-proto_msg_loss (const proto_msg_t *self)
-{
-    assert (self && self->header.type == PROTO_MSG_GRADIENTS);
-    return &self->loss;
-}
-
 void
 proto_msg_set_eval_result (proto_msg_t *self, const proto_eval_result_t *r)
 {
     assert (self && r && self->header.type == PROTO_MSG_EVAL);
-    s_clear_data (self);
+    proto_msg_data_clear (self);
     nn_free (self->labels);
     self->labels = NULL;
     self->labels_count = 0;
@@ -823,7 +551,6 @@ proto_msg_check (const proto_msg_t *self, char *err, size_t err_size)
     assert (self);
     const proto_limits_t l = proto_limits_resolve (NULL);
     const proto_header_t *h = &self->header;
-    const char *tn = proto_type_name (h->type);
     int rc = s_header_check (h, err, err_size);
     if (rc)
         return rc;
@@ -836,9 +563,7 @@ proto_msg_check (const proto_msg_t *self, char *err, size_t err_size)
             return s_plan_check (&self->plan, &l, err, err_size);
         case PROTO_MSG_MODEL:
         case PROTO_MSG_PARAMS:
-            if (!self->data_view)
-                return proto_fail (err, err_size, PROTO_E_VALUE, "%s: no slab data set", tn);
-            return s_slab_check (&self->slab, h->type, &l, err, err_size);
+            return proto_msg_slab_check (self, err, err_size);
         case PROTO_MSG_STATS:
             return s_stats_check (&self->stats, err, err_size);
         case PROTO_MSG_ERROR:
@@ -851,41 +576,7 @@ proto_msg_check (const proto_msg_t *self, char *err, size_t err_size)
     }
     if (proto_msg_is_eval_result (self))
         return s_eval_result_check (&self->eval, err, err_size);
-    //  A tensor message.
-    if (!self->data_view)
-        return proto_fail (err, err_size, PROTO_E_VALUE, "%s: no tensor set", tn);
-    rc = proto_tensor_desc_check (&self->tensor, NULL, tn, err, err_size);
-    if (rc)
-        return rc;
-    uint32_t batch = self->tensor.dims[0];
-    if (h->type == PROTO_MSG_GRADIENTS)
-        return s_loss_check (&self->loss, batch, err, err_size);
-    if (!self->labels || self->labels_count != batch)
-        return proto_fail (err, err_size, PROTO_E_VALUE,
-                           "%s: %zu labels set for batch %" PRIu32,
-                           tn, self->labels ? self->labels_count : 0, batch);
-    return proto_labels_check (self->labels, self->labels_count, 0, tn, err, err_size);
-}
-
-//  frame shares the message's float data: a reference, not a copy.
-static void
-s_data_frame (proto_msg_t *self, zmq_msg_t *frame)
-{
-    if (self->has_data) {
-        zmq_msg_init (frame);
-        int rc = zmq_msg_copy (frame, &self->data);
-        assert (rc == 0);
-        (void) rc;
-    }
-    else    //  decoded from a misaligned frame: only the copy is left
-        proto_frame_from_floats (frame, self->data_view, self->data_count);
-}
-
-static uint8_t *
-s_frame_bytes (zmq_msg_t *frame, size_t size)
-{
-    proto_frame_init_size (frame, size);
-    return zmq_msg_data (frame);
+    return proto_msg_tensor_check (self, err, err_size);
 }
 
 int
@@ -897,12 +588,12 @@ proto_msg_encode (proto_msg_t *self, zmq_msg_t frames[PROTO_MAX_FRAMES],
         return rc;
     const int type = self->header.type;
     const int count = s_frames_for (type, self->header.flags);
-    proto_header_encode (s_frame_bytes (&frames[0], PROTO_HEADER_SIZE), &self->header);
+    proto_header_encode (proto_frame_alloc (&frames[0], PROTO_HEADER_SIZE), &self->header);
     uint8_t *b;
     switch (type) {
         case PROTO_MSG_HELLO: {
             size_t name_len = strnlen (self->hello.name, sizeof self->hello.name);
-            b = s_frame_bytes (&frames[1], PROTO_HELLO_FIXED_SIZE + name_len);
+            b = proto_frame_alloc (&frames[1], PROTO_HELLO_FIXED_SIZE + name_len);
             proto_le_put_u16 (b, self->hello.protocol_version);
             proto_le_put_u32 (b + 2, self->hello.capabilities);
             proto_le_put_i32 (b + 6, self->hello.requested_device_id);
@@ -912,10 +603,10 @@ proto_msg_encode (proto_msg_t *self, zmq_msg_t frames[PROTO_MAX_FRAMES],
             break;
         }
         case PROTO_MSG_WELCOME: {
-            b = s_frame_bytes (&frames[1], self->config_len);
+            b = proto_frame_alloc (&frames[1], self->config_len);
             memcpy (b, self->config, self->config_len);
             const proto_plan_t *p = &self->plan;
-            b = s_frame_bytes (&frames[2], PROTO_PLAN_SIZE);
+            b = proto_frame_alloc (&frames[2], PROTO_PLAN_SIZE);
             proto_le_put_u32 (b, p->device_id);
             proto_le_put_u32 (b + 4, p->split_point);
             proto_le_put_u32 (b + 8, p->micro_batches);
@@ -928,20 +619,12 @@ proto_msg_encode (proto_msg_t *self, zmq_msg_t frames[PROTO_MAX_FRAMES],
             break;
         }
         case PROTO_MSG_MODEL:
-        case PROTO_MSG_PARAMS: {
-            const proto_slab_t *s = &self->slab;
-            b = s_frame_bytes (&frames[1], PROTO_SLAB_SIZE);
-            memcpy (b, s->spec_hash, PROTO_SPEC_HASH_SIZE);
-            proto_le_put_u32 (b + 32, s->unit_begin);
-            proto_le_put_u32 (b + 36, s->unit_end);
-            proto_le_put_u64 (b + 40, s->count);
-            proto_le_put_u64 (b + 48, s->sample_count);
-            s_data_frame (self, &frames[2]);
+        case PROTO_MSG_PARAMS:
+            proto_msg_encode_slab (self, frames);
             break;
-        }
         case PROTO_MSG_STATS: {
             const proto_stats_t *s = &self->stats;
-            b = s_frame_bytes (&frames[1], PROTO_STATS_SIZE);
+            b = proto_frame_alloc (&frames[1], PROTO_STATS_SIZE);
             proto_le_put_f64 (b, s->forward_s);
             proto_le_put_f64 (b + 8, s->backward_s);
             proto_le_put_f64 (b + 16, s->update_s);
@@ -954,7 +637,7 @@ proto_msg_encode (proto_msg_t *self, zmq_msg_t frames[PROTO_MAX_FRAMES],
         case PROTO_MSG_ERROR: {
             const char *text = proto_msg_error_text (self);
             size_t len = strlen (text);
-            b = s_frame_bytes (&frames[1], 4 + len);
+            b = proto_frame_alloc (&frames[1], 4 + len);
             proto_le_put_u32 (b, self->error_code);
             memcpy (b + 4, text, len);
             break;
@@ -964,25 +647,13 @@ proto_msg_encode (proto_msg_t *self, zmq_msg_t frames[PROTO_MAX_FRAMES],
             break;
         default:
             if (proto_msg_is_eval_result (self)) {
-                b = s_frame_bytes (&frames[1], PROTO_EVAL_RESULT_SIZE);
+                b = proto_frame_alloc (&frames[1], PROTO_EVAL_RESULT_SIZE);
                 proto_le_put_f64 (b, self->eval.loss_sum);
                 proto_le_put_u64 (b + 8, self->eval.correct);
                 proto_le_put_u64 (b + 16, self->eval.count);
                 break;
             }
-            b = s_frame_bytes (&frames[1], proto_tensor_desc_size (self->tensor.rank));
-            proto_tensor_desc_encode (b, &self->tensor);
-            s_data_frame (self, &frames[2]);
-            if (type == PROTO_MSG_GRADIENTS) {
-                b = s_frame_bytes (&frames[3], PROTO_LOSS_SIZE);
-                proto_le_put_f32 (b, self->loss.loss);
-                proto_le_put_u32 (b + 4, self->loss.correct);
-                proto_le_put_u32 (b + 8, self->loss.count);
-            }
-            else {
-                b = s_frame_bytes (&frames[3], 4 * self->labels_count);
-                proto_labels_encode (b, self->labels, self->labels_count);
-            }
+            proto_msg_encode_tensor (self, frames);
             break;
     }
     return count;
@@ -991,32 +662,11 @@ proto_msg_encode (proto_msg_t *self, zmq_msg_t frames[PROTO_MAX_FRAMES],
 //  ---------------------------------------------------------------------
 //  Decoding
 
-static const uint8_t *
-s_bytes (zmq_msg_t *frame, size_t *len)
-{
-    *len = zmq_msg_size (frame);
-    return zmq_msg_data (frame);
-}
-
-//  Keep frame (count little-endian floats) as the message's data.
-static void
-s_data_take (proto_msg_t *self, zmq_msg_t *frame, size_t count)
-{
-    zmq_msg_init (&self->data);
-    zmq_msg_move (&self->data, frame);
-    s_data_attach (self, count);
-    if (self->data_copy) {
-        //  Misaligned: the aligned copy is what we keep.
-        zmq_msg_close (&self->data);
-        self->has_data = false;
-    }
-}
-
 static int
 s_decode_hello (proto_msg_t *self, zmq_msg_t *frames, char *err, size_t err_size)
 {
     size_t len;
-    const uint8_t *b = s_bytes (&frames[1], &len);
+    const uint8_t *b = proto_frame_bytes (&frames[1], &len);
     if (len < PROTO_HELLO_FIXED_SIZE)
         return proto_fail (err, err_size, PROTO_E_SIZE,
                            "HELLO: payload %zu bytes, need at least %d",
@@ -1048,7 +698,7 @@ s_decode_welcome (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
                   char *err, size_t err_size)
 {
     size_t len;
-    const uint8_t *b = s_bytes (&frames[1], &len);
+    const uint8_t *b = proto_frame_bytes (&frames[1], &len);
     if (len == 0)
         return proto_fail (err, err_size, PROTO_E_SIZE, "WELCOME: config is empty");
     if (len > l->max_json_bytes)
@@ -1059,7 +709,7 @@ s_decode_welcome (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
     if (rc)
         return rc;
     size_t plen;
-    const uint8_t *p = s_bytes (&frames[2], &plen);
+    const uint8_t *p = proto_frame_bytes (&frames[2], &plen);
     if (plen != PROTO_PLAN_SIZE)
         return proto_fail (err, err_size, PROTO_E_SIZE,
                            "WELCOME: plan %zu bytes, expected %d", plen, PROTO_PLAN_SIZE);
@@ -1084,82 +734,6 @@ s_decode_welcome (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
 }
 
 static int
-s_decode_slab (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
-               char *err, size_t err_size)
-{
-    const char *tn = proto_type_name (self->header.type);
-    size_t len;
-    const uint8_t *b = s_bytes (&frames[1], &len);
-    if (len != PROTO_SLAB_SIZE)
-        return proto_fail (err, err_size, PROTO_E_SIZE,
-                           "%s: slab descriptor %zu bytes, expected %d",
-                           tn, len, PROTO_SLAB_SIZE);
-    proto_slab_t *s = &self->slab;
-    memcpy (s->spec_hash, b, PROTO_SPEC_HASH_SIZE);
-    s->unit_begin = proto_le_get_u32 (b + 32);
-    s->unit_end = proto_le_get_u32 (b + 36);
-    s->count = proto_le_get_u64 (b + 40);
-    s->sample_count = proto_le_get_u64 (b + 48);
-    int rc = s_slab_check (s, self->header.type, l, err, err_size);
-    if (rc)
-        return rc;
-    size_t dlen = zmq_msg_size (&frames[2]);
-    if (dlen != s->count * 4)   //  count <= SIZE_MAX / 4: no overflow
-        return proto_fail (err, err_size, PROTO_E_SIZE,
-                           "%s: data %zu bytes, count %" PRIu64 " needs %" PRIu64,
-                           tn, dlen, s->count, s->count * 4);
-    s_data_take (self, &frames[2], (size_t) s->count);
-    return 0;
-}
-
-static int
-s_decode_tensor (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
-                 char *err, size_t err_size)
-{
-    const int type = self->header.type;
-    const char *tn = proto_type_name (type);
-    size_t len;
-    const uint8_t *b = s_bytes (&frames[1], &len);
-    uint64_t count;
-    proto_tensor_desc_t *d = &self->tensor;
-    int rc = proto_tensor_desc_decode_as (d, &count, b, len, tn, err, err_size);
-    if (!rc)
-        rc = proto_tensor_check_limits (d, l, tn, err, err_size);
-    if (rc)
-        return rc;
-    size_t dlen = zmq_msg_size (&frames[2]);
-    if (dlen != count * 4)      //  checked: count * 4 fits in size_t
-        return proto_fail (err, err_size, PROTO_E_SIZE,
-                           "%s: data %zu bytes, shape needs %" PRIu64 " (%" PRIu64 " floats)",
-                           tn, dlen, count * 4, count);
-    const uint32_t batch = d->dims[0];
-    const uint8_t *t = s_bytes (&frames[3], &len);
-    if (type == PROTO_MSG_GRADIENTS) {
-        if (len != PROTO_LOSS_SIZE)
-            return proto_fail (err, err_size, PROTO_E_SIZE,
-                               "GRADIENTS: loss frame %zu bytes, expected %d",
-                               len, PROTO_LOSS_SIZE);
-        self->loss.loss = proto_le_get_f32 (t);
-        self->loss.correct = proto_le_get_u32 (t + 4);
-        self->loss.count = proto_le_get_u32 (t + 8);
-        rc = s_loss_check (&self->loss, batch, err, err_size);
-    }
-    else {
-        if (len != (size_t) batch * 4)
-            return proto_fail (err, err_size, PROTO_E_SIZE,
-                               "%s: labels %zu bytes, batch %" PRIu32 " needs %zu",
-                               tn, len, batch, (size_t) batch * 4);
-        self->labels = nn_calloc (batch, sizeof *self->labels);
-        self->labels_count = batch;
-        rc = proto_labels_decode (self->labels, t, batch, l->classes, tn, err, err_size);
-    }
-    if (rc)
-        return rc;
-    s_data_take (self, &frames[2], (size_t) count);
-    return 0;
-}
-
-static int
 s_decode_payload (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
                   char *err, size_t err_size)
 {
@@ -1172,9 +746,9 @@ s_decode_payload (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
             return s_decode_welcome (self, frames, l, err, err_size);
         case PROTO_MSG_MODEL:
         case PROTO_MSG_PARAMS:
-            return s_decode_slab (self, frames, l, err, err_size);
+            return proto_msg_decode_slab (self, frames, l, err, err_size);
         case PROTO_MSG_STATS: {
-            b = s_bytes (&frames[1], &len);
+            b = proto_frame_bytes (&frames[1], &len);
             if (len != PROTO_STATS_SIZE)
                 return proto_fail (err, err_size, PROTO_E_SIZE,
                                    "STATS: payload %zu bytes, expected %d",
@@ -1190,7 +764,7 @@ s_decode_payload (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
             return s_stats_check (s, err, err_size);
         }
         case PROTO_MSG_ERROR: {
-            b = s_bytes (&frames[1], &len);
+            b = proto_frame_bytes (&frames[1], &len);
             if (len < 4)
                 return proto_fail (err, err_size, PROTO_E_SIZE,
                                    "ERROR: payload %zu bytes, need at least 4", len);
@@ -1215,7 +789,7 @@ s_decode_payload (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
             break;
     }
     if (self->header.flags & PROTO_FLAG_EVAL_RESULT) {
-        b = s_bytes (&frames[1], &len);
+        b = proto_frame_bytes (&frames[1], &len);
         if (len != PROTO_EVAL_RESULT_SIZE)
             return proto_fail (err, err_size, PROTO_E_SIZE,
                                "EVAL: result %zu bytes, expected %d",
@@ -1225,7 +799,7 @@ s_decode_payload (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
         self->eval.count = proto_le_get_u64 (b + 16);
         return s_eval_result_check (&self->eval, err, err_size);
     }
-    return s_decode_tensor (self, frames, l, err, err_size);
+    return proto_msg_decode_tensor (self, frames, l, err, err_size);
 }
 
 //  count is the number of frames that arrived; only the first
@@ -1242,7 +816,7 @@ s_decode (proto_msg_t **out, zmq_msg_t *frames, int count,
     const proto_limits_t l = proto_limits_resolve (limits);
     proto_header_t h;
     size_t len;
-    const uint8_t *b = s_bytes (&frames[0], &len);
+    const uint8_t *b = proto_frame_bytes (&frames[0], &len);
     int rc = proto_header_decode (&h, b, len, err, err_size);
     if (rc)
         return rc;
@@ -1478,6 +1052,17 @@ proto_type_allowed (proto_mode_t mode, proto_state_t state, int type, proto_dir_
         default:
             return false;
     }
+}
+
+bool
+proto_msg_allowed (proto_mode_t mode, proto_state_t state, const proto_msg_t *msg,
+                   proto_dir_t dir)
+{
+    assert (msg);
+    int type = msg->header.type;
+    if (type == PROTO_MSG_EVAL && proto_msg_is_eval_result (msg) != (dir == PROTO_DOWN))
+        return false;
+    return proto_type_allowed (mode, state, type, dir);
 }
 
 proto_state_t

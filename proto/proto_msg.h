@@ -271,6 +271,11 @@ int proto_msg_check (const proto_msg_t *self, char *err, size_t err_size);
 
 //  ---------------------------------------------------------------------
 //  Messages
+//
+//  The payload accessors assert that the message has their type (reading
+//  a HELLO field from a BYE is a programmer error). The type of a received
+//  message is the peer's choice: switch on proto_msg_type (and for EVAL on
+//  proto_msg_is_eval_result) before reading payload fields.
 
 //  A message of this type with a zeroed header (magic and version set) and
 //  an empty payload. type must be a proto_type_t.
@@ -382,9 +387,12 @@ int proto_socket_limit (void *socket, const proto_limits_t *limits);
 //  State machine (PROTOCOL.md); the daemons enforce it.
 
 //  May a message of this type travel in this direction in this state?
-//  For EVAL also check the direction: up = activations, down = results.
 bool proto_type_allowed (proto_mode_t mode, proto_state_t state, int type,
                          proto_dir_t dir);
+//  proto_type_allowed for a received message, plus EVAL's form: up must be
+//  activations, down must be results (the flag is the peer's choice).
+bool proto_msg_allowed (proto_mode_t mode, proto_state_t state,
+                        const proto_msg_t *msg, proto_dir_t dir);
 //  State after an allowed message: HELLO up -> JOINING, WELCOME down ->
 //  JOINED, MODEL down -> TRAINING, BYE/ERROR -> CLOSED; else unchanged.
 proto_state_t proto_state_next (proto_state_t state, int type, proto_dir_t dir);

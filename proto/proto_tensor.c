@@ -1,4 +1,6 @@
-/*  proto_tensor.c: tensor descriptors, labels and float frames.
+/*  proto_tensor.c: tensor descriptors, labels, float frames, and the
+    messages that carry floats (MODEL, PARAMS, ACTIVATIONS, GRADIENTS,
+    EVAL activations): their setters, accessors, checks and codecs.
 
     Sizes a peer announces are checked in 64-bit arithmetic with explicit
     overflow tests before anything is multiplied into a byte count, and a
@@ -314,4 +316,408 @@ proto_floats_view (zmq_msg_t *frame, size_t count, float **copy_p)
     proto_floats_decode (copy, bytes, count);
     *copy_p = copy;
     return copy;
+}
+
+//  ---------------------------------------------------------------------
+//  Float-carrying messages: MODEL, PARAMS, ACTIVATIONS, GRADIENTS, EVAL
+
+static void
+s_hash_hex (char *out, const uint8_t *hash)
+{
+    //  The first 8 bytes are enough to tell two specs apart in a log line.
+    for (int i = 0; i < 8; i++)
+        snprintf (out + 2 * i, 3, "%02x", hash[i]);
+}
+
+static int
+s_slab_check (const proto_slab_t *s, int type, const proto_limits_t *l,
+              char *err, size_t err_size)
+{
+    const char *tn = proto_type_name (type);
+    if (s->unit_begin >= s->unit_end)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: slab: unit range [%" PRIu32 ", %" PRIu32 ") is empty",
+                           tn, s->unit_begin, s->unit_end);
+    if (s->count == 0 || s->count > (uint64_t) (SIZE_MAX / 4))
+        return proto_fail (err, err_size, PROTO_E_SHAPE,
+                           "%s: slab: count %" PRIu64 " not in 1..%zu",
+                           tn, s->count, SIZE_MAX / 4);
+    if (l->slab_count && s->count != l->slab_count)
+        return proto_fail (err, err_size, PROTO_E_SHAPE,
+                           "%s: slab: count %" PRIu64 ", expected %" PRIu64,
+                           tn, s->count, l->slab_count);
+    if (l->spec_hash && memcmp (s->spec_hash, l->spec_hash, PROTO_SPEC_HASH_SIZE) != 0) {
+        char got[17], want[17];
+        s_hash_hex (got, s->spec_hash);
+        s_hash_hex (want, l->spec_hash);
+        return proto_fail (err, err_size, PROTO_E_SPEC,
+                           "%s: slab: spec hash %s..., expected %s...", tn, got, want);
+    }
+    if (type == PROTO_MSG_MODEL && s->sample_count != 0)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "MODEL: slab: sample_count %" PRIu64 ", must be 0", s->sample_count);
+    if (type == PROTO_MSG_PARAMS && s->sample_count == 0)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "PARAMS: slab: sample_count is 0 (FedAvg weight), must be >= 1");
+    return 0;
+}
+
+static int
+s_loss_check (const proto_loss_t *loss, uint32_t batch, char *err, size_t err_size)
+{
+    if (loss->count != batch || loss->correct > loss->count)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "GRADIENTS: loss: correct %" PRIu32 " count %" PRIu32
+                           ", need correct <= count == batch %" PRIu32,
+                           loss->correct, loss->count, batch);
+    return 0;
+}
+
+void
+proto_msg_data_clear (proto_msg_t *self)
+{
+    if (self->has_data)
+        zmq_msg_close (&self->data);
+    nn_free (self->data_copy);
+    self->has_data = false;
+    self->data_copy = NULL;
+    self->data_view = NULL;
+    self->data_count = 0;
+}
+
+//  After `data` holds a little-endian frame of count floats.
+static void
+s_data_attach (proto_msg_t *self, size_t count)
+{
+    self->has_data = true;
+    self->data_count = count;
+    self->data_view = proto_floats_view (&self->data, count, &self->data_copy);
+}
+
+int
+proto_msg_set_slab_copy (proto_msg_t *self, const proto_slab_t *desc, const float *data)
+{
+    assert (self && desc && proto_type_is_slab (self->header.type));
+    if (desc->count == 0 || desc->count > (uint64_t) (SIZE_MAX / 4))
+        return -1;
+    assert (data);
+    proto_msg_data_clear (self);
+    self->slab = *desc;
+    proto_frame_from_floats (&self->data, data, (size_t) desc->count);
+    s_data_attach (self, (size_t) desc->count);
+    return 0;
+}
+
+int
+proto_msg_set_slab_owned (proto_msg_t *self, const proto_slab_t *desc,
+                          float **data_p, proto_free_fn *free_fn)
+{
+    assert (self && desc && proto_type_is_slab (self->header.type));
+    assert (data_p && *data_p && free_fn);
+    if (desc->count == 0 || desc->count > (uint64_t) (SIZE_MAX / 4))
+        return -1;
+    proto_msg_data_clear (self);
+    self->slab = *desc;
+    proto_frame_from_owned (&self->data, *data_p, (size_t) desc->count, free_fn);
+    *data_p = NULL;
+    s_data_attach (self, (size_t) desc->count);
+    return 0;
+}
+
+const proto_slab_t *
+proto_msg_slab (const proto_msg_t *self)
+{
+    assert (self && proto_type_is_slab (self->header.type));
+    return &self->slab;
+}
+
+//  A valid descriptor for dims[0..rank), or -1.
+static int
+s_tensor_make (proto_tensor_desc_t *d, uint64_t *count, const uint32_t *dims, int rank)
+{
+    memset (d, 0, sizeof *d);
+    if (rank < 1 || rank > PROTO_MAX_RANK)
+        return -1;
+    assert (dims);
+    d->dtype = PROTO_DTYPE_F32;
+    d->rank = (uint8_t) rank;
+    for (int i = 0; i < rank; i++)
+        d->dims[i] = dims[i];
+    return proto_tensor_desc_check (d, count, "tensor", NULL, 0) ? -1 : 0;
+}
+
+static void
+s_tensor_attached (proto_msg_t *self, const proto_tensor_desc_t *d)
+{
+    self->tensor = *d;
+    self->header.flags &= ~PROTO_FLAG_EVAL_RESULT;
+}
+
+int
+proto_msg_set_tensor_copy (proto_msg_t *self, const float *data,
+                           const uint32_t *dims, int rank)
+{
+    assert (self && proto_type_is_tensor (self->header.type));
+    proto_tensor_desc_t d;
+    uint64_t count;
+    if (s_tensor_make (&d, &count, dims, rank))
+        return -1;
+    assert (data);
+    proto_msg_data_clear (self);
+    proto_frame_from_floats (&self->data, data, (size_t) count);
+    s_data_attach (self, (size_t) count);
+    s_tensor_attached (self, &d);
+    return 0;
+}
+
+int
+proto_msg_set_tensor_owned (proto_msg_t *self, float **data_p,
+                            const uint32_t *dims, int rank, proto_free_fn *free_fn)
+{
+    assert (self && proto_type_is_tensor (self->header.type));
+    assert (data_p && *data_p && free_fn);
+    proto_tensor_desc_t d;
+    uint64_t count;
+    if (s_tensor_make (&d, &count, dims, rank))
+        return -1;
+    proto_msg_data_clear (self);
+    proto_frame_from_owned (&self->data, *data_p, (size_t) count, free_fn);
+    *data_p = NULL;
+    s_data_attach (self, (size_t) count);
+    s_tensor_attached (self, &d);
+    return 0;
+}
+
+const proto_tensor_desc_t *
+proto_msg_tensor (const proto_msg_t *self)
+{
+    assert (self && proto_type_is_tensor (self->header.type));
+    return &self->tensor;
+}
+
+const float *
+proto_msg_tensor_data (const proto_msg_t *self)
+{
+    assert (self);
+    return self->data_view;
+}
+
+size_t
+proto_msg_tensor_count (const proto_msg_t *self)
+{
+    assert (self);
+    return self->data_count;
+}
+
+bool
+proto_msg_tensor_is_zero_copy (const proto_msg_t *self)
+{
+    assert (self);
+    return self->data_view && !self->data_copy;
+}
+
+void
+proto_msg_set_labels (proto_msg_t *self, const int32_t *labels, size_t count)
+{
+    assert (self && (self->header.type == PROTO_MSG_ACTIVATIONS
+                     || self->header.type == PROTO_MSG_EVAL));
+    assert (labels || count == 0);
+    int32_t *copy = nn_calloc (count ? count : 1, sizeof *copy);
+    if (count)
+        memcpy (copy, labels, count * sizeof *copy);
+    nn_free (self->labels);
+    self->labels = copy;
+    self->labels_count = count;
+}
+
+const int32_t *
+proto_msg_labels (const proto_msg_t *self)
+{
+    assert (self);
+    return self->labels;
+}
+
+size_t
+proto_msg_labels_count (const proto_msg_t *self)
+{
+    assert (self);
+    return self->labels_count;
+}
+
+void
+proto_msg_set_loss (proto_msg_t *self, const proto_loss_t *loss)
+{
+    assert (self && loss && self->header.type == PROTO_MSG_GRADIENTS);
+    self->loss = *loss;
+}
+
+const proto_loss_t *
+proto_msg_loss (const proto_msg_t *self)
+{
+    assert (self && self->header.type == PROTO_MSG_GRADIENTS);
+    return &self->loss;
+}
+
+//  frame shares the message's float data: a reference, not a copy.
+static void
+s_data_frame (proto_msg_t *self, zmq_msg_t *frame)
+{
+    if (self->has_data) {
+        zmq_msg_init (frame);
+        int rc = zmq_msg_copy (frame, &self->data);
+        assert (rc == 0);
+        (void) rc;
+    }
+    else    //  decoded from a misaligned frame: only the copy is left
+        proto_frame_from_floats (frame, self->data_view, self->data_count);
+}
+
+//  Keep frame (count little-endian floats) as the message's data.
+static void
+s_data_take (proto_msg_t *self, zmq_msg_t *frame, size_t count)
+{
+    zmq_msg_init (&self->data);
+    zmq_msg_move (&self->data, frame);
+    s_data_attach (self, count);
+    if (self->data_copy) {
+        //  Misaligned: the aligned copy is what we keep.
+        zmq_msg_close (&self->data);
+        self->has_data = false;
+    }
+}
+
+int
+proto_msg_decode_slab (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
+               char *err, size_t err_size)
+{
+    const char *tn = proto_type_name (self->header.type);
+    size_t len;
+    const uint8_t *b = proto_frame_bytes (&frames[1], &len);
+    if (len != PROTO_SLAB_SIZE)
+        return proto_fail (err, err_size, PROTO_E_SIZE,
+                           "%s: slab descriptor %zu bytes, expected %d",
+                           tn, len, PROTO_SLAB_SIZE);
+    proto_slab_t *s = &self->slab;
+    memcpy (s->spec_hash, b, PROTO_SPEC_HASH_SIZE);
+    s->unit_begin = proto_le_get_u32 (b + 32);
+    s->unit_end = proto_le_get_u32 (b + 36);
+    s->count = proto_le_get_u64 (b + 40);
+    s->sample_count = proto_le_get_u64 (b + 48);
+    int rc = s_slab_check (s, self->header.type, l, err, err_size);
+    if (rc)
+        return rc;
+    size_t dlen = zmq_msg_size (&frames[2]);
+    if (dlen != s->count * 4)   //  count <= SIZE_MAX / 4: no overflow
+        return proto_fail (err, err_size, PROTO_E_SIZE,
+                           "%s: data %zu bytes, count %" PRIu64 " needs %" PRIu64,
+                           tn, dlen, s->count, s->count * 4);
+    s_data_take (self, &frames[2], (size_t) s->count);
+    return 0;
+}
+
+int
+proto_msg_decode_tensor (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
+                 char *err, size_t err_size)
+{
+    const int type = self->header.type;
+    const char *tn = proto_type_name (type);
+    size_t len;
+    const uint8_t *b = proto_frame_bytes (&frames[1], &len);
+    uint64_t count;
+    proto_tensor_desc_t *d = &self->tensor;
+    int rc = proto_tensor_desc_decode_as (d, &count, b, len, tn, err, err_size);
+    if (!rc)
+        rc = proto_tensor_check_limits (d, l, tn, err, err_size);
+    if (rc)
+        return rc;
+    size_t dlen = zmq_msg_size (&frames[2]);
+    if (dlen != count * 4)      //  checked: count * 4 fits in size_t
+        return proto_fail (err, err_size, PROTO_E_SIZE,
+                           "%s: data %zu bytes, shape needs %" PRIu64 " (%" PRIu64 " floats)",
+                           tn, dlen, count * 4, count);
+    const uint32_t batch = d->dims[0];
+    const uint8_t *t = proto_frame_bytes (&frames[3], &len);
+    if (type == PROTO_MSG_GRADIENTS) {
+        if (len != PROTO_LOSS_SIZE)
+            return proto_fail (err, err_size, PROTO_E_SIZE,
+                               "GRADIENTS: loss frame %zu bytes, expected %d",
+                               len, PROTO_LOSS_SIZE);
+        self->loss.loss = proto_le_get_f32 (t);
+        self->loss.correct = proto_le_get_u32 (t + 4);
+        self->loss.count = proto_le_get_u32 (t + 8);
+        rc = s_loss_check (&self->loss, batch, err, err_size);
+    }
+    else {
+        if (len != (size_t) batch * 4)
+            return proto_fail (err, err_size, PROTO_E_SIZE,
+                               "%s: labels %zu bytes, batch %" PRIu32 " needs %zu",
+                               tn, len, batch, (size_t) batch * 4);
+        self->labels = nn_calloc (batch, sizeof *self->labels);
+        self->labels_count = batch;
+        rc = proto_labels_decode (self->labels, t, batch, l->classes, tn, err, err_size);
+    }
+    if (rc)
+        return rc;
+    s_data_take (self, &frames[2], (size_t) count);
+    return 0;
+}
+
+int
+proto_msg_slab_check (const proto_msg_t *self, char *err, size_t err_size)
+{
+    const proto_limits_t l = proto_limits_resolve (NULL);
+    if (!self->data_view)
+        return proto_fail (err, err_size, PROTO_E_VALUE, "%s: no slab data set",
+                           proto_type_name (self->header.type));
+    return s_slab_check (&self->slab, self->header.type, &l, err, err_size);
+}
+
+int
+proto_msg_tensor_check (const proto_msg_t *self, char *err, size_t err_size)
+{
+    const char *tn = proto_type_name (self->header.type);
+    if (!self->data_view)
+        return proto_fail (err, err_size, PROTO_E_VALUE, "%s: no tensor set", tn);
+    int rc = proto_tensor_desc_check (&self->tensor, NULL, tn, err, err_size);
+    if (rc)
+        return rc;
+    uint32_t batch = self->tensor.dims[0];
+    if (self->header.type == PROTO_MSG_GRADIENTS)
+        return s_loss_check (&self->loss, batch, err, err_size);
+    if (!self->labels || self->labels_count != batch)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: %zu labels set for batch %" PRIu32,
+                           tn, self->labels ? self->labels_count : 0, batch);
+    return proto_labels_check (self->labels, self->labels_count, 0, tn, err, err_size);
+}
+
+void
+proto_msg_encode_slab (proto_msg_t *self, zmq_msg_t *frames)
+{
+    const proto_slab_t *s = &self->slab;
+    uint8_t *b = proto_frame_alloc (&frames[1], PROTO_SLAB_SIZE);
+    memcpy (b, s->spec_hash, PROTO_SPEC_HASH_SIZE);
+    proto_le_put_u32 (b + 32, s->unit_begin);
+    proto_le_put_u32 (b + 36, s->unit_end);
+    proto_le_put_u64 (b + 40, s->count);
+    proto_le_put_u64 (b + 48, s->sample_count);
+    s_data_frame (self, &frames[2]);
+}
+
+void
+proto_msg_encode_tensor (proto_msg_t *self, zmq_msg_t *frames)
+{
+    uint8_t *b = proto_frame_alloc (&frames[1], proto_tensor_desc_size (self->tensor.rank));
+    proto_tensor_desc_encode (b, &self->tensor);
+    s_data_frame (self, &frames[2]);
+    if (self->header.type == PROTO_MSG_GRADIENTS) {
+        b = proto_frame_alloc (&frames[3], PROTO_LOSS_SIZE);
+        proto_le_put_f32 (b, self->loss.loss);
+        proto_le_put_u32 (b + 4, self->loss.correct);
+        proto_le_put_u32 (b + 8, self->loss.count);
+    }
+    else {
+        b = proto_frame_alloc (&frames[3], 4 * self->labels_count);
+        proto_labels_encode (b, self->labels, self->labels_count);
+    }
 }

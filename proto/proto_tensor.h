@@ -1,9 +1,9 @@
 /*  proto_tensor.h: internal to proto/ (daemons include proto_msg.h only).
 
-    The little-endian byte helpers every codec in proto/ uses, and the
-    tensor, label and float-frame pieces shared by proto_msg.c and
-    proto_tensor.c. Values are written and read byte by byte so no host
-    struct layout or byte order leaks onto the wire.
+    The message struct, the little-endian byte helpers every codec in
+    proto/ uses, and the tensor, label and float-frame pieces shared by
+    proto_msg.c and proto_tensor.c. Values are written and read byte by
+    byte so no host struct layout or byte order leaks onto the wire.
 */
 #ifndef PROTO_TENSOR_H_INCLUDED
 #define PROTO_TENSOR_H_INCLUDED
@@ -110,6 +110,47 @@ proto_le_get_f64 (const uint8_t *p)
     return v;
 }
 
+//  The message object, shared by proto_msg.c (envelope, fixed payloads,
+//  sockets) and proto_tensor.c (the float-carrying payloads).
+struct _proto_msg_t {
+    proto_header_t header;
+    proto_hello_t hello;
+    char *config;               //  WELCOME: NUL-terminated copy, or NULL
+    size_t config_len;
+    proto_plan_t plan;
+    proto_slab_t slab;
+    proto_tensor_desc_t tensor;
+    //  Float data (tensor or slab). data_view is NULL when none is set; it
+    //  points into `data` (has_data) or into data_copy. `data` must stay
+    //  where it is: a frame of <= 33 bytes keeps its bytes inside the
+    //  zmq_msg_t itself, so the message is never copied by value.
+    bool has_data;
+    zmq_msg_t data;
+    const float *data_view;
+    float *data_copy;
+    size_t data_count;
+    int32_t *labels;            //  NULL until set
+    size_t labels_count;
+    proto_loss_t loss;
+    proto_eval_result_t eval;
+    proto_stats_t stats;
+    uint32_t error_code;
+    char *error_text;           //  NULL until set
+};
+
+static inline bool
+proto_type_is_tensor (int type)
+{
+    return type == PROTO_MSG_ACTIVATIONS || type == PROTO_MSG_GRADIENTS
+        || type == PROTO_MSG_EVAL;
+}
+
+static inline bool
+proto_type_is_slab (int type)
+{
+    return type == PROTO_MSG_MODEL || type == PROTO_MSG_PARAMS;
+}
+
 //  Write a message into err (if not NULL) and return code.
 int proto_fail (char *err, size_t err_size, int code, const char *fmt, ...)
     __attribute__ ((format (printf, 4, 5)));
@@ -147,6 +188,22 @@ void proto_floats_decode (float *out, const uint8_t *in, size_t count);
 
 //  Initialise frame with size bytes; aborts on out of memory.
 void proto_frame_init_size (zmq_msg_t *frame, size_t size);
+//  Initialise frame with size bytes and return them for writing.
+static inline uint8_t *
+proto_frame_alloc (zmq_msg_t *frame, size_t size)
+{
+    proto_frame_init_size (frame, size);
+    return (uint8_t *) zmq_msg_data (frame);
+}
+
+//  A received frame's bytes and size.
+static inline const uint8_t *
+proto_frame_bytes (zmq_msg_t *frame, size_t *len)
+{
+    *len = zmq_msg_size (frame);
+    return (const uint8_t *) zmq_msg_data (frame);
+}
+
 //  Initialise frame with count floats copied from data, little-endian.
 void proto_frame_from_floats (zmq_msg_t *frame, const float *data, size_t count);
 //  Initialise frame around data without copying; free_fn (data) runs once
@@ -158,5 +215,23 @@ void proto_frame_from_owned (zmq_msg_t *frame, float *data, size_t count,
 //  into the frame if it is 4-byte aligned on a little-endian host, else a
 //  converted copy in *copy_p (nn_alloc_aligned, the caller frees it).
 const float *proto_floats_view (zmq_msg_t *frame, size_t count, float **copy_p);
+
+//  Float-carrying messages (proto_tensor.c). Each works on frames[1..] of
+//  the message; frames[0] is the header.
+
+//  Drop the float data (closing the frame releases a handed-over buffer).
+void proto_msg_data_clear (proto_msg_t *self);
+//  Encoder checks of a MODEL/PARAMS or tensor (not EVAL result) message.
+int proto_msg_slab_check (const proto_msg_t *self, char *err, size_t err_size);
+int proto_msg_tensor_check (const proto_msg_t *self, char *err, size_t err_size);
+//  Initialise frames[1..2] (slab) or frames[1..3] (tensor) of a checked message.
+void proto_msg_encode_slab (proto_msg_t *self, zmq_msg_t *frames);
+void proto_msg_encode_tensor (proto_msg_t *self, zmq_msg_t *frames);
+//  Parse and check frames[1..]; frame counts and sizes are already checked
+//  against limits. The data frame is moved into self.
+int proto_msg_decode_slab (proto_msg_t *self, zmq_msg_t *frames,
+                           const proto_limits_t *limits, char *err, size_t err_size);
+int proto_msg_decode_tensor (proto_msg_t *self, zmq_msg_t *frames,
+                             const proto_limits_t *limits, char *err, size_t err_size);
 
 #endif

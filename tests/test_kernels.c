@@ -82,6 +82,15 @@ Test (kernels, conv_matches_naive_odd_shapes)
     s_check_conv (40, 5, 5, 2, 3, 3, 1, 1);     //  several chunks
 }
 
+Test (kernels, direct_small_patch_conv_matches_naive)
+{
+    //  Patches of at most 32 values with k % 8 == 0 take the direct path.
+    s_check_conv (3, 28, 28, 1, 32, 3, 1, 1);   //  VGG5's first conv
+    s_check_conv (4, 9, 9, 2, 16, 3, 2, 1);     //  stride 2, 2 channels
+    s_check_conv (3, 8, 7, 1, 8, 5, 1, 2);      //  5x5, non-square input
+    s_check_conv (2, 6, 6, 3, 64, 3, 1, 0);     //  3 channels, no padding
+}
+
 Test (kernels, conv_shape_rejects_kernel_larger_than_input)
 {
     nn_conv_shape_t s = { .n = 1, .h = 2, .w = 2, .c = 1, .k = 1, .r = 5, .s = 5,

@@ -1626,6 +1626,21 @@ Test (proto, state_machine)
         cr_assert_not (proto_type_allowed (pl, PROTO_STATE_CLOSED, t, PROTO_UP));
         cr_assert_not (proto_type_allowed (pl, PROTO_STATE_CLOSED, t, PROTO_DOWN));
     }
+    //  EVAL's form must match its direction.
+    proto_msg_t *eval = s_make_tensor (PROTO_MSG_EVAL, 2, 1, 1, 2, 10);
+    cr_assert (proto_msg_allowed (pl, PROTO_STATE_TRAINING, eval, PROTO_UP));
+    cr_assert_not (proto_msg_allowed (pl, PROTO_STATE_TRAINING, eval, PROTO_DOWN));
+    proto_eval_result_t res = { .count = 2 };
+    proto_msg_set_eval_result (eval, &res);
+    cr_assert (proto_msg_allowed (pl, PROTO_STATE_TRAINING, eval, PROTO_DOWN));
+    cr_assert_not (proto_msg_allowed (pl, PROTO_STATE_TRAINING, eval, PROTO_UP));
+    cr_assert_not (proto_msg_allowed (fl, PROTO_STATE_TRAINING, eval, PROTO_DOWN));
+    proto_msg_destroy (&eval);
+    proto_msg_t *act = s_make_tensor (PROTO_MSG_ACTIVATIONS, 2, 1, 1, 2, 10);
+    cr_assert (proto_msg_allowed (pl, PROTO_STATE_TRAINING, act, PROTO_UP));
+    cr_assert_not (proto_msg_allowed (pl, PROTO_STATE_JOINED, act, PROTO_UP));
+    proto_msg_destroy (&act);
+
     //  Transitions.
     proto_state_t s = PROTO_STATE_CONNECTING;
     s = proto_state_next (s, PROTO_MSG_HELLO, PROTO_UP);

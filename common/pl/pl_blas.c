@@ -48,38 +48,59 @@ pl_blas_corename (void)
     return name ? name : "unknown";
 }
 
+//  libgomp's default wait policy spins idle threads for a long time; on a
+//  host shared with other processes (a server and its devices, a client
+//  and its I/O threads) the spinning steals the core the working thread
+//  needs: 4x slower at batch 100 here. A bounded spin keeps the fast
+//  hand-off without the theft. Like OPENBLAS_CORETYPE, it is read when the
+//  library loads, so it is set by re-executing.
+#define S_GOMP_SPINCOUNT "100000"
+
 void
 pl_blas_setup (char **argv)
 {
     const char *core = pl_blas_corename ();
     const char *user = getenv ("OPENBLAS_CORETYPE");
     if (getenv (S_REEXEC_MARK)) {
-        pl_log_info ("openblas: core %s (selected by pipelearn: this OpenBLAS does "
-                     "not recognise the CPU)", core);
+        const char *mark = getenv (S_REEXEC_MARK);
+        if (strcmp (mark, "blas") == 0)
+            pl_log_info ("openblas: core %s (selected by pipelearn: this OpenBLAS does "
+                         "not recognise the CPU)", core);
+        else
+            pl_log_info ("openblas: core %s", core);
         unsetenv (S_REEXEC_MARK);
         return;
     }
-    if (user && *user) {
+    bool reexec = false;
+    const char *mark = "omp";
+    if (!getenv ("OMP_WAIT_POLICY") && !getenv ("GOMP_SPINCOUNT")) {
+        setenv ("GOMP_SPINCOUNT", S_GOMP_SPINCOUNT, 1);
+        reexec = true;
+    }
+    if (user && *user)
         pl_log_info ("openblas: core %s (OPENBLAS_CORETYPE=%s set by the user)", core, user);
-        return;
+    else {
+        __builtin_cpu_init ();
+        bool avx2 = __builtin_cpu_supports ("avx2") && __builtin_cpu_supports ("fma");
+        bool avx512 = __builtin_cpu_supports ("avx512f");
+        const char *want = pl_blas_choose_coretype (core, avx2, avx512);
+        if (want) {
+            pl_log_info ("openblas: core %s on a CPU with %s; re-running with "
+                         "OPENBLAS_CORETYPE=%s", core, avx512 ? "AVX-512" : "AVX2", want);
+            setenv ("OPENBLAS_CORETYPE", want, 1);
+            reexec = true;
+            mark = "blas";
+        }
+        else if (!reexec)
+            pl_log_info ("openblas: core %s", core);
     }
-    __builtin_cpu_init ();
-    bool avx2 = __builtin_cpu_supports ("avx2") && __builtin_cpu_supports ("fma");
-    bool avx512 = __builtin_cpu_supports ("avx512f");
-    const char *want = pl_blas_choose_coretype (core, avx2, avx512);
-    if (!want) {
-        pl_log_info ("openblas: core %s", core);
+    if (!reexec)
         return;
-    }
-    pl_log_info ("openblas: core %s on a CPU with %s; re-running with "
-                 "OPENBLAS_CORETYPE=%s", core, avx512 ? "AVX-512" : "AVX2", want);
-    setenv ("OPENBLAS_CORETYPE", want, 1);
-    setenv (S_REEXEC_MARK, "1", 1);
+    setenv (S_REEXEC_MARK, mark, 1);
     execv ("/proc/self/exe", argv);
-    //  Still here: carry on with the slow kernels rather than fail.
-    pl_log_warn ("openblas: re-exec failed (%s); continuing with core %s",
+    //  Still here: carry on with what we have rather than fail.
+    pl_log_warn ("re-exec failed (%s); continuing with OpenBLAS core %s",
                  strerror (errno), core);
-    unsetenv ("OPENBLAS_CORETYPE");
     unsetenv (S_REEXEC_MARK);
 }
 

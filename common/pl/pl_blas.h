@@ -15,9 +15,11 @@
 //  given features, or NULL if corename is already right.
 const char *pl_blas_choose_coretype (const char *corename, bool avx2, bool avx512);
 
-//  Call first thing in main. May not return: re-executes argv with
+//  Call first thing in main. May not return: re-executes argv once with
 //  OPENBLAS_CORETYPE set when OpenBLAS picked a generic core on a capable
-//  CPU and the user has not set the variable. Logs the core in use.
+//  CPU and the user has not set the variable, and with GOMP_SPINCOUNT
+//  bounded when neither it nor OMP_WAIT_POLICY is set (see pl_blas.c).
+//  Logs the core in use.
 void pl_blas_setup (char **argv);
 
 //  Thread count for OpenBLAS: threads <= 0 means the number of cores.

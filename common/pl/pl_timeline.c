@@ -1,0 +1,106 @@
+/*  pl_timeline.c: see pl_timeline.h. */
+#include "pl_timeline.h"
+
+#include "nn_alloc.h"
+#include "pl_summary.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct _pl_timeline_t {
+    double origin;
+    pl_event_t *events;
+    size_t count, capacity;
+};
+
+double
+pl_wall_clock (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_REALTIME, &ts);
+    return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+pl_timeline_t *
+pl_timeline_new (double origin)
+{
+    pl_timeline_t *self = nn_calloc (1, sizeof *self);
+    self->origin = origin;
+    return self;
+}
+
+void
+pl_timeline_destroy (pl_timeline_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    nn_free ((*self_p)->events);
+    nn_free (*self_p);
+    *self_p = NULL;
+}
+
+double
+pl_timeline_now (const pl_timeline_t *self)
+{
+    return pl_wall_clock () - self->origin;
+}
+
+void
+pl_timeline_add_event (pl_timeline_t *self, const pl_event_t *event)
+{
+    if (self->count == self->capacity) {
+        self->capacity = self->capacity ? 2 * self->capacity : 256;
+        self->events = nn_realloc (self->events, self->capacity * sizeof (pl_event_t));
+    }
+    self->events[self->count++] = *event;
+}
+
+void
+pl_timeline_add (pl_timeline_t *self, const char *who, const char *stage, int epoch,
+                 int iteration, int micro_batch, double start_s, double end_s)
+{
+    pl_event_t e = { .epoch = epoch, .iteration = iteration, .micro_batch = micro_batch,
+                     .start_s = start_s, .end_s = end_s };
+    snprintf (e.who, sizeof e.who, "%s", who);
+    snprintf (e.stage, sizeof e.stage, "%s", stage);
+    pl_timeline_add_event (self, &e);
+}
+
+size_t
+pl_timeline_count (const pl_timeline_t *self)
+{
+    return self->count;
+}
+
+const pl_event_t *
+pl_timeline_events (const pl_timeline_t *self)
+{
+    return self->events;
+}
+
+void
+pl_timeline_clear (pl_timeline_t *self)
+{
+    self->count = 0;
+}
+
+int
+pl_timeline_write_csv (const pl_timeline_t *self, const char *path, char *err,
+                       size_t err_size)
+{
+    FILE *f = fopen (path, "w");
+    if (!f)
+        return nn_errf (err, err_size, "%s: cannot write: %s", path, strerror (errno));
+    fprintf (f, "who,stage,epoch,iteration,micro_batch,start_s,end_s\n");
+    for (size_t i = 0; i < self->count; i++) {
+        const pl_event_t *e = &self->events[i];
+        fprintf (f, "%s,%s,%d,%d,%d,%.6f,%.6f\n", e->who, e->stage, e->epoch, e->iteration,
+                 e->micro_batch, e->start_s, e->end_s);
+    }
+    if (fclose (f))
+        return nn_errf (err, err_size, "%s: write failed: %s", path, strerror (errno));
+    return 0;
+}

@@ -1,0 +1,40 @@
+/*  pl_timeline.h: stage events for DIR/timeline.csv, so a run's pipeline
+    can be drawn (who, stage, epoch, iteration, micro_batch, start, end;
+    times in seconds since the run's start). Not thread-safe: one recorder
+    per thread, merged at the end. */
+#ifndef PL_TIMELINE_H_INCLUDED
+#define PL_TIMELINE_H_INCLUDED
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    char who[16];           //  "server", "device0", ...
+    char stage[16];         //  "forward", "backward", "upload", "server", ...
+    int32_t epoch, iteration, micro_batch;
+    double start_s, end_s;
+} pl_event_t;
+
+typedef struct _pl_timeline_t pl_timeline_t;
+
+//  origin: the CLOCK_REALTIME second that is time 0 (shared by processes
+//  on one host; across hosts the clocks must be synchronised, e.g. NTP).
+pl_timeline_t *pl_timeline_new (double origin);
+void pl_timeline_destroy (pl_timeline_t **self_p);
+//  Now in seconds since origin.
+double pl_timeline_now (const pl_timeline_t *self);
+void pl_timeline_add (pl_timeline_t *self, const char *who, const char *stage, int epoch,
+                      int iteration, int micro_batch, double start_s, double end_s);
+void pl_timeline_add_event (pl_timeline_t *self, const pl_event_t *event);
+size_t pl_timeline_count (const pl_timeline_t *self);
+const pl_event_t *pl_timeline_events (const pl_timeline_t *self);
+//  Forget the events (after they were sent or written).
+void pl_timeline_clear (pl_timeline_t *self);
+//  Write (or append to) path as CSV with the header
+//  who,stage,epoch,iteration,micro_batch,start_s,end_s.
+int pl_timeline_write_csv (const pl_timeline_t *self, const char *path, char *err,
+                           size_t err_size);
+//  Seconds since the epoch on CLOCK_REALTIME.
+double pl_wall_clock (void);
+
+#endif
