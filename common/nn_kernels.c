@@ -576,7 +576,7 @@ s_pool_window (const nn_pool_shape_t *s, int p, int q,
 
 S_CLONES void
 nn_maxpool_forward (float *out, int32_t *argmax, const float *in,
-                    const nn_pool_shape_t *s)
+                    const nn_pool_shape_t *s, bool drop_nonpositive)
 {
     size_t in_size = (size_t) s->h * s->w * s->c;
     size_t out_size = (size_t) s->p * s->q * s->c;
@@ -606,13 +606,16 @@ nn_maxpool_forward (float *out, int32_t *argmax, const float *in,
                             a[c] = take ? base + c : a[c];
                         }
                     }
+                if (drop_nonpositive)
+                    for (int c = 0; c < C; c++)
+                        a[c] = o[c] > 0.0f ? a[c] : -1;
             }
     }
 }
 
 S_CLONES void
 nn_maxpool_backward (float *din, const float *dout, const int32_t *argmax,
-                     const float *mask, const nn_pool_shape_t *s)
+                     const nn_pool_shape_t *s)
 {
     size_t in_size = (size_t) s->h * s->w * s->c;
     size_t out_size = (size_t) s->p * s->q * s->c;
@@ -621,14 +624,8 @@ nn_maxpool_backward (float *din, const float *dout, const int32_t *argmax,
         float *dx = din + n * in_size;
         const float *dy = dout + n * out_size;
         const int32_t *a = argmax + n * out_size;
-        if (mask) {
-            const float *m = mask + n * in_size;
-            for (size_t i = 0; i < out_size; i++)
-                if (m[a[i]] > 0.0f)
-                    dx[a[i]] += dy[i];
-        }
-        else
-            for (size_t i = 0; i < out_size; i++)
+        for (size_t i = 0; i < out_size; i++)
+            if (a[i] >= 0)
                 dx[a[i]] += dy[i];
     }
 }

@@ -121,13 +121,14 @@ typedef struct {
 int nn_pool_shape_finish (nn_pool_shape_t *s);
 //  in (n,h,w,c) -> out (n,p,q,c); argmax (n,p,q,c) holds the index of the
 //  max within its sample. Padding never wins (it is -inf, as PyTorch).
+//  drop_nonpositive: a winner <= 0 gets argmax -1 and no gradient later
+//  (the backward of a ReLU before the pool, folded in: its output is 0
+//  exactly where its gradient is 0).
 void nn_maxpool_forward (float *out, int32_t *argmax, const float *in,
-                         const nn_pool_shape_t *s);
-//  mask (n,h,w,c) or NULL: when given, gradient only flows where
-//  mask > 0 (a preceding ReLU's backward folded into this one; mask is that
-//  ReLU's output, i.e. this pool's input).
+                         const nn_pool_shape_t *s, bool drop_nonpositive);
+//  Scatters dout to the winners; argmax -1 receives nothing.
 void nn_maxpool_backward (float *din, const float *dout, const int32_t *argmax,
-                          const float *mask, const nn_pool_shape_t *s);
+                          const nn_pool_shape_t *s);
 //  Average over the window, padding counted (PyTorch count_include_pad).
 void nn_avgpool_forward (float *out, const float *in, const nn_pool_shape_t *s);
 void nn_avgpool_backward (float *din, const float *dout,

@@ -185,6 +185,9 @@ s_bn_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rn
         }
         return;
     }
+    //  With a transient output, x-hat goes over the input (see s_fuse).
+    if (self->bn_transient)
+        self->saved = (float *) in;
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
         double *sum = self->bn_parts + (size_t) t * 2 * c, *sq = sum + c;
@@ -290,7 +293,7 @@ s_maxpool_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
         nn_pool_shape_t s = s_pool_shape (self, n1 - n0);
         nn_maxpool_forward (self->out + n0 * out_sz, self->argmax + n0 * out_sz,
-                            in + n0 * in_sz, &s);
+                            in + n0 * in_sz, &s, self->pool_mask_input);
     }
 }
 
@@ -306,8 +309,7 @@ s_maxpool_backward (nn_layer_t *self, const float *dout, float *din)
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
         nn_pool_shape_t s = s_pool_shape (self, n1 - n0);
         nn_maxpool_backward (din + n0 * in_sz, dout + n0 * out_sz,
-                             self->argmax + n0 * out_sz,
-                             self->pool_mask_input ? self->in_ptr + n0 * in_sz : NULL, &s);
+                             self->argmax + n0 * out_sz, &s);
     }
 }
 

@@ -40,7 +40,9 @@ struct nn_layer {
     bool bn_relu;               //  BN: apply the next layer's ReLU itself
     bool relu_fwd_fused;        //  ReLU: forward done by the BN before it
     bool relu_bwd_fused;        //  ReLU: backward done by the max-pool after it
-    bool pool_mask_input;       //  max-pool: mask its gradient by input > 0
+    bool pool_mask_input;       //  max-pool: no gradient to a winner <= 0
+    bool bn_transient;          //  BN: output to the model's transient
+                                //  buffer, x-hat over the input
     float *saved;               //  BN xhat / dropout mask, (max_batch, out)
     float *stats;               //  BN mean and invstd, (2, c)
     int32_t *argmax;            //  maxpool, (max_batch, out)

@@ -18,6 +18,7 @@ struct _nn_model_t {
     size_t params_count, weights_count;
     float *acts;                //  activation slab (layer outputs, saved state)
     float *grad_a, *grad_b;     //  ping-pong input-gradient buffers
+    float *transient;           //  BN outputs only a max-pool reads (s_fuse)
     float *scratch;
     float *grad_parts;          //  per-thread partial parameter gradients
     double *bn_parts;           //  per-thread BN partial sums
@@ -106,60 +107,31 @@ s_place_params (nn_model_t *self)
     assert (at == self->weights_count);
 }
 
-//  Decide which layers run in place, then carve the activation slab.
+//  Which layers run in place (output over input): those whose kind allows
+//  it, when the input is a buffer of ours that its producer's backward
+//  does not read.
 static void
-s_place_activations (nn_model_t *self)
+s_plan_inplace (nn_model_t *self)
 {
-    size_t total = 0, grad_max = 0;
     bool prev_owned = false;            //  is the previous output ours to overwrite?
-    for (int pass = 0; pass < 2; pass++) {
-        size_t at = 0;
-        prev_owned = false;
-        for (int i = 0; i < self->layers_count; i++) {
-            nn_layer_t *l = &self->layers[i];
-            size_t out_count = s_align ((size_t) self->max_batch * nn_shape_size (l->oshape));
-            bool prev_needs_output = i > 0 && self->layers[i - 1].ops->needs_output;
-            l->inplace = l->ops->can_inplace && prev_owned && !prev_needs_output;
-            if (l->spec.kind == NN_LAYER_FLATTEN)
-                l->inplace = false;     //  aliases its input whatever it is
-            bool owns_out = !l->inplace && l->spec.kind != NN_LAYER_FLATTEN;
-            if (owns_out) {
-                if (pass)
-                    l->out = self->acts + at;
-                at += out_count, total += out_count;
-            }
-            if (l->spec.kind == NN_LAYER_BATCHNORM || l->spec.kind == NN_LAYER_DROPOUT) {
-                if (pass)
-                    l->saved = self->acts + at;
-                at += out_count, total += out_count;
-            }
-            if (l->spec.kind == NN_LAYER_BATCHNORM) {
-                if (pass)
-                    l->stats = self->acts + at;
-                at += s_align (2 * (size_t) l->ishape.c), total += s_align (2 * (size_t) l->ishape.c);
-            }
-            if (l->spec.kind == NN_LAYER_MAXPOOL) {
-                assert (sizeof (int32_t) == sizeof (float));
-                if (pass)
-                    l->argmax = (int32_t *) (self->acts + at);
-                at += out_count, total += out_count;
-            }
-            prev_owned = owns_out || (prev_owned && (l->inplace || l->spec.kind == NN_LAYER_FLATTEN));
-            if (i > 0) {
-                size_t in_count = (size_t) self->max_batch * nn_shape_size (l->ishape);
-                grad_max = grad_max > in_count ? grad_max : in_count;
-            }
-        }
-        if (pass == 0) {
-            self->acts = nn_alloc_aligned (sizeof (float) * (total ? total : 1));
-            self->grad_a = nn_alloc_aligned (sizeof (float) * s_align (grad_max + 1));
-            self->grad_b = nn_alloc_aligned (sizeof (float) * s_align (grad_max + 1));
-        }
+    for (int i = 0; i < self->layers_count; i++) {
+        nn_layer_t *l = &self->layers[i];
+        bool prev_needs_output = i > 0 && self->layers[i - 1].ops->needs_output;
+        l->inplace = l->ops->can_inplace && prev_owned && !prev_needs_output
+                     && l->spec.kind != NN_LAYER_FLATTEN;
+        bool owns_out = !l->inplace && l->spec.kind != NN_LAYER_FLATTEN;
+        prev_owned = owns_out || (prev_owned && (l->inplace || l->spec.kind == NN_LAYER_FLATTEN));
     }
 }
 
-//  BN -> ReLU and ReLU -> max-pool pairs are fused to save passes over
-//  the largest tensors; both need the ReLU to run in place.
+//  Fusions that save passes over (and memory for) the largest tensors:
+//  - BN -> ReLU: the BN clamps its own output; the ReLU forward is a no-op.
+//  - ReLU -> max-pool: the pool records, per output, whether its winner
+//    was positive, and its backward routes gradient only there; the ReLU
+//    backward is a no-op.
+//  - BN -> ReLU -> max-pool, all three: nothing reads the BN output after
+//    the pool's forward, so it goes to a transient buffer shared by all
+//    such units, and the BN keeps x-hat over its own input instead.
 static void
 s_fuse (nn_model_t *self)
 {
@@ -167,15 +139,89 @@ s_fuse (nn_model_t *self)
         nn_layer_t *prev = &self->layers[i - 1], *l = &self->layers[i];
         if (l->spec.kind != NN_LAYER_RELU || !l->inplace)
             continue;
-        if (prev->spec.kind == NN_LAYER_BATCHNORM) {
+        bool bn = prev->spec.kind == NN_LAYER_BATCHNORM;
+        bool pool = i + 1 < self->layers_count
+                    && self->layers[i + 1].spec.kind == NN_LAYER_MAXPOOL;
+        if (bn) {
             prev->bn_relu = true;
             l->relu_fwd_fused = true;
         }
-        if (i + 1 < self->layers_count && self->layers[i + 1].spec.kind == NN_LAYER_MAXPOOL) {
+        if (pool) {
             l->relu_bwd_fused = true;
             self->layers[i + 1].pool_mask_input = true;
         }
+        if (bn && pool && prev->inplace) {
+            prev->bn_transient = true;
+            prev->inplace = false;
+        }
     }
+}
+
+//  Carve the activation slab: outputs of layers that own one, BN x-hat
+//  and statistics, dropout masks, max-pool winners, and the transient
+//  buffer.
+static void
+s_carve (nn_model_t *self)
+{
+    size_t total = 0, transient = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t at = 0;
+        for (int i = 0; i < self->layers_count; i++) {
+            nn_layer_t *l = &self->layers[i];
+            size_t out_count = s_align ((size_t) self->max_batch * nn_shape_size (l->oshape));
+            if (!l->inplace && !l->bn_transient && l->spec.kind != NN_LAYER_FLATTEN) {
+                if (pass)
+                    l->out = self->acts + at;
+                at += out_count;
+            }
+            if (l->bn_transient) {
+                //  Output in the transient buffer; x-hat over the input.
+                if (pass)
+                    l->out = self->transient;
+                transient = transient > out_count ? transient : out_count;
+            }
+            else if (l->spec.kind == NN_LAYER_BATCHNORM || l->spec.kind == NN_LAYER_DROPOUT) {
+                if (pass)
+                    l->saved = self->acts + at;
+                at += out_count;
+            }
+            if (l->spec.kind == NN_LAYER_BATCHNORM) {
+                if (pass)
+                    l->stats = self->acts + at;
+                at += s_align (2 * (size_t) l->ishape.c);
+            }
+            if (l->spec.kind == NN_LAYER_MAXPOOL) {
+                assert (sizeof (int32_t) == sizeof (float));
+                if (pass)
+                    l->argmax = (int32_t *) (self->acts + at);
+                at += out_count;
+            }
+        }
+        total = at;
+        if (pass == 0) {
+            self->acts = nn_alloc_aligned (sizeof (float) * (total ? total : 1));
+            self->transient = nn_alloc_aligned (sizeof (float) * (transient + 16));
+        }
+    }
+}
+
+//  Input gradients alternate between two buffers (layers that can work in
+//  place keep theirs); each is sized to the largest gradient it will hold,
+//  found by walking the backward pass once.
+static void
+s_place_grad_buffers (nn_model_t *self)
+{
+    size_t need[2] = { 0, 0 };
+    int g = -1;                         //  -1: the caller's dout
+    for (int i = self->layers_count - 1; i >= 1; i--) {
+        const nn_layer_t *l = &self->layers[i];
+        int din = (l->ops->can_inplace && g >= 0) ? g : (g == 0 ? 1 : 0);
+        size_t count = (size_t) self->max_batch * nn_shape_size (l->ishape);
+        need[din] = need[din] > count ? need[din] : count;
+        g = din;
+    }
+    self->grad_a = nn_alloc_aligned (sizeof (float) * s_align (need[0] + 1));
+    self->grad_b = nn_alloc_aligned (sizeof (float) * s_align (need[1] + 1));
 }
 
 //  Per-thread buffers: conv scratch, partial gradients, BN partial sums.
@@ -279,8 +325,10 @@ nn_model_new (const nn_model_spec_t *spec, int unit_begin, int unit_end, int max
     self->tensors = nn_calloc ((size_t) self->tensors_count + 1, sizeof (nn_tensor_info_t));
     self->tensors_count = 0;
     s_place_params (self);
-    s_place_activations (self);
+    s_plan_inplace (self);
     s_fuse (self);
+    s_carve (self);
+    s_place_grad_buffers (self);
     s_place_thread_buffers (self, 1);
     return self;
 }
@@ -318,6 +366,7 @@ nn_model_destroy (nn_model_t **self_p)
         nn_free (self->optim);
     }
     nn_free (self->acts);
+    nn_free (self->transient);
     nn_free (self->grad_a);
     nn_free (self->grad_b);
     nn_free (self->scratch);

@@ -165,7 +165,7 @@ Test (kernels, maxpool_padding_never_wins)
     cr_assert_eq (s.p, 2);
     float out[4];
     int32_t arg[4];
-    nn_maxpool_forward (out, arg, in, &s);
+    nn_maxpool_forward (out, arg, in, &s, false);
     cr_assert_float_eq (out[0], -5.0f, 0.0f);
     cr_assert_float_eq (out[3], -2.0f, 0.0f);
 }
