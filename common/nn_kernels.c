@@ -424,16 +424,25 @@ nn_batchnorm_normalize (float *out, float *xhat, const float *in,
                         const float *mean_invstd, const float *gamma, const float *beta,
                         int m, int c, bool relu)
 {
+    //  y = x * a + b with a = gamma * invstd, b = beta - mean * a. xhat may
+    //  alias in and out may alias in (element for element), so the compiler
+    //  is told the iterations are independent.
     const float *mean = mean_invstd, *invstd = mean_invstd + c;
+    float a[c], b[c];
+    for (int k = 0; k < c; k++) {
+        a[k] = gamma[k] * invstd[k];
+        b[k] = beta[k] - mean[k] * a[k];
+    }
     float floor = relu ? 0.0f : -INFINITY;
     for (int r = 0; r < m; r++) {
         const float *x = in + (size_t) r * c;
-        float *restrict xh = xhat + (size_t) r * c;
+        float *xh = xhat + (size_t) r * c;
         float *y = out + (size_t) r * c;
+#pragma GCC ivdep
         for (int k = 0; k < c; k++) {
-            float v = (x[k] - mean[k]) * invstd[k];
-            float z = gamma[k] * v + beta[k];
-            xh[k] = v;
+            float v = x[k];
+            float z = v * a[k] + b[k];
+            xh[k] = (v - mean[k]) * invstd[k];
             y[k] = z > floor ? z : floor;
         }
     }
@@ -467,6 +476,7 @@ nn_batchnorm_forward_eval (float *out, const float *in, const float *gamma,
     for (int r = 0; r < m; r++) {
         const float *x = in + (size_t) r * c;
         float *y = out + (size_t) r * c;
+#pragma GCC ivdep
         for (int k = 0; k < c; k++)
             y[k] = x[k] * scale[k] + shift[k];
     }
@@ -504,6 +514,7 @@ nn_batchnorm_backward_apply (float *din, const float *dout, const float *xhat,
         const float *dy = dout + (size_t) r * c;
         const float *xh = xhat + (size_t) r * c;
         float *dx = din + (size_t) r * c;
+#pragma GCC ivdep
         for (int k = 0; k < c; k++)
             dx[k] = a[k] * (dy[k] - mdy[k] - xh[k] * mdyx[k]);
     }
@@ -529,6 +540,7 @@ nn_batchnorm_backward (float *din, float *dgamma, float *dbeta, const float *dou
 S_CLONES void
 nn_relu_forward (float *out, const float *in, size_t count)
 {
+#pragma GCC ivdep
     for (size_t i = 0; i < count; i++)
         out[i] = in[i] > 0.0f ? in[i] : 0.0f;
 }
@@ -536,6 +548,7 @@ nn_relu_forward (float *out, const float *in, size_t count)
 S_CLONES void
 nn_relu_backward (float *din, const float *dout, const float *out, size_t count)
 {
+#pragma GCC ivdep
     for (size_t i = 0; i < count; i++)
         din[i] = out[i] > 0.0f ? dout[i] : 0.0f;
 }
