@@ -27,6 +27,7 @@
 #include "nn_model.h"
 
 #define TMP_TEMPLATE "/tmp/pl_test_checkpoint_XXXXXX"
+#include "testdir.h"
 #define HEADER_SIZE 116
 #define SUM_SIZE 32
 #define OFF_MAGIC 0
@@ -40,38 +41,6 @@
 //  ---------------------------------------------------------------------
 //  Helpers
 
-static void
-s_mkdtemp (char *dir)
-{
-    strcpy (dir, TMP_TEMPLATE);
-    cr_assert_not_null (mkdtemp (dir), "mkdtemp: %s", strerror (errno));
-}
-
-static void
-s_rmtree (const char *dir)
-{
-    DIR *d = opendir (dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir (d)) != NULL) {
-        if (strcmp (e->d_name, ".") == 0 || strcmp (e->d_name, "..") == 0)
-            continue;
-        char path[4096];
-        int n = snprintf (path, sizeof path, "%s/%s", dir, e->d_name);
-        if (n > 0 && n < (int) sizeof path && unlink (path) != 0)
-            s_rmtree (path);
-    }
-    closedir (d);
-    rmdir (dir);
-}
-
-static void
-s_path (char *out, const char *dir, const char *name)
-{
-    int n = snprintf (out, 4096, "%s/%s", dir, name);
-    cr_assert (n > 0 && n < 4096, "path too long");
-}
 
 static uint8_t *
 s_read_all (const char *path, size_t *size)
