@@ -2,7 +2,7 @@
     measured in the same run, on the same shapes, with the same threads.
 
     pipelearn-bench [--threads T] [--images N] [--repeats R] [--no-torch]
-                    [--no-rss] [--json FILE]
+                    [--no-rss] [--json FILE] [--micro M]
 
     For each setting (batch 100 whole; batch 100 as 4 micro-batches of 25;
     as 10 micro-batches of 10 — what the PipeLearn pipeline feeds each
@@ -182,15 +182,17 @@ main (int argc, char **argv)
     pl_blas_setup (argv);
     int threads = 2, images = 2000, repeats = 5;
     bool torch = true, rss = true;
+    int only_micro = 0;             //  0: every setting; else that micro-batch size
     const char *json_path = NULL;
     static const struct option opts[] = {
         { "threads", required_argument, NULL, 't' }, { "images", required_argument, NULL, 'n' },
         { "repeats", required_argument, NULL, 'r' }, { "no-torch", no_argument, NULL, 'T' },
         { "no-rss", no_argument, NULL, 'R' }, { "json", required_argument, NULL, 'j' },
+        { "micro", required_argument, NULL, 'm' },
         { NULL, 0, NULL, 0 }
     };
     int c;
-    while ((c = getopt_long (argc, argv, "t:n:r:TRj:", opts, NULL)) != -1)
+    while ((c = getopt_long (argc, argv, "t:n:r:TRj:m:", opts, NULL)) != -1)
         switch (c) {
             case 't': threads = atoi (optarg); break;
             case 'n': images = atoi (optarg); break;
@@ -198,9 +200,10 @@ main (int argc, char **argv)
             case 'T': torch = false; break;
             case 'R': rss = false; break;
             case 'j': json_path = optarg; break;
+            case 'm': only_micro = atoi (optarg); break;
             default:
                 fprintf (stderr, "usage: pipelearn-bench [--threads T] [--images N] "
-                         "[--repeats R] [--no-torch] [--no-rss] [--json FILE]\n");
+                         "[--repeats R] [--no-torch] [--no-rss] [--json FILE] [--micro M]\n");
                 return 2;
         }
     if (threads < 1 || images < 100 || repeats < 1 || repeats > S_MAX_REPEATS) {
@@ -219,6 +222,8 @@ main (int argc, char **argv)
     printf ("%-8s %-6s %14s %14s %8s\n", "batch", "micro", "ours img/s", "torch img/s", "ratio");
     for (int i = 0; i < S_SETTINGS; i++) {
         const s_setting_t *s = &s_settings[i];
+        if (only_micro && s->batch / s->micro != only_micro)
+            continue;
         double runs[S_MAX_REPEATS];
         //  Interleave: ours, then PyTorch, per setting, so drift hits both.
         double ours = s_ours (s, threads, images, repeats, runs);
