@@ -74,6 +74,24 @@ s_patch (float *patch, const float *in, const nn_conv_shape_t *s, int p, int q)
     }
 }
 
+//  s_patch, with the common case (the whole window inside the image)
+//  copied row by row without bounds checks.
+static inline void
+s_patch_fast (float *patch, const float *in, const nn_conv_shape_t *s, int p, int q)
+{
+    int ih0 = p * s->stride - s->pad, iw0 = q * s->stride - s->pad;
+    if (ih0 < 0 || iw0 < 0 || ih0 + s->r > s->h || iw0 + s->s > s->w) {
+        s_patch (patch, in, s, p, q);
+        return;
+    }
+    size_t run = (size_t) s->s * s->c;
+    for (int r = 0; r < s->r; r++) {
+        const float *src = in + ((size_t) (ih0 + r) * s->w + iw0) * s->c;
+        for (size_t i = 0; i < run; i++)
+            patch[r * run + i] = src[i];
+    }
+}
+
 //  Direct convolution for small patches: per output pixel, out[k] =
 //  b[k] + sum_j patch[j] * wt[j][k], with the K outputs held in 8-wide
 //  vector registers (GCC vector extensions: AVX in the x86-64-v3 clone).
@@ -113,9 +131,9 @@ s_conv_direct_forward (float *out, const float *in, const float *w, const float 
             //  chains hide the add latency.
             for (int q = 0; q < s->q; q += 2) {
                 bool pair = q + 1 < s->q;
-                s_patch (patch, in + n * in_size, s, p, q);
+                s_patch_fast (patch, in + n * in_size, s, p, q);
                 if (pair)
-                    s_patch (patch2, in + n * in_size, s, p, q + 1);
+                    s_patch_fast (patch2, in + n * in_size, s, p, q + 1);
                 s_v8 a0[S_DIRECT_KMAX / 8], a1[S_DIRECT_KMAX / 8];
                 for (int v = 0; v < V; v++)
                     a0[v] = a1[v] = bias[v];
@@ -162,7 +180,7 @@ s_conv_direct_backward (float *din, float *dw, float *db, const float *dout,
                     gv[v] = s_v8_load (g + 8 * v);
                     dbias[v] += gv[v];
                 }
-                s_patch (patch, in + n * in_size, s, p, q);
+                s_patch_fast (patch, in + n * in_size, s, p, q);
                 for (int j = 0; j < J; j++) {
                     s_v8 x = (s_v8) { 0 } + patch[j];
                     float *dr = dwt + (size_t) j * K;

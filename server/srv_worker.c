@@ -1,0 +1,158 @@
+/*  srv_worker.c: the server side of one device's (or, in sl, every
+    device's) split model, run in an actor thread. See srv_worker.h. */
+#include "srv_worker.h"
+
+#include "nn_alloc.h"
+#include "nn_kernels.h"
+#include "pl_log.h"
+#include "pl_timeline.h"
+#include "proto_msg.h"
+
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    nn_model_t *model;
+    int micro_batches;
+    int classes;
+    nn_sgd_t sgd;
+    int *labels;                //  (max_batch)
+    float *dlogits;             //  (max_batch, classes)
+    pl_timeline_t *timeline;
+    double origin;
+    double busy_s;
+    char who[16];
+} s_worker_t;
+
+static double
+s_now (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+//  Forward, loss and backward for one micro-batch. The ACTIVATIONS were
+//  validated by proto against the run's limits (rank 4, boundary shape,
+//  batch <= max_batch, labels in range), so no peer value can break this.
+static proto_msg_t *
+s_worker_step (s_worker_t *self, proto_msg_t **act_p)
+{
+    proto_msg_t *act = *act_p;
+    const proto_header_t *h = proto_msg_header (act);
+    const proto_tensor_desc_t *d = proto_msg_tensor (act);
+    int n = (int) d->dims[0];
+    const int32_t *labels = proto_msg_labels (act);
+    for (int i = 0; i < n; i++)
+        self->labels[i] = labels[i];
+    double t0 = s_now (), s0 = pl_timeline_now (self->timeline);
+    const float *out = nn_model_forward (self->model, proto_msg_tensor_data (act), n,
+                                         true, NULL);
+    int correct = 0;
+    float loss = nn_softmax_xent (self->dlogits, out, self->labels, n, self->classes,
+                                  1.0f / (float) self->micro_batches, &correct);
+    size_t in_count = proto_msg_tensor_count (act);
+    float *dx = nn_alloc_aligned (sizeof (float) * in_count);
+    nn_model_backward (self->model, self->dlogits, dx);
+    bool last = proto_msg_is_last (act);
+    if (last) {
+        nn_sgd_step (nn_model_weights (self->model), nn_model_optim_state (self->model),
+                     nn_model_grads (self->model), nn_model_params_count (self->model),
+                     &self->sgd);
+        nn_model_zero_grad (self->model);
+    }
+    self->busy_s += s_now () - t0;
+    pl_timeline_add (self->timeline, self->who, "compute", (int) h->epoch,
+                     (int) h->iteration, (int) h->micro_batch, s0,
+                     pl_timeline_now (self->timeline));
+
+    proto_msg_t *grad = proto_msg_new (PROTO_MSG_GRADIENTS);
+    proto_msg_set_route (grad, h->device_id, h->epoch, h->iteration, h->micro_batch);
+    proto_msg_set_last (grad, last);
+    uint32_t dims[PROTO_MAX_RANK];
+    memcpy (dims, d->dims, sizeof dims);
+    if (proto_msg_set_tensor_owned (grad, &dx, dims, d->rank, nn_free)) {
+        nn_free (dx);
+        proto_msg_destroy (&grad);
+        proto_msg_destroy (act_p);
+        return NULL;
+    }
+    proto_loss_t l = { .loss = loss, .correct = (uint32_t) correct, .count = (uint32_t) n };
+    proto_msg_set_loss (grad, &l);
+    proto_msg_destroy (act_p);
+    return grad;
+}
+
+void
+srv_worker_actor (zsock_t *pipe, void *args_)
+{
+    const srv_worker_args_t *args = args_;
+    char err[NN_ERR_SIZE];
+    s_worker_t self = { .micro_batches = args->micro_batches, .sgd = args->sgd,
+                        .origin = args->origin };
+    snprintf (self.who, sizeof self.who, "%s", args->who);
+    self.model = nn_model_new (args->spec, args->unit_begin, args->spec->units_count,
+                               args->max_batch, err, sizeof err);
+    if (!self.model) {
+        pl_log_error ("server worker: %s", err);
+        zsock_signal (pipe, 1);
+        return;
+    }
+    nn_rng_t rng;
+    nn_rng_seed (&rng, args->seed);
+    nn_model_init (self.model, &rng);
+    self.classes = args->spec->classes;
+    self.labels = nn_malloc (sizeof (int) * (size_t) args->max_batch);
+    self.dlogits = nn_malloc (sizeof (float) * (size_t) args->max_batch
+                              * (size_t) self.classes);
+    self.timeline = pl_timeline_new (args->origin);
+    size_t wcount = nn_model_weights_count (self.model);
+    zsock_signal (pipe, 0);
+
+    while (true) {
+        char *cmd = NULL;
+        void *ptr = NULL;
+        if (zsock_recv (pipe, "sp", &cmd, &ptr) || !cmd)
+            break;                      //  interrupted
+        if (streq (cmd, "$TERM")) {
+            zstr_free (&cmd);
+            break;
+        }
+        if (streq (cmd, "ACT")) {
+            proto_msg_t *act = ptr;
+            proto_msg_t *grad = s_worker_step (&self, &act);
+            zsock_send (pipe, "sp", "GRAD", grad);
+        }
+        else
+        if (streq (cmd, "GETW")) {
+            float *copy = nn_malloc (sizeof (float) * wcount);
+            memcpy (copy, nn_model_weights (self.model), sizeof (float) * wcount);
+            zsock_send (pipe, "sp", "WGTS", copy);
+        }
+        else
+        if (streq (cmd, "SETW")) {
+            memcpy (nn_model_weights (self.model), ptr, sizeof (float) * wcount);
+            zsock_send (pipe, "sp", "OK", NULL);
+        }
+        else
+        if (streq (cmd, "BUSY")) {
+            double *busy = nn_malloc (sizeof *busy);
+            *busy = self.busy_s;
+            self.busy_s = 0.0;
+            zsock_send (pipe, "sp", "BUSY", busy);
+        }
+        else
+        if (streq (cmd, "TL")) {
+            pl_timeline_t *tl = self.timeline;
+            self.timeline = pl_timeline_new (self.origin);
+            zsock_send (pipe, "sp", "TL", tl);
+        }
+        else
+            pl_log_error ("server worker: unknown command \"%s\" (bug)", cmd);
+        zstr_free (&cmd);
+    }
+    pl_timeline_destroy (&self.timeline);
+    nn_free (self.labels);
+    nn_free (self.dlogits);
+    nn_model_destroy (&self.model);
+}
