@@ -7,6 +7,7 @@
                     [--seed N] [--quiet]
 */
 #include "nn_alloc.h"
+#include "nn_checkpoint.h"
 #include "nn_dataset.h"
 #include "nn_kernels.h"
 #include "nn_model.h"
@@ -268,6 +269,15 @@ main (int argc, char **argv)
             pl_log_error ("%s", err);
             rc = 1;
             break;
+        }
+    }
+    if (rc == 0) {
+        //  The final parameters, so runs can be compared with the daemons'.
+        char path[1024];
+        snprintf (path, sizeof path, "%s/model.ckpt", results);
+        if (nn_checkpoint_save (path, t.model, false, err, sizeof err)) {
+            pl_log_error ("%s", err);
+            rc = 1;
         }
     }
     if (rc == 0)

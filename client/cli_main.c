@@ -1,0 +1,700 @@
+/*  pipelearn-client: one device of a pipelearn / sfl / sl / fl run.
+
+    pipelearn-client --connect tcp://HOST:PORT [--device-id N] [--data-dir DIR]
+                     [--threads N] [--timeout S]
+
+    The run's config and this device's plan come from the server (WELCOME).
+    Split modes: per mini-batch of B samples, N micro-batches of B/N go
+    through the device part, each in its own model context, and their
+    ACTIVATIONS are sent as soon as they are computed; GRADIENTS that have
+    arrived meanwhile are consumed between forwards (backward in their
+    context), the rest after the last forward; then one SGD step.
+
+    Aggregation: every aggregation_frequency iterations (and always at the
+    end of the epoch) the device sends PARAMS and waits for MODEL. At the end
+    of an epoch it sends STATS first, then PARAMS: that is how the server
+    knows the round closes the epoch. In sl the device waits for MODEL (its
+    turn) before each epoch and sends STATS + PARAMS at the end of it.
+
+    Iterations per epoch are the same on every device: the smallest shard
+    over B (every device computes every shard's size, which is cheap), so
+    aggregation rounds line up.
+*/
+#include "nn_alloc.h"
+#include "nn_dataset.h"
+#include "nn_kernels.h"
+#include "nn_model.h"
+#include "nn_optim.h"
+#include "pl_blas.h"
+#include "pl_config.h"
+#include "pl_log.h"
+#include "proto_msg.h"
+
+#include <czmq.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CLI_MAX_MICRO 256
+
+static volatile sig_atomic_t s_interrupted = 0;
+
+static void
+s_on_signal (int sig)
+{
+    (void) sig;
+    s_interrupted = 1;
+}
+
+typedef struct {
+    const char *connect;
+    int device_id;
+    const char *data_dir;
+    int threads;
+    double timeout_s;
+} s_args_t;
+
+typedef struct {
+    s_args_t args;
+    zsock_t *dealer;
+    void *dh;
+    pl_config_t cfg;
+    proto_plan_t plan;
+    proto_mode_t mode;
+    int id;
+    proto_limits_t limits;
+    nn_model_spec_t spec;
+    uint8_t spec_hash[NN_SPEC_HASH_SIZE];
+    nn_model_t *ctx[CLI_MAX_MICRO];     //  ctx[0] owns the weights
+    int micro, mb, batch;
+    float *x[CLI_MAX_MICRO];
+    int *y[CLI_MAX_MICRO];
+    int32_t *labels;
+    float *dlogits;                     //  fl only
+    bool awaiting[CLI_MAX_MICRO];
+    int pending;
+    nn_dataset_t *train;
+    int *shard;
+    int shard_count;
+    int iterations;                     //  per epoch, same on every device
+    nn_rng_t rng, data_rng;
+    nn_sgd_t sgd;
+    nn_augment_t aug;
+    proto_stats_t stats;
+    uint32_t cur_epoch, cur_iter;
+    bool bye;                           //  the server said BYE
+} cli_t;
+
+static double
+s_now (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void
+s_usage (FILE *out)
+{
+    fprintf (out,
+        "usage: pipelearn-client --connect tcp://HOST:PORT [--device-id N]\n"
+        "                        [--data-dir DIR] [--threads N] [--timeout SECONDS]\n"
+        "Joins a pipelearn-server run as one device; the run's config comes from\n"
+        "the server. --timeout: give up when the server is silent that long (60).\n");
+}
+
+static int
+s_parse_args (int argc, char **argv, s_args_t *a)
+{
+    static const struct option opts[] = {
+        { "connect", required_argument, NULL, 'c' },
+        { "device-id", required_argument, NULL, 'i' },
+        { "data-dir", required_argument, NULL, 'd' },
+        { "threads", required_argument, NULL, 't' },
+        { "timeout", required_argument, NULL, 'T' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 }
+    };
+    a->device_id = -1;
+    a->threads = 1;
+    a->timeout_s = 60.0;
+    int c;
+    while ((c = getopt_long (argc, argv, "c:i:d:t:T:h", opts, NULL)) != -1) {
+        char *end = NULL;
+        switch (c) {
+            case 'c': a->connect = optarg; break;
+            case 'd': a->data_dir = optarg; break;
+            case 'i':
+                a->device_id = (int) strtol (optarg, &end, 10);
+                if (*end || a->device_id < 0) {
+                    pl_log_error ("--device-id: want an integer >= 0, got \"%s\"", optarg);
+                    return -1;
+                }
+                break;
+            case 't':
+                a->threads = (int) strtol (optarg, &end, 10);
+                if (*end || a->threads < 1 || a->threads > 256) {
+                    pl_log_error ("--threads: want 1..256, got \"%s\"", optarg);
+                    return -1;
+                }
+                break;
+            case 'T':
+                a->timeout_s = strtod (optarg, &end);
+                if (*end || !(a->timeout_s > 0)) {
+                    pl_log_error ("--timeout: want seconds > 0, got \"%s\"", optarg);
+                    return -1;
+                }
+                break;
+            case 'h': s_usage (stdout); exit (0);
+            default: s_usage (stderr); return -1;
+        }
+    }
+    if (!a->connect || optind < argc) {
+        s_usage (stderr);
+        return -1;
+    }
+    return 0;
+}
+
+//  ---------------------------------------------------------------------
+//  Messaging
+
+static size_t
+s_msg_bytes (const proto_msg_t *msg)
+{
+    size_t bytes = PROTO_HEADER_SIZE + 4 * proto_msg_tensor_count (msg);
+    int t = proto_msg_type (msg);
+    if (t == PROTO_MSG_ACTIVATIONS)
+        bytes += 4 * proto_msg_labels_count (msg);
+    return bytes;
+}
+
+static int
+s_send (cli_t *self, proto_msg_t **msg_p)
+{
+    size_t bytes = s_msg_bytes (*msg_p);
+    int type = proto_msg_type (*msg_p);
+    if (proto_msg_send (msg_p, self->dh)) {
+        pl_log_error ("client: sending %s failed: %s", proto_type_name (type),
+                      zmq_strerror (errno));
+        proto_msg_destroy (msg_p);
+        return -1;
+    }
+    self->stats.bytes_up += bytes;
+    return 0;
+}
+
+static void
+s_send_error (cli_t *self, uint32_t code, const char *text)
+{
+    proto_msg_t *msg = proto_msg_new (PROTO_MSG_ERROR);
+    proto_msg_set_error (msg, code, text);
+    s_send (self, &msg);
+}
+
+//  Next message from the server that is not a HEARTBEAT, waiting at most
+//  timeout_ms (-1: --timeout). NULL on silence, interrupt, socket error,
+//  malformed input (answered with ERROR), ERROR or BYE (sets self->bye).
+static proto_msg_t *
+s_recv (cli_t *self, int timeout_ms)
+{
+    bool patient = timeout_ms < 0;
+    double deadline = s_now () + (patient ? self->args.timeout_s : timeout_ms / 1000.0);
+    while (!s_interrupted) {
+        double left = deadline - s_now ();
+        if (left < 0)
+            left = 0;
+        zmq_pollitem_t item = { self->dh, 0, ZMQ_POLLIN, 0 };
+        int rc = zmq_poll (&item, 1, (long) (left * 1000.0 + 0.5));
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc <= 0) {
+            if (patient)
+                pl_log_error ("client: the server has been silent for %.0f s; giving up "
+                              "(--timeout)", self->args.timeout_s);
+            return NULL;
+        }
+        proto_msg_t *msg = NULL;
+        char err[NN_ERR_SIZE];
+        rc = proto_msg_recv (&msg, self->dh, &self->limits, err, sizeof err);
+        if (rc == PROTO_E_AGAIN)
+            continue;
+        if (rc != 0) {
+            pl_log_error ("client: from the server: %s", rc == PROTO_E_SOCKET
+                          ? zmq_strerror (errno) : err);
+            if (proto_code_is_malformed (rc))
+                s_send_error (self, rc == PROTO_E_VERSION ? PROTO_ERR_VERSION
+                                                          : PROTO_ERR_MALFORMED, err);
+            return NULL;
+        }
+        self->stats.bytes_down += s_msg_bytes (msg);
+        int type = proto_msg_type (msg);
+        if (type == PROTO_MSG_HEARTBEAT) {
+            proto_msg_destroy (&msg);
+            if (patient)
+                deadline = s_now () + self->args.timeout_s;
+            continue;
+        }
+        if (type == PROTO_MSG_BYE) {
+            self->bye = true;
+            proto_msg_destroy (&msg);
+            return NULL;
+        }
+        if (type == PROTO_MSG_ERROR) {
+            pl_log_error ("client: server error %u: %s", proto_msg_error_code (msg),
+                          proto_msg_error_text (msg));
+            proto_msg_destroy (&msg);
+            return NULL;
+        }
+        return msg;
+    }
+    return NULL;
+}
+
+//  A message that has no place here: tell the server and stop.
+static void
+s_unexpected (cli_t *self, proto_msg_t **msg_p, const char *waiting_for)
+{
+    char text[160];
+    snprintf (text, sizeof text, "client: got %s while waiting for %s",
+              proto_type_name (proto_msg_type (*msg_p)), waiting_for);
+    pl_log_error ("%s", text);
+    s_send_error (self, PROTO_ERR_STATE, text);
+    proto_msg_destroy (msg_p);
+}
+
+//  Wait for MODEL and load it. 0, 1 on BYE, -1 on failure.
+static int
+s_wait_model (cli_t *self)
+{
+    double t0 = s_now ();
+    proto_msg_t *msg = s_recv (self, -1);
+    self->stats.idle_s += s_now () - t0;
+    if (!msg)
+        return self->bye ? 1 : -1;
+    if (proto_msg_type (msg) != PROTO_MSG_MODEL) {
+        s_unexpected (self, &msg, "MODEL");
+        return -1;
+    }
+    const proto_slab_t *slab = proto_msg_slab (msg);
+    if (slab->unit_begin != 0
+    ||  slab->unit_end != (uint32_t) nn_model_unit_end (self->ctx[0])) {
+        pl_log_error ("client: MODEL holds units %u..%u, want 0..%d", slab->unit_begin,
+                      slab->unit_end, nn_model_unit_end (self->ctx[0]));
+        s_send_error (self, PROTO_ERR_SPEC, "MODEL for the wrong units");
+        proto_msg_destroy (&msg);
+        return -1;
+    }
+    //  proto checked count == limits.slab_count == our weights count.
+    memcpy (nn_model_weights (self->ctx[0]), proto_msg_tensor_data (msg),
+            sizeof (float) * nn_model_weights_count (self->ctx[0]));
+    proto_msg_destroy (&msg);
+    return 0;
+}
+
+static int
+s_send_params (cli_t *self)
+{
+    proto_msg_t *msg = proto_msg_new (PROTO_MSG_PARAMS);
+    proto_slab_t slab = { .unit_begin = 0,
+                          .unit_end = (uint32_t) nn_model_unit_end (self->ctx[0]),
+                          .count = nn_model_weights_count (self->ctx[0]),
+                          .sample_count = (uint64_t) self->shard_count };
+    memcpy (slab.spec_hash, self->spec_hash, PROTO_SPEC_HASH_SIZE);
+    proto_msg_set_route (msg, (uint32_t) self->id, self->cur_epoch, self->cur_iter, 0);
+    proto_msg_set_slab_copy (msg, &slab, nn_model_weights_const (self->ctx[0]));
+    return s_send (self, &msg);
+}
+
+static int
+s_send_stats (cli_t *self)
+{
+    proto_msg_t *msg = proto_msg_new (PROTO_MSG_STATS);
+    self->stats.epoch = self->cur_epoch;
+    proto_msg_set_route (msg, (uint32_t) self->id, self->cur_epoch, self->cur_iter, 0);
+    proto_msg_set_stats (msg, &self->stats);
+    int rc = s_send (self, &msg);
+    memset (&self->stats, 0, sizeof self->stats);
+    return rc;
+}
+
+//  ---------------------------------------------------------------------
+//  Training
+
+//  GRADIENTS for micro-batch i of the current iteration: backward in its
+//  context. -1 if the message does not match anything in flight.
+static int
+s_on_gradients (cli_t *self, proto_msg_t **msg_p)
+{
+    const proto_header_t *h = proto_msg_header (*msg_p);
+    const proto_tensor_desc_t *d = proto_msg_tensor (*msg_p);
+    uint32_t i = h->micro_batch;
+    if (h->epoch != self->cur_epoch || h->iteration != self->cur_iter
+    ||  i >= (uint32_t) self->micro || !self->awaiting[i]
+    ||  d->dims[0] != (uint32_t) self->mb) {
+        s_unexpected (self, msg_p, "GRADIENTS of a micro-batch in flight");
+        return -1;
+    }
+    double t0 = s_now ();
+    nn_model_backward (self->ctx[i], proto_msg_tensor_data (*msg_p), NULL);
+    self->stats.backward_s += s_now () - t0;
+    self->awaiting[i] = false;
+    self->pending--;
+    proto_msg_destroy (msg_p);
+    return 0;
+}
+
+//  Receive one message while micro-batches are in flight.
+static int
+s_pump (cli_t *self, int timeout_ms)
+{
+    double t0 = s_now ();
+    proto_msg_t *msg = s_recv (self, timeout_ms);
+    if (timeout_ms != 0)
+        self->stats.idle_s += s_now () - t0;
+    if (!msg)
+        return timeout_ms == 0 && !self->bye && !s_interrupted ? 1 : -1;
+    if (proto_msg_type (msg) != PROTO_MSG_GRADIENTS) {
+        s_unexpected (self, &msg, "GRADIENTS");
+        return -1;
+    }
+    return s_on_gradients (self, &msg);
+}
+
+static void
+s_no_free (void *data)
+{
+    (void) data;    //  the context's output buffer; see s_split_iteration
+}
+
+static int
+s_split_iteration (cli_t *self, const int *order)
+{
+    for (int i = 0; i < self->micro; i++) {
+        nn_dataset_batch (self->x[i], self->y[i], self->train, order + (size_t) i * self->mb,
+                          self->mb, &self->aug, &self->data_rng);
+        double t0 = s_now ();
+        const float *out = nn_model_forward (self->ctx[i], self->x[i], self->mb, true,
+                                             &self->rng);
+        self->stats.forward_s += s_now () - t0;
+        //  Zero-copy: the context's output is not written again before its
+        //  GRADIENTS are back, and they come back only after the server has
+        //  received (so libzmq has finished sending) these ACTIVATIONS.
+        nn_shape_t s = nn_model_output_shape (self->ctx[i]);
+        uint32_t dims[4] = { (uint32_t) self->mb, (uint32_t) s.h, (uint32_t) s.w,
+                             (uint32_t) s.c };
+        proto_msg_t *msg = proto_msg_new (PROTO_MSG_ACTIVATIONS);
+        proto_msg_set_route (msg, (uint32_t) self->id, self->cur_epoch, self->cur_iter,
+                             (uint32_t) i);
+        proto_msg_set_last (msg, i == self->micro - 1);
+        float *data = (float *) out;
+        if (proto_msg_set_tensor_owned (msg, &data, dims, 4, s_no_free)) {
+            proto_msg_destroy (&msg);
+            pl_log_error ("client: cannot build ACTIVATIONS");
+            return -1;
+        }
+        for (int k = 0; k < self->mb; k++)
+            self->labels[k] = self->y[i][k];
+        proto_msg_set_labels (msg, self->labels, (size_t) self->mb);
+        if (s_send (self, &msg))
+            return -1;
+        self->awaiting[i] = true;
+        self->pending++;
+        //  Consume what has arrived without waiting: the next forward runs
+        //  while this micro-batch is on the wire and on the server.
+        if (i < self->micro - 1) {
+            int rc;
+            while ((rc = s_pump (self, 0)) == 0)
+                ;
+            if (rc < 0)
+                return -1;
+        }
+    }
+    while (self->pending > 0)
+        if (s_pump (self, -1))
+            return -1;
+    double t0 = s_now ();
+    nn_sgd_step (nn_model_weights (self->ctx[0]), nn_model_optim_state (self->ctx[0]),
+                 nn_model_grads (self->ctx[0]), nn_model_params_count (self->ctx[0]),
+                 &self->sgd);
+    nn_model_zero_grad (self->ctx[0]);
+    self->stats.update_s += s_now () - t0;
+    return 0;
+}
+
+static void
+s_fl_iteration (cli_t *self, const int *order)
+{
+    nn_dataset_batch (self->x[0], self->y[0], self->train, order, self->batch, &self->aug,
+                      &self->data_rng);
+    double t0 = s_now ();
+    const float *out = nn_model_forward (self->ctx[0], self->x[0], self->batch, true,
+                                         &self->rng);
+    nn_softmax_xent (self->dlogits, out, self->y[0], self->batch, self->spec.classes,
+                     1.0f, NULL);
+    double t1 = s_now ();
+    nn_model_backward (self->ctx[0], self->dlogits, NULL);
+    double t2 = s_now ();
+    nn_sgd_step (nn_model_weights (self->ctx[0]), nn_model_optim_state (self->ctx[0]),
+                 nn_model_grads (self->ctx[0]), nn_model_params_count (self->ctx[0]),
+                 &self->sgd);
+    nn_model_zero_grad (self->ctx[0]);
+    self->stats.forward_s += t1 - t0;
+    self->stats.backward_s += t2 - t1;
+    self->stats.update_s += s_now () - t2;
+}
+
+//  0 when the run ended with BYE, -1 otherwise.
+static int
+s_train (cli_t *self)
+{
+    int agg = self->cfg.aggregation_frequency;
+    int *order = nn_malloc (sizeof (int) * (size_t) (self->shard_count + 1));
+    int rc = 0;
+    if (self->mode != PROTO_MODE_SL)
+        rc = s_wait_model (self);
+    for (int epoch = 1; rc == 0 && epoch <= self->cfg.epochs; epoch++) {
+        self->cur_epoch = (uint32_t) epoch;
+        self->cur_iter = 0;
+        if (self->mode == PROTO_MODE_SL && (rc = s_wait_model (self)) != 0)
+            break;
+        memcpy (order, self->shard, sizeof (int) * (size_t) self->shard_count);
+        nn_rng_shuffle_int (&self->data_rng, order, self->shard_count);
+        for (int it = 0; rc == 0 && it < self->iterations; it++) {
+            self->cur_iter = (uint32_t) it;
+            const int *batch = order + (size_t) it * self->batch;
+            if (self->mode == PROTO_MODE_FL)
+                s_fl_iteration (self, batch);
+            else if (s_split_iteration (self, batch))
+                rc = -1;
+            if (rc)
+                break;
+            self->cur_iter = (uint32_t) it + 1;
+            bool end = it == self->iterations - 1;
+            bool round = self->mode != PROTO_MODE_SL && agg > 0 && (it + 1) % agg == 0;
+            if (end) {
+                if (s_send_stats (self) || s_send_params (self))
+                    rc = -1;
+                else if (self->mode != PROTO_MODE_SL)
+                    rc = s_wait_model (self);
+            }
+            else if (round) {
+                if (s_send_params (self))
+                    rc = -1;
+                else
+                    rc = s_wait_model (self);
+            }
+        }
+    }
+    nn_free (order);
+    if (rc == 1 || self->bye)
+        return 0;
+    if (rc)
+        return -1;
+    //  Wait for BYE (in sl the other devices may still be training).
+    while (!self->bye) {
+        proto_msg_t *msg = s_recv (self, -1);
+        if (!msg)
+            return self->bye ? 0 : -1;
+        s_unexpected (self, &msg, "BYE");
+        return -1;
+    }
+    return 0;
+}
+
+//  ---------------------------------------------------------------------
+//  Joining
+
+static int
+s_join (cli_t *self)
+{
+    char err[NN_ERR_SIZE];
+    proto_msg_t *hello = proto_msg_new (PROTO_MSG_HELLO);
+    proto_hello_t h = { .protocol_version = PROTO_VERSION,
+                        .capabilities = PROTO_CAP_FL | PROTO_CAP_SPLIT,
+                        .requested_device_id = self->args.device_id,
+                        .sample_count = 0 };
+    snprintf (h.name, sizeof h.name, "pipelearn-client");
+    proto_msg_set_hello (hello, &h);
+    if (s_send (self, &hello))
+        return -1;
+    proto_msg_t *msg = s_recv (self, -1);
+    if (!msg)
+        return -1;
+    if (proto_msg_type (msg) != PROTO_MSG_WELCOME) {
+        s_unexpected (self, &msg, "WELCOME");
+        return -1;
+    }
+    self->plan = *proto_msg_plan (msg);
+    pl_config_defaults (&self->cfg);
+    int rc = pl_config_parse (&self->cfg, proto_msg_config (msg, NULL), "WELCOME", err,
+                              sizeof err);
+    proto_msg_destroy (&msg);
+    if (rc == 0)
+        rc = pl_config_check (&self->cfg, "WELCOME", err, sizeof err);
+    const proto_plan_t *p = &self->plan;
+    if (rc == 0 && (p->batch_size != (uint32_t) self->cfg.batch_size
+                    || p->batch_size % p->micro_batches
+                    || p->micro_batches > CLI_MAX_MICRO
+                    || p->devices != (uint32_t) self->cfg.devices
+                    || p->device_id >= p->devices)) {
+        snprintf (err, sizeof err, "WELCOME: plan (batch %u, %u micro-batches, device %u "
+                  "of %u) does not fit the config or this client", p->batch_size,
+                  p->micro_batches, p->device_id, p->devices);
+        rc = -1;
+    }
+    if (rc) {
+        pl_log_error ("client: %s", err);
+        s_send_error (self, PROTO_ERR_REFUSED, err);
+        return -1;
+    }
+    self->mode = (proto_mode_t) p->mode;
+    self->id = (int) p->device_id;
+    self->batch = (int) p->batch_size;
+    self->micro = (int) p->micro_batches;
+    self->mb = self->batch / self->micro;
+    pl_log_info ("client: joined as device %d of %u (%s, split %u, %d micro-batch(es))",
+                 self->id, p->devices, proto_mode_name ((int) self->mode), p->split_point,
+                 self->micro);
+    return 0;
+}
+
+//  Data and models for the plan.
+static int
+s_prepare (cli_t *self)
+{
+    char err[NN_ERR_SIZE];
+    const pl_config_t *cfg = &self->cfg;
+    const char *dir = self->args.data_dir ? self->args.data_dir
+                    : cfg->data_dir[0] ? cfg->data_dir : NULL;
+    self->train = nn_dataset_load_named (cfg->dataset, dir, true, cfg->samples, err,
+                                         sizeof err);
+    if (!self->train)
+        goto fail;
+    if (nn_model_spec_by_name (&self->spec, cfg->model, self->train->c, self->train->h,
+                               self->train->w, self->train->classes, err, sizeof err))
+        goto fail;
+    nn_model_spec_hash (&self->spec, self->spec_hash);
+    nn_rng_seed (&self->rng, cfg->seed);
+    nn_rng_t shard_rng = nn_rng_split (&self->rng, 2000);
+    int devices = (int) self->plan.devices, min_count = 0;
+    for (int d = 0; d < devices; d++) {
+        int count = 0;
+        int *s = nn_dataset_shard (self->train, cfg->partition, devices, d, cfg->samples,
+                                   cfg->dirichlet_alpha, &shard_rng, &count, err,
+                                   sizeof err);
+        if (!s)
+            goto fail;
+        if (d == 0 || count < min_count)
+            min_count = count;
+        if (d == self->id) {
+            self->shard = s;
+            self->shard_count = count;
+        }
+        else
+            nn_free (s);
+    }
+    self->iterations = min_count / self->batch;
+    if (self->iterations == 0) {
+        snprintf (err, sizeof err, "the smallest shard (%d samples) holds no batch of %d",
+                  min_count, self->batch);
+        goto fail;
+    }
+    self->data_rng = nn_rng_split (&self->rng, 1000 + (uint64_t) self->id);
+    int units = self->mode == PROTO_MODE_FL ? self->spec.units_count
+                                            : (int) self->plan.split_point;
+    if (units < 1 || units > self->spec.units_count
+    ||  (self->mode != PROTO_MODE_FL && units >= self->spec.units_count)) {
+        snprintf (err, sizeof err, "split point %d does not fit %s", units, cfg->model);
+        goto fail;
+    }
+    int max_batch = self->mode == PROTO_MODE_FL ? self->batch : self->mb;
+    self->ctx[0] = nn_model_new (&self->spec, 0, units, max_batch, err, sizeof err);
+    if (!self->ctx[0])
+        goto fail;
+    nn_model_init (self->ctx[0], &self->rng);
+    for (int i = 1; i < self->micro && self->mode != PROTO_MODE_FL; i++)
+        if (!(self->ctx[i] = nn_model_new_shared (self->ctx[0], err, sizeof err)))
+            goto fail;
+    size_t sample = nn_shape_size (nn_model_input_shape (self->ctx[0]));
+    int contexts = self->mode == PROTO_MODE_FL ? 1 : self->micro;
+    for (int i = 0; i < contexts; i++) {
+        nn_model_set_threads (self->ctx[i], self->args.threads);
+        self->x[i] = nn_alloc_aligned (sizeof (float) * sample * (size_t) max_batch);
+        self->y[i] = nn_malloc (sizeof (int) * (size_t) max_batch);
+    }
+    self->labels = nn_malloc (sizeof (int32_t) * (size_t) max_batch);
+    self->dlogits = nn_malloc (sizeof (float) * (size_t) max_batch
+                               * (size_t) self->spec.classes);
+    self->sgd = (nn_sgd_t) { (float) cfg->learning_rate, (float) cfg->momentum,
+                             (float) cfg->weight_decay };
+    self->aug = (nn_augment_t) { .augment = cfg->augment, .crop_pad = 4,
+                                 .flip = cfg->flip };
+    self->limits.max_batch = (uint32_t) max_batch;
+    self->limits.classes = (uint32_t) self->spec.classes;
+    self->limits.slab_count = nn_model_weights_count (self->ctx[0]);
+    self->limits.spec_hash = self->spec_hash;
+    if (self->mode != PROTO_MODE_FL) {
+        nn_shape_t s = nn_model_output_shape (self->ctx[0]);
+        self->limits.h = (uint32_t) s.h;
+        self->limits.w = (uint32_t) s.w;
+        self->limits.c = (uint32_t) s.c;
+    }
+    pl_log_info ("client: device %d: %d samples, %d iteration(s) per epoch", self->id,
+                 self->shard_count, self->iterations);
+    return 0;
+fail:
+    pl_log_error ("client: %s", err);
+    s_send_error (self, PROTO_ERR_INTERNAL, err);
+    return -1;
+}
+
+int
+main (int argc, char **argv)
+{
+    pl_blas_setup (argv);
+    cli_t *self = nn_calloc (1, sizeof *self);
+    if (s_parse_args (argc, argv, &self->args)) {
+        nn_free (self);
+        return 2;
+    }
+    pl_blas_set_threads (1);
+    zsys_init ();
+    zsys_handler_set (NULL);
+    struct sigaction sa = { .sa_handler = s_on_signal };
+    sigemptyset (&sa.sa_mask);
+    sigaction (SIGINT, &sa, NULL);
+    sigaction (SIGTERM, &sa, NULL);
+    int rc = 1;
+    self->dealer = zsock_new (ZMQ_DEALER);
+    if (!self->dealer) {
+        pl_log_error ("client: cannot create a DEALER socket");
+        nn_free (self);
+        return 1;
+    }
+    self->dh = zsock_resolve (self->dealer);
+    zsock_set_linger (self->dealer, 2000);
+    if (zmq_connect (self->dh, self->args.connect)) {
+        pl_log_error ("client: connect %s: %s", self->args.connect, zmq_strerror (errno));
+    }
+    else
+    if (s_join (self) == 0 && s_prepare (self) == 0 && s_train (self) == 0) {
+        pl_log_info ("client: device %d done", self->id);
+        rc = 0;
+    }
+    zsock_destroy (&self->dealer);
+    for (int i = CLI_MAX_MICRO - 1; i >= 0; i--) {
+        nn_model_destroy (&self->ctx[i]);
+        nn_free (self->x[i]);
+        nn_free (self->y[i]);
+    }
+    nn_free (self->labels);
+    nn_free (self->dlogits);
+    nn_free (self->shard);
+    nn_dataset_destroy (&self->train);
+    nn_free (self);
+    return rc;
+}

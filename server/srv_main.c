@@ -1,0 +1,928 @@
+/*  pipelearn-server: the edge server of a split (or federated) training run.
+
+    pipelearn-server --config FILE [--bind ENDPOINT] [--results DIR]
+                     [--set KEY=VALUE]... [--endpoint-file PATH] [--quiet]
+
+    One reactor thread polls the ROUTER and the worker actors' pipes. Each
+    device gets a worker owning its server replica (units P..U); in sl one
+    worker is shared. ACTIVATIONS go to the worker by pointer, GRADIENTS come
+    back the same way. PARAMS are collected per round and FedAvg'd (device
+    parts and server replicas); at the end of an epoch the merged model is
+    evaluated on the test set. Results: DIR/summary.json, DIR/timeline.csv,
+    DIR/model.ckpt.
+
+    Epoch end protocol (what the clients do): at the end of its epoch a
+    device sends STATS and then its epoch-final PARAMS, so the server knows
+    an aggregation round closes an epoch when every device's STATS for that
+    epoch has arrived.
+*/
+#include "nn_alloc.h"
+#include "nn_checkpoint.h"
+#include "nn_dataset.h"
+#include "nn_kernels.h"
+#include "nn_model.h"
+#include "nn_optim.h"
+#include "pl_blas.h"
+#include "pl_config.h"
+#include "pl_log.h"
+#include "pl_summary.h"
+#include "pl_timeline.h"
+#include "proto_msg.h"
+#include "srv_worker.h"
+
+#include <czmq.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SRV_MAX_DEVICES 64
+#define SRV_HEARTBEAT_S 5.0
+
+static volatile sig_atomic_t s_interrupted = 0;
+
+static void
+s_on_signal (int sig)
+{
+    (void) sig;
+    s_interrupted = 1;
+}
+
+typedef struct {
+    const char *config_path;
+    const char *results_dir;
+    const char *bind;
+    const char *endpoint_file;
+    bool quiet;
+} s_args_t;
+
+typedef struct {
+    bool joined;
+    uint8_t rid[PROTO_ROUTING_ID_MAX];
+    size_t rid_len;
+    proto_state_t state;
+    zactor_t *worker;           //  borrowed from srv_t.workers
+    float *params;              //  last PARAMS slab (weights_count)
+    bool params_in;
+    uint64_t samples;           //  PARAMS sample_count
+    proto_stats_t stats;
+    bool stats_in;
+} srv_device_t;
+
+typedef struct {
+    pl_config_t cfg;
+    proto_mode_t mode;
+    nn_model_spec_t spec;
+    int units, split, micro, batch;
+    zsock_t *router;
+    void *rh;
+    zpoller_t *poller;
+    proto_limits_t limits;
+    uint8_t spec_hash[NN_SPEC_HASH_SIZE];
+    int devices, joined;
+    srv_device_t dev[SRV_MAX_DEVICES];
+    zactor_t *workers[SRV_MAX_DEVICES];
+    int workers_count;
+    nn_model_t *devpart;        //  current device part (fl: the whole model)
+    nn_model_t *srvpart;        //  server part, for merging (split modes)
+    nn_model_t *full;           //  merged, evaluated, saved
+    size_t dev_wcount, srv_wcount;
+    nn_dataset_t *test;
+    pl_summary_t *summary;
+    pl_timeline_t *timeline;
+    const char *results;
+    bool started, done;
+    int rc;
+    int epoch;                  //  1-based
+    int sl_turn;
+    double epoch_start;
+    double loss_sum;            //  sum of micro-batch losses (scaled 1/N)
+    long iterations, samples_seen, correct;
+    double last_heartbeat;
+    double origin;
+    bool quiet;
+} srv_t;
+
+static double
+s_now (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void
+s_usage (FILE *out)
+{
+    fprintf (out,
+        "usage: pipelearn-server --config FILE [--bind tcp://*:PORT] [--results DIR]\n"
+        "                        [--set KEY=VALUE]... [--endpoint-file PATH] [--quiet]\n"
+        "Runs the server side of a pipelearn/sfl/sl/fl run for the configured\n"
+        "number of devices and writes DIR/summary.json, DIR/timeline.csv and\n"
+        "DIR/model.ckpt. --endpoint-file writes the bound endpoint (useful with\n"
+        "tcp://127.0.0.1:*).\n");
+}
+
+static int
+s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
+{
+    static const struct option opts[] = {
+        { "config", required_argument, NULL, 'c' },
+        { "results", required_argument, NULL, 'r' },
+        { "bind", required_argument, NULL, 'b' },
+        { "set", required_argument, NULL, 's' },
+        { "endpoint-file", required_argument, NULL, 'E' },
+        { "quiet", no_argument, NULL, 'q' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 }
+    };
+    char err[NN_ERR_SIZE];
+    for (int i = 1; i < argc - 1; i++)
+        if (strcmp (argv[i], "--config") == 0)
+            args->config_path = argv[i + 1];
+        else if (strncmp (argv[i], "--config=", 9) == 0)
+            args->config_path = argv[i] + 9;
+    if (args->config_path && pl_config_load (cfg, args->config_path, err, sizeof err)) {
+        pl_log_error ("%s", err);
+        return -1;
+    }
+    int c;
+    while ((c = getopt_long (argc, argv, "c:r:b:s:E:qh", opts, NULL)) != -1) {
+        switch (c) {
+            case 'c': break;
+            case 'r': args->results_dir = optarg; break;
+            case 'b': args->bind = optarg; break;
+            case 'E': args->endpoint_file = optarg; break;
+            case 'q': args->quiet = true; break;
+            case 'h': s_usage (stdout); exit (0);
+            case 's':
+                if (pl_config_set (cfg, optarg, err, sizeof err)) {
+                    pl_log_error ("%s", err);
+                    return -1;
+                }
+                break;
+            default: s_usage (stderr); return -1;
+        }
+    }
+    if (optind < argc) {
+        pl_log_error ("unexpected argument \"%s\"", argv[optind]);
+        s_usage (stderr);
+        return -1;
+    }
+    const char *src = args->config_path ? args->config_path : "config";
+    if (pl_config_check (cfg, src, err, sizeof err)) {
+        pl_log_error ("%s", err);
+        return -1;
+    }
+    if (cfg->split_point == PL_AUTO || cfg->micro_batches == PL_AUTO) {
+        pl_log_error ("%s: split_point, micro_batches: \"auto\" needs the planner, which "
+                      "this server does not have yet; give numbers", src);
+        return -1;
+    }
+    if (strcmp (cfg->mode, "pipelearn") == 0 && cfg->batch_size % cfg->micro_batches) {
+        pl_log_error ("%s: micro_batches, batch_size: %d micro-batches must divide the "
+                      "batch of %d samples", src, cfg->micro_batches, cfg->batch_size);
+        return -1;
+    }
+    if (cfg->devices > SRV_MAX_DEVICES) {
+        pl_log_error ("%s: devices: at most %d, got %d", src, SRV_MAX_DEVICES,
+                      cfg->devices);
+        return -1;
+    }
+    return 0;
+}
+
+//  ---------------------------------------------------------------------
+//  Sending
+
+static void
+s_send (srv_t *self, srv_device_t *d, proto_msg_t **msg_p)
+{
+    int type = proto_msg_type (*msg_p);
+    if (proto_msg_send_to (msg_p, self->rh, d->rid, d->rid_len)) {
+        pl_log_warn ("server: sending %s to a device failed: %s", proto_type_name (type),
+                     zmq_strerror (errno));
+        proto_msg_destroy (msg_p);
+        return;
+    }
+    d->state = proto_state_next (d->state, type, PROTO_DOWN);
+}
+
+static void
+s_send_error_to (srv_t *self, const uint8_t *rid, size_t rid_len, uint32_t code,
+                 const char *text)
+{
+    proto_msg_t *msg = proto_msg_new (PROTO_MSG_ERROR);
+    char clipped[PROTO_TEXT_MAX];
+    snprintf (clipped, sizeof clipped, "%s", text);
+    proto_msg_set_error (msg, code, clipped);
+    if (proto_msg_send_to (&msg, self->rh, rid, rid_len))
+        proto_msg_destroy (&msg);
+}
+
+static srv_device_t *
+s_find (srv_t *self, const uint8_t *rid, size_t rid_len)
+{
+    for (int i = 0; i < self->devices; i++)
+        if (self->dev[i].joined && self->dev[i].rid_len == rid_len
+        &&  memcmp (self->dev[i].rid, rid, rid_len) == 0)
+            return &self->dev[i];
+    return NULL;
+}
+
+//  A joined device misbehaved or left: the run cannot finish without it.
+static void
+s_abort_run (srv_t *self, srv_device_t *culprit, const char *why)
+{
+    pl_log_error ("server: device %d: %s; aborting the run", (int) (culprit - self->dev),
+                  why);
+    culprit->joined = false;
+    for (int i = 0; i < self->devices; i++)
+        if (self->dev[i].joined) {
+            s_send_error_to (self, self->dev[i].rid, self->dev[i].rid_len,
+                             PROTO_ERR_INTERNAL, "run aborted: a device failed");
+            self->dev[i].joined = false;
+        }
+    self->rc = 1;
+    self->done = true;
+}
+
+static void
+s_send_model (srv_t *self, srv_device_t *d)
+{
+    proto_msg_t *msg = proto_msg_new (PROTO_MSG_MODEL);
+    proto_slab_t slab = { .unit_begin = 0,
+                          .unit_end = (uint32_t) nn_model_unit_end (self->devpart),
+                          .count = self->dev_wcount, .sample_count = 0 };
+    memcpy (slab.spec_hash, self->spec_hash, PROTO_SPEC_HASH_SIZE);
+    proto_msg_set_route (msg, (uint32_t) (d - self->dev), (uint32_t) self->epoch, 0, 0);
+    proto_msg_set_slab_copy (msg, &slab, nn_model_weights_const (self->devpart));
+    s_send (self, d, &msg);
+}
+
+//  ---------------------------------------------------------------------
+//  Worker requests (synchronous; see srv_worker.h)
+
+static void s_on_grad (srv_t *self, proto_msg_t *grad);
+
+static void *
+s_worker_call (srv_t *self, zactor_t *w, const char *cmd, void *arg, const char *want)
+{
+    zsock_send (w, "sp", cmd, arg);
+    while (true) {
+        char *tag = NULL;
+        void *ptr = NULL;
+        if (zsock_recv (w, "sp", &tag, &ptr) || !tag)
+            return NULL;
+        bool match = streq (tag, want);
+        bool grad = streq (tag, "GRAD");
+        zstr_free (&tag);
+        if (match)
+            return ptr;
+        if (grad)
+            s_on_grad (self, ptr);
+    }
+}
+
+//  ---------------------------------------------------------------------
+//  Evaluation, epochs, results
+
+static void
+s_evaluate (srv_t *self, double *loss, double *acc)
+{
+    int b = self->batch;
+    int *idx = nn_malloc (sizeof (int) * (size_t) b);
+    int *y = nn_malloc (sizeof (int) * (size_t) b);
+    size_t sample = nn_shape_size (nn_model_input_shape (self->full));
+    float *x = nn_alloc_aligned (sizeof (float) * sample * (size_t) b);
+    double total = 0.0;
+    int correct = 0;
+    const nn_dataset_t *test = self->test;
+    for (int start = 0; start < test->count; start += b) {
+        int n = test->count - start < b ? test->count - start : b;
+        for (int i = 0; i < n; i++)
+            idx[i] = start + i;
+        nn_dataset_batch (x, y, test, idx, n, NULL, NULL);
+        const float *out = nn_model_forward (self->full, x, n, false, NULL);
+        total += (double) nn_softmax_xent (NULL, out, y, n, self->spec.classes, 1.0f,
+                                           &correct) * n;
+    }
+    *loss = test->count ? total / test->count : 0.0;
+    *acc = test->count ? (double) correct / test->count : 0.0;
+    nn_free (idx);
+    nn_free (y);
+    nn_free (x);
+}
+
+//  Merge the current device part and server part into the full model.
+static void
+s_merge (srv_t *self)
+{
+    nn_model_copy_tensors (self->full, self->devpart);
+    if (self->mode != PROTO_MODE_FL) {
+        float *w = s_worker_call (self, self->workers[0], "GETW", NULL, "WGTS");
+        if (w) {
+            memcpy (nn_model_weights (self->srvpart), w, sizeof (float) * self->srv_wcount);
+            nn_free (w);
+        }
+        nn_model_copy_tensors (self->full, self->srvpart);
+    }
+}
+
+static void
+s_finish (srv_t *self)
+{
+    char err[NN_ERR_SIZE], path[1024];
+    for (int i = 0; i < self->workers_count; i++) {
+        pl_timeline_t *tl = s_worker_call (self, self->workers[i], "TL", NULL, "TL");
+        if (!tl)
+            continue;
+        const pl_event_t *ev = pl_timeline_events (tl);
+        for (size_t k = 0; k < pl_timeline_count (tl); k++)
+            pl_timeline_add_event (self->timeline, &ev[k]);
+        pl_timeline_destroy (&tl);
+    }
+    snprintf (path, sizeof path, "%s/timeline.csv", self->results);
+    unlink (path);
+    if (pl_timeline_write_csv (self->timeline, path, err, sizeof err)) {
+        pl_log_error ("%s", err);
+        self->rc = 1;
+    }
+    snprintf (path, sizeof path, "%s/model.ckpt", self->results);
+    if (nn_checkpoint_save (path, self->full, false, err, sizeof err)) {
+        pl_log_error ("%s", err);
+        self->rc = 1;
+    }
+    for (int i = 0; i < self->devices; i++)
+        if (self->dev[i].joined) {
+            proto_msg_t *bye = proto_msg_new (PROTO_MSG_BYE);
+            s_send (self, &self->dev[i], &bye);
+            self->dev[i].joined = false;
+        }
+    self->done = true;
+}
+
+//  Every device finished the epoch: evaluate, record, start the next
+//  epoch or finish.
+static void
+s_end_epoch (srv_t *self)
+{
+    double wall = s_now () - self->epoch_start;
+    s_merge (self);
+    pl_epoch_stats_t st = { .epoch = self->epoch, .wall_s = wall };
+    long samples = self->samples_seen;
+    if (self->mode == PROTO_MODE_FL)
+        for (int i = 0; i < self->devices; i++)
+            samples += (long) self->dev[i].samples;
+    else {
+        st.train_loss = self->iterations ? self->loss_sum / self->iterations : 0.0;
+        st.train_acc = samples ? (double) self->correct / samples : 0.0;
+    }
+    st.images_per_s = wall > 0 ? samples / wall : 0.0;
+    double t0 = s_now ();
+    s_evaluate (self, &st.test_loss, &st.test_acc);
+    st.eval_s = s_now () - t0;
+    cJSON *ej = pl_summary_add_epoch (self->summary, &st);
+    double busy = 0.0;
+    for (int i = 0; i < self->workers_count; i++) {
+        double *b = s_worker_call (self, self->workers[i], "BUSY", NULL, "BUSY");
+        if (b) {
+            busy += *b;
+            nn_free (b);
+        }
+    }
+    cJSON *server = cJSON_AddObjectToObject (ej, "server");
+    cJSON_AddNumberToObject (server, "busy_s", busy);
+    double idle = wall * self->workers_count - busy;
+    cJSON_AddNumberToObject (server, "idle_s", idle > 0 ? idle : 0.0);
+    cJSON_AddNumberToObject (server, "workers", self->workers_count);
+    cJSON *devs = cJSON_AddArrayToObject (ej, "devices");
+    for (int i = 0; i < self->devices; i++) {
+        const proto_stats_t *s = &self->dev[i].stats;
+        cJSON *o = cJSON_CreateObject ();
+        cJSON_AddNumberToObject (o, "id", i);
+        cJSON_AddNumberToObject (o, "samples", (double) self->dev[i].samples);
+        cJSON_AddNumberToObject (o, "forward_s", s->forward_s);
+        cJSON_AddNumberToObject (o, "backward_s", s->backward_s);
+        cJSON_AddNumberToObject (o, "update_s", s->update_s);
+        cJSON_AddNumberToObject (o, "idle_s", s->idle_s);
+        cJSON_AddNumberToObject (o, "bytes_up", (double) s->bytes_up);
+        cJSON_AddNumberToObject (o, "bytes_down", (double) s->bytes_down);
+        cJSON_AddItemToArray (devs, o);
+        self->dev[i].stats_in = false;
+    }
+    if (!self->quiet) {
+        if (self->epoch == 1)
+            printf ("%5s %10s %10s %10s %10s %10s %8s %8s\n", "epoch", "loss", "train_acc",
+                    "test_acc", "images/s", "wall_s", "eval_s", "busy_s");
+        printf ("%5d %10.4f %9.2f%% %9.2f%% %10.0f %10.2f %8.2f %8.2f\n", self->epoch,
+                st.train_loss, 100.0 * st.train_acc, 100.0 * st.test_acc, st.images_per_s,
+                wall, st.eval_s, busy);
+        fflush (stdout);
+    }
+    char err[NN_ERR_SIZE];
+    if (pl_summary_write (self->summary, self->results, err, sizeof err)) {
+        pl_log_error ("%s", err);
+        self->rc = 1;
+    }
+    self->loss_sum = 0.0;
+    self->iterations = self->samples_seen = self->correct = 0;
+    if (self->epoch >= self->cfg.epochs) {
+        s_finish (self);
+        return;
+    }
+    self->epoch++;
+    self->epoch_start = s_now ();
+    if (self->mode == PROTO_MODE_SL) {
+        self->sl_turn = 0;
+        s_send_model (self, &self->dev[0]);
+    }
+    else
+        for (int i = 0; i < self->devices; i++)
+            s_send_model (self, &self->dev[i]);
+}
+
+//  Every device sent PARAMS for this round: FedAvg everything, answer MODEL
+//  (or close the epoch first when every device also sent its STATS).
+static void
+s_aggregate (srv_t *self)
+{
+    const float *srcs[SRV_MAX_DEVICES];
+    double weights[SRV_MAX_DEVICES];
+    bool epoch_end = true;
+    for (int i = 0; i < self->devices; i++) {
+        srcs[i] = self->dev[i].params;
+        weights[i] = (double) self->dev[i].samples;
+        self->dev[i].params_in = false;
+        epoch_end = epoch_end && self->dev[i].stats_in;
+    }
+    nn_fedavg (nn_model_weights (self->devpart), srcs, weights, self->devices,
+               self->dev_wcount);
+    if (self->mode != PROTO_MODE_FL && self->workers_count > 1) {
+        float *ws[SRV_MAX_DEVICES];
+        for (int i = 0; i < self->workers_count; i++)
+            ws[i] = s_worker_call (self, self->workers[i], "GETW", NULL, "WGTS");
+        float *avg = nn_malloc (sizeof (float) * self->srv_wcount);
+        nn_fedavg (avg, (const float *const *) ws, weights, self->workers_count,
+                   self->srv_wcount);
+        for (int i = 0; i < self->workers_count; i++) {
+            s_worker_call (self, self->workers[i], "SETW", avg, "OK");
+            nn_free (ws[i]);
+        }
+        nn_free (avg);
+    }
+    if (epoch_end)
+        s_end_epoch (self);
+    else
+        for (int i = 0; i < self->devices; i++)
+            s_send_model (self, &self->dev[i]);
+}
+
+//  ---------------------------------------------------------------------
+//  Messages from devices
+
+static void
+s_on_grad (srv_t *self, proto_msg_t *grad)
+{
+    if (!grad) {
+        pl_log_error ("server: a worker could not build GRADIENTS");
+        self->rc = 1;
+        self->done = true;
+        return;
+    }
+    const proto_header_t *h = proto_msg_header (grad);
+    const proto_loss_t *l = proto_msg_loss (grad);
+    self->loss_sum += l->loss;
+    self->correct += l->correct;
+    self->samples_seen += l->count;
+    if (proto_msg_is_last (grad))
+        self->iterations++;
+    srv_device_t *d = &self->dev[h->device_id];
+    if (!d->joined) {
+        proto_msg_destroy (&grad);
+        return;
+    }
+    s_send (self, d, &grad);
+}
+
+static void
+s_start (srv_t *self)
+{
+    self->started = true;
+    self->epoch = 1;
+    self->epoch_start = s_now ();
+    pl_log_info ("server: all %d device(s) joined; training (%s, split %d, %d "
+                 "micro-batch(es), batch %d)", self->devices, self->cfg.mode, self->split,
+                 self->micro, self->batch);
+    if (self->mode == PROTO_MODE_SL)
+        s_send_model (self, &self->dev[0]);
+    else
+        for (int i = 0; i < self->devices; i++)
+            s_send_model (self, &self->dev[i]);
+}
+
+static void
+s_on_hello (srv_t *self, proto_msg_t *msg, const uint8_t *rid, size_t rid_len)
+{
+    const proto_hello_t *hello = proto_msg_hello (msg);
+    uint32_t need = self->mode == PROTO_MODE_FL ? PROTO_CAP_FL : PROTO_CAP_SPLIT;
+    if (!(hello->capabilities & need)) {
+        s_send_error_to (self, rid, rid_len, PROTO_ERR_REFUSED,
+                         "capability missing for this run's mode");
+        return;
+    }
+    if (self->started || self->joined >= self->devices) {
+        s_send_error_to (self, rid, rid_len, PROTO_ERR_REFUSED, "run is full");
+        return;
+    }
+    int id = -1;
+    int req = hello->requested_device_id;
+    if (req >= 0 && req < self->devices && !self->dev[req].joined)
+        id = req;
+    for (int i = 0; id < 0 && i < self->devices; i++)
+        if (!self->dev[i].joined)
+            id = i;
+    srv_device_t *d = &self->dev[id];
+    memset (d, 0, sizeof *d);
+    d->joined = true;
+    memcpy (d->rid, rid, rid_len);
+    d->rid_len = rid_len;
+    d->state = proto_state_next (PROTO_STATE_CONNECTING, PROTO_MSG_HELLO, PROTO_UP);
+    d->worker = self->workers[self->mode == PROTO_MODE_SL ? 0 : id];
+    d->params = nn_malloc (sizeof (float) * self->dev_wcount);
+    self->joined++;
+
+    proto_msg_t *w = proto_msg_new (PROTO_MSG_WELCOME);
+    proto_msg_set_route (w, (uint32_t) id, 0, 0, 0);
+    cJSON *json = pl_config_to_json (&self->cfg);
+    char *text = json ? cJSON_PrintUnformatted (json) : NULL;
+    cJSON_Delete (json);
+    if (!text || proto_msg_set_config (w, text, strlen (text))) {
+        pl_log_error ("server: cannot encode the config for WELCOME");
+        free (text);
+        proto_msg_destroy (&w);
+        s_abort_run (self, d, "internal error");
+        return;
+    }
+    free (text);
+    proto_plan_t plan = { .device_id = (uint32_t) id,
+                          .split_point = self->mode == PROTO_MODE_FL ? 0
+                                                                     : (uint32_t) self->split,
+                          .micro_batches = (uint32_t) self->micro,
+                          .batch_size = (uint32_t) self->batch,
+                          .devices = (uint32_t) self->devices,
+                          .mode = (uint32_t) self->mode, .shard_begin = 0,
+                          .shard_count = 0, .seed = self->cfg.seed };
+    proto_msg_set_plan (w, &plan);
+    s_send (self, d, &w);
+    pl_log_info ("server: device %d joined (%s)", id, hello->name);
+    if (self->joined == self->devices)
+        s_start (self);
+}
+
+static void
+s_on_params (srv_t *self, srv_device_t *d, proto_msg_t *msg)
+{
+    const proto_slab_t *slab = proto_msg_slab (msg);
+    const proto_header_t *h = proto_msg_header (msg);
+    if (slab->unit_begin != 0 || slab->unit_end != (uint32_t) nn_model_unit_end (self->devpart)
+    ||  h->epoch != (uint32_t) self->epoch || d->params_in) {
+        s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE,
+                         "PARAMS for the wrong units, epoch or round");
+        s_abort_run (self, d, "unexpected PARAMS");
+        return;
+    }
+    memcpy (d->params, proto_msg_tensor_data (msg), sizeof (float) * self->dev_wcount);
+    d->samples = slab->sample_count;
+    d->params_in = true;
+    if (self->mode == PROTO_MODE_SL) {
+        int k = (int) (d - self->dev);
+        if (k != self->sl_turn) {
+            s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE, "not your turn");
+            s_abort_run (self, d, "PARAMS out of turn");
+            return;
+        }
+        d->params_in = false;
+        memcpy (nn_model_weights (self->devpart), d->params,
+                sizeof (float) * self->dev_wcount);
+        if (++self->sl_turn < self->devices)
+            s_send_model (self, &self->dev[self->sl_turn]);
+        else
+            s_end_epoch (self);
+        return;
+    }
+    for (int i = 0; i < self->devices; i++)
+        if (!self->dev[i].params_in)
+            return;
+    s_aggregate (self);
+}
+
+static void
+s_on_router (srv_t *self)
+{
+    proto_msg_t *msg = NULL;
+    uint8_t rid[PROTO_ROUTING_ID_MAX];
+    size_t rid_len = 0;
+    char err[NN_ERR_SIZE];
+    int rc = proto_msg_recv_from (&msg, self->rh, rid, &rid_len, &self->limits, err,
+                                  sizeof err);
+    if (rc == PROTO_E_AGAIN)
+        return;
+    if (rc == PROTO_E_SOCKET) {
+        pl_log_error ("server: receive failed: %s", zmq_strerror (errno));
+        return;
+    }
+    srv_device_t *d = rid_len ? s_find (self, rid, rid_len) : NULL;
+    if (rc != 0) {
+        pl_log_warn ("server: malformed message from %s: %s",
+                     d ? "a device" : "an unknown peer", err);
+        if (rid_len)
+            s_send_error_to (self, rid, rid_len,
+                             rc == PROTO_E_VERSION ? PROTO_ERR_VERSION
+                                                   : PROTO_ERR_MALFORMED, err);
+        if (d)
+            s_abort_run (self, d, "sent a malformed message");
+        return;
+    }
+    int type = proto_msg_type (msg);
+    if (!d) {
+        if (type == PROTO_MSG_HELLO)
+            s_on_hello (self, msg, rid, rid_len);
+        else {
+            pl_log_warn ("server: %s from an unknown peer; answered ERROR",
+                         proto_type_name (type));
+            s_send_error_to (self, rid, rid_len, PROTO_ERR_STATE,
+                             "send HELLO first");
+        }
+        proto_msg_destroy (&msg);
+        return;
+    }
+    if (!proto_msg_allowed (self->mode, d->state, msg, PROTO_UP)) {
+        char text[128];
+        snprintf (text, sizeof text, "%s not allowed in this state", proto_type_name (type));
+        s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE, text);
+        proto_msg_destroy (&msg);
+        s_abort_run (self, d, text);
+        return;
+    }
+    int id = (int) (d - self->dev);
+    switch (type) {
+        case PROTO_MSG_ACTIVATIONS: {
+            const proto_header_t *h = proto_msg_header (msg);
+            if (h->epoch != (uint32_t) self->epoch
+            ||  (self->mode == PROTO_MODE_SL && id != self->sl_turn)) {
+                s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE,
+                                 "ACTIVATIONS for another epoch or out of turn");
+                proto_msg_destroy (&msg);
+                s_abort_run (self, d, "unexpected ACTIVATIONS");
+                return;
+            }
+            //  The worker routes GRADIENTS by the header's device id.
+            proto_msg_set_route (msg, (uint32_t) id, h->epoch, h->iteration, h->micro_batch);
+            zsock_send (d->worker, "sp", "ACT", msg);
+            return;
+        }
+        case PROTO_MSG_PARAMS:
+            s_on_params (self, d, msg);
+            break;
+        case PROTO_MSG_STATS:
+            d->stats = *proto_msg_stats (msg);
+            d->stats_in = true;
+            break;
+        case PROTO_MSG_HEARTBEAT:
+            break;
+        case PROTO_MSG_BYE:
+        case PROTO_MSG_ERROR:
+            d->joined = false;
+            s_abort_run (self, d, type == PROTO_MSG_BYE ? "left (BYE)" : "sent ERROR");
+            break;
+        default:
+            s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE,
+                             "message type not used by this server");
+            s_abort_run (self, d, "unexpected message type");
+            break;
+    }
+    proto_msg_destroy (&msg);
+}
+
+static void
+s_on_worker (srv_t *self, zactor_t *w)
+{
+    char *tag = NULL;
+    void *ptr = NULL;
+    if (zsock_recv (w, "sp", &tag, &ptr) || !tag)
+        return;
+    if (streq (tag, "GRAD"))
+        s_on_grad (self, ptr);
+    else
+        pl_log_error ("server: unexpected worker reply \"%s\" (bug)", tag);
+    zstr_free (&tag);
+}
+
+static void
+s_heartbeat (srv_t *self)
+{
+    double now = s_now ();
+    if (now - self->last_heartbeat < SRV_HEARTBEAT_S)
+        return;
+    self->last_heartbeat = now;
+    for (int i = 0; i < self->devices; i++)
+        if (self->dev[i].joined) {
+            proto_msg_t *hb = proto_msg_new (PROTO_MSG_HEARTBEAT);
+            s_send (self, &self->dev[i], &hb);
+        }
+}
+
+//  ---------------------------------------------------------------------
+
+static int
+s_setup (srv_t *self, const s_args_t *args)
+{
+    char err[NN_ERR_SIZE];
+    pl_config_t *cfg = &self->cfg;
+    self->mode = (proto_mode_t) proto_mode_from_name (cfg->mode);
+    self->batch = cfg->batch_size;
+    self->micro = self->mode == PROTO_MODE_PIPELEARN ? cfg->micro_batches : 1;
+    self->devices = cfg->devices;
+    const char *dir = cfg->data_dir[0] ? cfg->data_dir : NULL;
+    self->test = nn_dataset_load_named (cfg->dataset, dir, false, cfg->test_samples, err,
+                                        sizeof err);
+    if (!self->test) {
+        pl_log_error ("%s", err);
+        return -1;
+    }
+    if (nn_model_spec_by_name (&self->spec, cfg->model, self->test->c, self->test->h,
+                               self->test->w, self->test->classes, err, sizeof err)) {
+        pl_log_error ("config: model: %s", err);
+        return -1;
+    }
+    self->units = self->spec.units_count;
+    self->split = self->mode == PROTO_MODE_FL ? self->units : cfg->split_point;
+    nn_model_spec_hash (&self->spec, self->spec_hash);
+    int mb = self->batch / self->micro;
+    self->devpart = nn_model_new (&self->spec, 0, self->split, 1, err, sizeof err);
+    self->full = self->devpart ? nn_model_new (&self->spec, 0, self->units, self->batch,
+                                               err, sizeof err) : NULL;
+    if (!self->full) {
+        pl_log_error ("%s", err);
+        return -1;
+    }
+    nn_rng_t rng;
+    nn_rng_seed (&rng, cfg->seed);
+    nn_model_init (self->devpart, &rng);
+    nn_model_init (self->full, &rng);
+    self->dev_wcount = nn_model_weights_count (self->devpart);
+
+    self->limits.max_batch = (uint32_t) mb;
+    self->limits.classes = (uint32_t) self->spec.classes;
+    self->limits.slab_count = self->dev_wcount;
+    self->limits.spec_hash = self->spec_hash;
+    if (self->mode != PROTO_MODE_FL) {
+        self->srvpart = nn_model_new (&self->spec, self->split, self->units, 1, err,
+                                      sizeof err);
+        if (!self->srvpart) {
+            pl_log_error ("%s", err);
+            return -1;
+        }
+        self->srv_wcount = nn_model_weights_count (self->srvpart);
+        nn_shape_t s = nn_model_output_shape (self->devpart);
+        self->limits.h = (uint32_t) s.h;
+        self->limits.w = (uint32_t) s.w;
+        self->limits.c = (uint32_t) s.c;
+        self->workers_count = self->mode == PROTO_MODE_SL ? 1 : self->devices;
+        for (int i = 0; i < self->workers_count; i++) {
+            srv_worker_args_t wa = {
+                .spec = &self->spec, .unit_begin = self->split, .max_batch = mb,
+                .micro_batches = self->micro, .seed = cfg->seed,
+                .sgd = { (float) cfg->learning_rate, (float) cfg->momentum,
+                         (float) cfg->weight_decay },
+                .origin = self->origin
+            };
+            if (self->mode == PROTO_MODE_SL)
+                snprintf (wa.who, sizeof wa.who, "server");
+            else
+                snprintf (wa.who, sizeof wa.who, "server:d%d", i & 0xffff);
+            self->workers[i] = zactor_new (srv_worker_actor, &wa);
+            if (!self->workers[i]) {
+                pl_log_error ("server: cannot start worker %d", i);
+                return -1;
+            }
+        }
+    }
+    self->router = zsock_new (ZMQ_ROUTER);
+    if (!self->router) {
+        pl_log_error ("server: cannot create the ROUTER socket");
+        return -1;
+    }
+    self->rh = zsock_resolve (self->router);
+    zsock_set_linger (self->router, 2000);
+    if (proto_socket_limit (self->rh, &self->limits))
+        pl_log_warn ("server: ZMQ_MAXMSGSIZE: %s", zmq_strerror (errno));
+    const char *bind = args->bind ? args->bind : cfg->bind;
+    if (zmq_bind (self->rh, bind)) {
+        pl_log_error ("server: bind %s: %s", bind, zmq_strerror (errno));
+        return -1;
+    }
+    char endpoint[256] = "";
+    size_t len = sizeof endpoint;
+    zmq_getsockopt (self->rh, ZMQ_LAST_ENDPOINT, endpoint, &len);
+    pl_log_info ("server: listening on %s for %d device(s), mode %s", endpoint,
+                 self->devices, cfg->mode);
+    if (args->endpoint_file) {
+        char path[1024];
+        snprintf (path, sizeof path, "%s", args->endpoint_file);
+        if (pl_write_file_atomic (path, endpoint, strlen (endpoint), err, sizeof err)) {
+            pl_log_error ("%s", err);
+            return -1;
+        }
+    }
+    self->poller = zpoller_new (self->router, NULL);
+    for (int i = 0; i < self->workers_count; i++)
+        zpoller_add (self->poller, self->workers[i]);
+    return 0;
+}
+
+static void
+s_teardown (srv_t *self)
+{
+    zpoller_destroy (&self->poller);
+    for (int i = 0; i < self->workers_count; i++)
+        zactor_destroy (&self->workers[i]);
+    zsock_destroy (&self->router);
+    for (int i = 0; i < SRV_MAX_DEVICES; i++)
+        nn_free (self->dev[i].params);
+    nn_model_destroy (&self->devpart);
+    nn_model_destroy (&self->srvpart);
+    nn_model_destroy (&self->full);
+    nn_dataset_destroy (&self->test);
+    pl_summary_destroy (&self->summary);
+    pl_timeline_destroy (&self->timeline);
+}
+
+int
+main (int argc, char **argv)
+{
+    pl_blas_setup (argv);
+    srv_t *self = nn_calloc (1, sizeof *self);
+    pl_config_defaults (&self->cfg);
+    s_args_t args = { 0 };
+    if (s_parse_args (argc, argv, &args, &self->cfg)) {
+        nn_free (self);
+        return 2;
+    }
+    pl_blas_set_threads (1);
+    zsys_init ();
+    zsys_handler_set (NULL);
+    struct sigaction sa = { .sa_handler = s_on_signal };
+    sigemptyset (&sa.sa_mask);
+    sigaction (SIGINT, &sa, NULL);
+    sigaction (SIGTERM, &sa, NULL);
+    self->quiet = args.quiet;
+    self->results = args.results_dir ? args.results_dir : self->cfg.results_dir;
+    self->origin = pl_wall_clock ();
+    self->timeline = pl_timeline_new (self->origin);
+    self->summary = pl_summary_new (&self->cfg, "pipelearn-server", 1);
+    if (s_setup (self, &args)) {
+        s_teardown (self);
+        nn_free (self);
+        return 1;
+    }
+    while (!self->done && !s_interrupted) {
+        void *which = zpoller_wait (self->poller, 1000);
+        if (which == self->router) {
+            //  Drain what is queued so one busy device cannot starve others.
+            for (int k = 0; k < 64 && !self->done; k++) {
+                s_on_router (self);
+                if (!(zsock_events (self->router) & ZMQ_POLLIN))
+                    break;
+            }
+        }
+        else
+        if (which)
+            s_on_worker (self, (zactor_t *) which);
+        else
+        if (zpoller_terminated (self->poller))
+            break;
+        if (self->started && !self->done)
+            s_heartbeat (self);
+    }
+    int rc = self->rc;
+    if (s_interrupted && !self->done) {
+        pl_log_warn ("server: interrupted");
+        rc = 1;
+        for (int i = 0; i < self->devices; i++)
+            if (self->dev[i].joined)
+                s_send_error_to (self, self->dev[i].rid, self->dev[i].rid_len,
+                                 PROTO_ERR_INTERNAL, "server interrupted");
+    }
+    if (rc == 0)
+        pl_log_info ("server: results in %s (peak RSS %ld KiB)", self->results,
+                     pl_peak_rss_kb ());
+    s_teardown (self);
+    nn_free (self);
+    return rc;
+}

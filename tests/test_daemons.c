@@ -1,0 +1,493 @@
+/*  test_daemons.c: pipelearn-server and pipelearn-client over loopback TCP
+    (suite 'net'). The real binaries run as child processes on
+    tcp://127.0.0.1:* (the server writes its endpoint to a file); the
+    synthetic dataset keeps every run to seconds. */
+#define TMP_TEMPLATE "/tmp/pl_test_daemons_XXXXXX"
+#include "testdir.h"
+#include "runcmd.h"
+
+#include "nn_checkpoint.h"
+#include "nn_model.h"
+#include "proto_msg.h"
+
+#include <cJSON.h>
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define MAX_PROCS 8
+#define RUN_TIMEOUT_S 240
+
+typedef struct {
+    char dir[4096];
+    pid_t pids[MAX_PROCS];
+    int count;
+} s_run_t;
+
+static double
+s_now (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+//  Start argv[0] with stdout+stderr to DIR/log_name.
+static pid_t
+s_spawn (s_run_t *run, const char *log_name, char *const argv[])
+{
+    char log[4096];
+    s_path (log, run->dir, log_name);
+    pid_t pid = fork ();
+    cr_assert (pid >= 0, "fork: %s", strerror (errno));
+    if (pid == 0) {
+        int fd = open (log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2 (fd, 1);
+            dup2 (fd, 2);
+            close (fd);
+        }
+        execv (argv[0], argv);
+        _exit (127);
+    }
+    cr_assert (run->count < MAX_PROCS);
+    run->pids[run->count++] = pid;
+    return pid;
+}
+
+static void
+s_kill_all (s_run_t *run)
+{
+    for (int i = 0; i < run->count; i++)
+        if (run->pids[i] > 0) {
+            kill (run->pids[i], SIGKILL);
+            waitpid (run->pids[i], NULL, 0);
+            run->pids[i] = 0;
+        }
+}
+
+//  Exit status of pid, waiting at most until deadline; -1 on timeout.
+static int
+s_wait (s_run_t *run, pid_t pid, double deadline)
+{
+    while (s_now () < deadline) {
+        int st;
+        pid_t r = waitpid (pid, &st, WNOHANG);
+        if (r == pid) {
+            for (int i = 0; i < run->count; i++)
+                if (run->pids[i] == pid)
+                    run->pids[i] = 0;
+            return WIFEXITED (st) ? WEXITSTATUS (st) : 128 + WTERMSIG (st);
+        }
+        usleep (20000);
+    }
+    return -1;
+}
+
+static void
+s_write (const char *path, const char *text)
+{
+    FILE *f = fopen (path, "w");
+    cr_assert_not_null (f, "%s: %s", path, strerror (errno));
+    fputs (text, f);
+    fclose (f);
+}
+
+static char *
+s_read (const char *path)
+{
+    FILE *f = fopen (path, "r");
+    if (!f)
+        return NULL;
+    fseek (f, 0, SEEK_END);
+    long n = ftell (f);
+    fseek (f, 0, SEEK_SET);
+    char *buf = malloc ((size_t) n + 1);
+    size_t got = fread (buf, 1, (size_t) n, f);
+    buf[got] = '\0';
+    fclose (f);
+    return buf;
+}
+
+static void
+s_dump_logs (s_run_t *run)
+{
+    const char *names[] = { "server.log", "client0.log", "client1.log", "train.log" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[4096];
+        s_path (path, run->dir, names[i]);
+        char *text = s_read (path);
+        if (text) {
+            fprintf (stderr, "---- %s\n%s", names[i], text);
+            free (text);
+        }
+    }
+}
+
+//  Start the server for config_json with results in DIR/sub; returns its
+//  endpoint in endpoint (waits for the endpoint file).
+static pid_t
+s_start_server (s_run_t *run, const char *sub, const char *config_json, char *endpoint,
+                size_t size)
+{
+    char cfg[4096], res[4096], ep[4096], bin[4096];
+    char name[64];
+    snprintf (name, sizeof name, "%s.json", sub);
+    s_path (cfg, run->dir, name);
+    s_write (cfg, config_json);
+    s_path (res, run->dir, sub);
+    snprintf (name, sizeof name, "%s.endpoint", sub);
+    s_path (ep, run->dir, name);
+    built ("server/pipelearn-server", bin, sizeof bin);
+    char *argv[] = { bin, "--config", cfg, "--bind", "tcp://127.0.0.1:*", "--results", res,
+                     "--endpoint-file", ep, "--quiet", NULL };
+    pid_t pid = s_spawn (run, "server.log", argv);
+    double deadline = s_now () + 30;
+    while (s_now () < deadline) {
+        int st;
+        if (waitpid (pid, &st, WNOHANG) == pid) {
+            run->pids[run->count - 1] = 0;
+            s_dump_logs (run);
+            s_kill_all (run);
+            cr_assert_fail ("the server exited before binding");
+        }
+        char *text = s_read (ep);
+        if (text && *text) {
+            snprintf (endpoint, size, "%s", text);
+            free (text);
+            return pid;
+        }
+        free (text);
+        usleep (20000);
+    }
+    s_dump_logs (run);
+    s_kill_all (run);
+    cr_assert_fail ("the server wrote no endpoint file");
+    return -1;
+}
+
+static pid_t
+s_start_client (s_run_t *run, int index, const char *endpoint)
+{
+    char bin[4096], log[64];
+    built ("client/pipelearn-client", bin, sizeof bin);
+    snprintf (log, sizeof log, "client%d.log", index);
+    char *argv[] = { bin, "--connect", (char *) endpoint, "--timeout", "60", NULL };
+    return s_spawn (run, log, argv);
+}
+
+//  Run server + `devices` clients to the end; asserts every exit status 0.
+static void
+s_run_daemons (s_run_t *run, const char *sub, const char *config_json, int devices)
+{
+    char endpoint[256];
+    pid_t server = s_start_server (run, sub, config_json, endpoint, sizeof endpoint);
+    pid_t clients[MAX_PROCS];
+    for (int i = 0; i < devices; i++)
+        clients[i] = s_start_client (run, i, endpoint);
+    double deadline = s_now () + RUN_TIMEOUT_S;
+    int src = s_wait (run, server, deadline);
+    int crc[MAX_PROCS];
+    for (int i = 0; i < devices; i++)
+        crc[i] = s_wait (run, clients[i], s_now () + 20);
+    bool ok = src == 0;
+    for (int i = 0; i < devices; i++)
+        ok = ok && crc[i] == 0;
+    if (!ok) {
+        s_dump_logs (run);
+        s_kill_all (run);
+    }
+    cr_assert (src == 0, "%s: server exit status %d", sub, src);
+    for (int i = 0; i < devices; i++)
+        cr_assert (crc[i] == 0, "%s: client %d exit status %d", sub, i, crc[i]);
+}
+
+static nn_model_t *
+s_load_model (const char *dir, const char *sub, const char *model_name)
+{
+    char path[4096], name[128], err[512];
+    snprintf (name, sizeof name, "%s/model.ckpt", sub);
+    s_path (path, dir, name);
+    nn_model_spec_t spec;
+    cr_assert_eq (nn_model_spec_by_name (&spec, model_name, 1, 28, 28, 10, err, sizeof err), 0,
+                  "%s", err);
+    nn_model_t *m = nn_model_new (&spec, 0, spec.units_count, 1, err, sizeof err);
+    cr_assert_not_null (m, "%s", err);
+    cr_assert_eq (nn_checkpoint_load (path, m, err, sizeof err), 0, "%s", err);
+    return m;
+}
+
+//  Largest |a - b| / (1 + |a|) over the weights, and the largest change
+//  from the initial weights is not compared here (the exactness tests
+//  check training happened through the summary's loss).
+static double
+s_max_rel_diff (nn_model_t *a, nn_model_t *b)
+{
+    cr_assert_eq (nn_model_weights_count (a), nn_model_weights_count (b));
+    const float *wa = nn_model_weights_const (a), *wb = nn_model_weights_const (b);
+    double worst = 0.0;
+    for (size_t i = 0; i < nn_model_weights_count (a); i++) {
+        double d = fabs ((double) wa[i] - wb[i]) / (1.0 + fabs ((double) wa[i]));
+        if (!(d <= worst))
+            worst = d;      //  NaN propagates as worst
+    }
+    return worst;
+}
+
+//  a moved away from the weights the seed initialises.
+static void
+s_expect_trained (nn_model_t *a, uint64_t seed)
+{
+    char err[512];
+    nn_model_t *init = nn_model_new (nn_model_spec (a), 0, nn_model_spec (a)->units_count, 1,
+                                     err, sizeof err);
+    cr_assert_not_null (init, "%s", err);
+    nn_rng_t rng;
+    nn_rng_seed (&rng, seed);
+    nn_model_init (init, &rng);
+    double d = s_max_rel_diff (init, a);
+    cr_expect (d > 1e-3, "the final model is the initial one (difference %g)", d);
+    nn_model_destroy (&init);
+}
+
+static cJSON *
+s_summary (const char *dir, const char *sub)
+{
+    char path[4096], name[128];
+    snprintf (name, sizeof name, "%s/summary.json", sub);
+    s_path (path, dir, name);
+    char *text = s_read (path);
+    cr_assert_not_null (text, "no %s", path);
+    cJSON *json = cJSON_Parse (text);
+    free (text);
+    cr_assert_not_null (json, "%s is not JSON", path);
+    return json;
+}
+
+static double
+s_num (const cJSON *obj, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive (obj, key);
+    cr_assert (cJSON_IsNumber (v), "summary: field \"%s\" missing or not a number", key);
+    return v->valuedouble;
+}
+
+static const cJSON *
+s_last_epoch (const cJSON *summary)
+{
+    const cJSON *epochs = cJSON_GetObjectItemCaseSensitive (summary, "epochs");
+    cr_assert (cJSON_IsArray (epochs) && cJSON_GetArraySize (epochs) > 0,
+               "summary: no epochs");
+    return cJSON_GetArrayItem (epochs, cJSON_GetArraySize (epochs) - 1);
+}
+
+//  ---------------------------------------------------------------------
+
+#define EXACT_CONFIG \
+    "{\"model\": \"vgg5-nobn\", \"dataset\": \"synthetic\", \"samples\": 400, " \
+    "\"test_samples\": 200, \"batch_size\": 40, \"seed\": 11, " \
+    "\"learning_rate\": 0.01, \"momentum\": 0.9, \"split_point\": 1, " \
+    "\"aggregation_frequency\": -1, \"threads\": 1, "
+
+Test (daemons, pipelearn_equals_sfl, .timeout = 600)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    s_run_daemons (&run, "pipe", EXACT_CONFIG
+                   "\"devices\": 2, \"mode\": \"pipelearn\", \"micro_batches\": 4, \"epochs\": 1}", 2);
+    s_run_daemons (&run, "sfl", EXACT_CONFIG
+                   "\"devices\": 2, \"mode\": \"sfl\", \"micro_batches\": 1, \"epochs\": 1}", 2);
+    nn_model_t *a = s_load_model (run.dir, "pipe", "vgg5-nobn");
+    nn_model_t *b = s_load_model (run.dir, "sfl", "vgg5-nobn");
+    double d = s_max_rel_diff (a, b);
+    cr_log_info ("pipelearn N=4 vs sfl: max relative difference %g", d);
+    cr_expect (d < 1e-4, "pipelearn N=4 and sfl differ by %g", d);
+    //  Training happened (the comparison is not between two initial models).
+    s_expect_trained (a, 11);
+    nn_model_destroy (&a);
+    nn_model_destroy (&b);
+    s_rmtree (run.dir);
+}
+
+Test (daemons, sfl_one_device_equals_trainer, .timeout = 600)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    const char *config = EXACT_CONFIG "\"devices\": 1, \"mode\": \"sfl\", \"epochs\": 2}";
+    s_run_daemons (&run, "sfl1", config, 1);
+    char cfg[4096], res[4096], bin[4096];
+    s_path (cfg, run.dir, "sfl1.json");
+    s_path (res, run.dir, "train");
+    built ("server/pipelearn-train", bin, sizeof bin);
+    char *argv[] = { bin, "--config", cfg, "--results", res, "--quiet", NULL };
+    pid_t pid = s_spawn (&run, "train.log", argv);
+    int rc = s_wait (&run, pid, s_now () + RUN_TIMEOUT_S);
+    if (rc != 0) {
+        s_dump_logs (&run);
+        s_kill_all (&run);
+    }
+    cr_assert_eq (rc, 0, "pipelearn-train exit status %d", rc);
+    nn_model_t *a = s_load_model (run.dir, "sfl1", "vgg5-nobn");
+    nn_model_t *b = s_load_model (run.dir, "train", "vgg5-nobn");
+    double d = s_max_rel_diff (a, b);
+    cr_log_info ("sfl (1 device) vs pipelearn-train: max relative difference %g", d);
+    cr_expect (d < 1e-4, "sfl with one device and pipelearn-train differ by %g", d);
+    s_expect_trained (a, 11);
+    cJSON *sa = s_summary (run.dir, "sfl1"), *sb = s_summary (run.dir, "train");
+    double acc_a = s_num (s_last_epoch (sa), "test_acc");
+    double acc_b = s_num (s_last_epoch (sb), "test_acc");
+    cr_expect (fabs (acc_a - acc_b) < 1e-9, "test accuracy %g (sfl) vs %g (trainer)", acc_a,
+               acc_b);
+    double loss_a = s_num (s_last_epoch (sa), "train_loss");
+    double loss_b = s_num (s_last_epoch (sb), "train_loss");
+    cr_expect (fabs (loss_a - loss_b) < 1e-4 * (1 + fabs (loss_b)),
+               "train loss %g (sfl) vs %g (trainer)", loss_a, loss_b);
+    cJSON_Delete (sa);
+    cJSON_Delete (sb);
+    nn_model_destroy (&a);
+    nn_model_destroy (&b);
+    s_rmtree (run.dir);
+}
+
+//  Each mode trains two devices and writes the documented results.
+static void
+s_mode_trains (const char *mode)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    char config[1024];
+    snprintf (config, sizeof config,
+              "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 1000, "
+              "\"test_samples\": 500, \"batch_size\": 50, \"epochs\": 2, \"seed\": 3, "
+              "\"learning_rate\": 0.01, \"momentum\": 0.9, \"split_point\": 2, "
+              "\"devices\": 2, \"mode\": \"%s\", \"micro_batches\": 5, "
+              "\"aggregation_frequency\": %d}", mode, strcmp (mode, "sfl") == 0 ? 5 : -1);
+    s_run_daemons (&run, "run", config, 2);
+    cJSON *s = s_summary (run.dir, "run");
+    const cJSON *epochs = cJSON_GetObjectItemCaseSensitive (s, "epochs");
+    cr_assert_eq (cJSON_GetArraySize (epochs), 2);
+    const cJSON *e = s_last_epoch (s);
+    double acc = s_num (e, "test_acc");
+    cr_expect (acc > 0.5, "%s: test accuracy %.3f after 2 epochs (want > 0.5)", mode, acc);
+    s_num (e, "wall_s");
+    s_num (e, "eval_s");
+    s_num (e, "train_loss");
+    s_num (e, "train_acc");
+    s_num (e, "images_per_s");
+    if (strcmp (mode, "fl") != 0)
+        cr_expect (s_num (e, "train_loss") > 0.0, "%s: no train loss", mode);
+    const cJSON *server = cJSON_GetObjectItemCaseSensitive (e, "server");
+    cr_assert (cJSON_IsObject (server), "summary: no server object");
+    s_num (server, "busy_s");
+    s_num (server, "idle_s");
+    if (strcmp (mode, "fl") != 0)
+        cr_expect (s_num (server, "busy_s") > 0.0);
+    const cJSON *devs = cJSON_GetObjectItemCaseSensitive (e, "devices");
+    cr_assert (cJSON_IsArray (devs) && cJSON_GetArraySize (devs) == 2,
+               "summary: devices array of 2");
+    for (int i = 0; i < 2; i++) {
+        const cJSON *d = cJSON_GetArrayItem (devs, i);
+        cr_expect_eq (s_num (d, "id"), i);
+        cr_expect_eq (s_num (d, "samples"), 500);
+        cr_expect (s_num (d, "forward_s") > 0.0);
+        cr_expect (s_num (d, "backward_s") > 0.0);
+        s_num (d, "update_s");
+        s_num (d, "idle_s");
+        cr_expect (s_num (d, "bytes_up") > 0.0);
+        s_num (d, "bytes_down");
+    }
+    cJSON_Delete (s);
+    char path[4096];
+    s_path (path, run.dir, "run/timeline.csv");
+    char *tl = s_read (path);
+    cr_assert_not_null (tl, "no timeline.csv");
+    cr_expect (strncmp (tl, "who,stage,epoch,iteration,micro_batch,start_s,end_s\n", 51) == 0,
+               "timeline.csv header");
+    if (strcmp (mode, "fl") != 0)
+        cr_expect (strstr (tl, "server") != NULL, "timeline.csv has no server events");
+    free (tl);
+    s_rmtree (run.dir);
+}
+
+Test (daemons, fl_trains, .timeout = 600) { s_mode_trains ("fl"); }
+Test (daemons, sl_trains, .timeout = 600) { s_mode_trains ("sl"); }
+Test (daemons, sfl_trains, .timeout = 600) { s_mode_trains ("sfl"); }
+Test (daemons, pipelearn_trains, .timeout = 600) { s_mode_trains ("pipelearn"); }
+
+//  Expect an ERROR with this code on the rogue socket.
+static void
+s_expect_error (void *sock, uint32_t code)
+{
+    zmq_pollitem_t item = { sock, 0, ZMQ_POLLIN, 0 };
+    cr_assert_eq (zmq_poll (&item, 1, 10000), 1, "no reply to the rogue peer");
+    proto_msg_t *msg = NULL;
+    char err[512];
+    int rc = proto_msg_recv (&msg, sock, NULL, err, sizeof err);
+    cr_assert_eq (rc, 0, "reply to the rogue peer: %s", err);
+    cr_assert_eq (proto_msg_type (msg), PROTO_MSG_ERROR, "reply is %s",
+                  proto_type_name (proto_msg_type (msg)));
+    cr_expect_eq (proto_msg_error_code (msg), code, "ERROR code %u, want %u",
+                  proto_msg_error_code (msg), code);
+    proto_msg_destroy (&msg);
+}
+
+Test (daemons, rogue_peer_is_refused, .timeout = 600)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    char endpoint[256];
+    pid_t server = s_start_server (&run, "run", EXACT_CONFIG
+                                   "\"devices\": 2, \"mode\": \"pipelearn\", "
+                                   "\"micro_batches\": 2, \"epochs\": 2}",
+                                   endpoint, sizeof endpoint);
+    void *ctx = zmq_ctx_new ();
+    void *rogue = zmq_socket (ctx, ZMQ_DEALER);
+    int linger = 0;
+    zmq_setsockopt (rogue, ZMQ_LINGER, &linger, sizeof linger);
+    cr_assert_eq (zmq_connect (rogue, endpoint), 0);
+    //  Garbage bytes.
+    const char garbage[] = "this is not a pipelearn message at all, not even close";
+    zmq_send (rogue, garbage, sizeof garbage, 0);
+    s_expect_error (rogue, PROTO_ERR_MALFORMED);
+    pid_t c0 = s_start_client (&run, 0, endpoint);
+    //  A HELLO header with the wrong protocol version.
+    proto_header_t h = { .magic = PROTO_MAGIC, .version = PROTO_VERSION + 1,
+                         .type = PROTO_MSG_HELLO };
+    uint8_t hdr[PROTO_HEADER_SIZE];
+    proto_header_encode (hdr, &h);
+    zmq_send (rogue, hdr, sizeof hdr, 0);
+    s_expect_error (rogue, PROTO_ERR_VERSION);
+    //  A well-formed message that is not HELLO, from a peer that never joined.
+    proto_msg_t *bad = proto_msg_new (PROTO_MSG_HEARTBEAT);
+    cr_assert_eq (proto_msg_send (&bad, rogue), 0);
+    s_expect_error (rogue, PROTO_ERR_STATE);
+    pid_t c1 = s_start_client (&run, 1, endpoint);
+    //  And garbage again while the honest devices train.
+    usleep (200000);
+    zmq_send (rogue, garbage, 7, 0);
+    s_expect_error (rogue, PROTO_ERR_MALFORMED);
+    int src = s_wait (&run, server, s_now () + RUN_TIMEOUT_S);
+    int rc0 = s_wait (&run, c0, s_now () + 20), rc1 = s_wait (&run, c1, s_now () + 20);
+    if (src || rc0 || rc1) {
+        s_dump_logs (&run);
+        s_kill_all (&run);
+    }
+    zmq_close (rogue);
+    zmq_ctx_term (ctx);
+    cr_assert_eq (src, 0, "server exit status %d", src);
+    cr_assert_eq (rc0, 0, "client 0 exit status %d", rc0);
+    cr_assert_eq (rc1, 0, "client 1 exit status %d", rc1);
+    cJSON *s = s_summary (run.dir, "run");
+    cr_expect_eq (cJSON_GetArraySize (cJSON_GetObjectItemCaseSensitive (s, "epochs")), 2);
+    cJSON_Delete (s);
+    s_rmtree (run.dir);
+}
