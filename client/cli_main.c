@@ -28,6 +28,7 @@
 #include "pl_blas.h"
 #include "pl_config.h"
 #include "pl_log.h"
+#include "pl_timeline.h"
 #include "proto_msg.h"
 
 #include <czmq.h>
@@ -87,14 +88,6 @@ typedef struct {
     uint32_t cur_epoch, cur_iter;
     bool bye;                           //  the server said BYE
 } cli_t;
-
-static double
-s_now (void)
-{
-    struct timespec ts;
-    clock_gettime (CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void
 s_usage (FILE *out)
@@ -202,9 +195,9 @@ static proto_msg_t *
 s_recv (cli_t *self, int timeout_ms)
 {
     bool patient = timeout_ms < 0;
-    double deadline = s_now () + (patient ? self->args.timeout_s : timeout_ms / 1000.0);
+    double deadline = pl_monotonic () + (patient ? self->args.timeout_s : timeout_ms / 1000.0);
     while (!s_interrupted) {
-        double left = deadline - s_now ();
+        double left = deadline - pl_monotonic ();
         if (left < 0)
             left = 0;
         zmq_pollitem_t item = { self->dh, 0, ZMQ_POLLIN, 0 };
@@ -235,7 +228,7 @@ s_recv (cli_t *self, int timeout_ms)
         if (type == PROTO_MSG_HEARTBEAT) {
             proto_msg_destroy (&msg);
             if (patient)
-                deadline = s_now () + self->args.timeout_s;
+                deadline = pl_monotonic () + self->args.timeout_s;
             continue;
         }
         if (type == PROTO_MSG_BYE) {
@@ -270,9 +263,9 @@ s_unexpected (cli_t *self, proto_msg_t **msg_p, const char *waiting_for)
 static int
 s_wait_model (cli_t *self)
 {
-    double t0 = s_now ();
+    double t0 = pl_monotonic ();
     proto_msg_t *msg = s_recv (self, -1);
-    self->stats.idle_s += s_now () - t0;
+    self->stats.idle_s += pl_monotonic () - t0;
     if (!msg)
         return self->bye ? 1 : -1;
     if (proto_msg_type (msg) != PROTO_MSG_MODEL) {
@@ -338,9 +331,9 @@ s_on_gradients (cli_t *self, proto_msg_t **msg_p)
         s_unexpected (self, msg_p, "GRADIENTS of a micro-batch in flight");
         return -1;
     }
-    double t0 = s_now ();
+    double t0 = pl_monotonic ();
     nn_model_backward (self->ctx[i], proto_msg_tensor_data (*msg_p), NULL);
-    self->stats.backward_s += s_now () - t0;
+    self->stats.backward_s += pl_monotonic () - t0;
     self->awaiting[i] = false;
     self->pending--;
     proto_msg_destroy (msg_p);
@@ -351,10 +344,10 @@ s_on_gradients (cli_t *self, proto_msg_t **msg_p)
 static int
 s_pump (cli_t *self, int timeout_ms)
 {
-    double t0 = s_now ();
+    double t0 = pl_monotonic ();
     proto_msg_t *msg = s_recv (self, timeout_ms);
     if (timeout_ms != 0)
-        self->stats.idle_s += s_now () - t0;
+        self->stats.idle_s += pl_monotonic () - t0;
     if (!msg)
         return timeout_ms == 0 && !self->bye && !s_interrupted ? 1 : -1;
     if (proto_msg_type (msg) != PROTO_MSG_GRADIENTS) {
@@ -376,10 +369,10 @@ s_split_iteration (cli_t *self, const int *order)
     for (int i = 0; i < self->micro; i++) {
         nn_dataset_batch (self->x[i], self->y[i], self->train, order + (size_t) i * self->mb,
                           self->mb, &self->aug, &self->data_rng);
-        double t0 = s_now ();
+        double t0 = pl_monotonic ();
         const float *out = nn_model_forward (self->ctx[i], self->x[i], self->mb, true,
                                              &self->rng);
-        self->stats.forward_s += s_now () - t0;
+        self->stats.forward_s += pl_monotonic () - t0;
         //  Zero-copy: the context's output is not written again before its
         //  GRADIENTS are back, and they come back only after the server has
         //  received (so libzmq has finished sending) these ACTIVATIONS.
@@ -416,12 +409,12 @@ s_split_iteration (cli_t *self, const int *order)
     while (self->pending > 0)
         if (s_pump (self, -1))
             return -1;
-    double t0 = s_now ();
+    double t0 = pl_monotonic ();
     nn_sgd_step (nn_model_weights (self->ctx[0]), nn_model_optim_state (self->ctx[0]),
                  nn_model_grads (self->ctx[0]), nn_model_params_count (self->ctx[0]),
                  &self->sgd);
     nn_model_zero_grad (self->ctx[0]);
-    self->stats.update_s += s_now () - t0;
+    self->stats.update_s += pl_monotonic () - t0;
     return 0;
 }
 
@@ -430,21 +423,21 @@ s_fl_iteration (cli_t *self, const int *order)
 {
     nn_dataset_batch (self->x[0], self->y[0], self->train, order, self->batch, &self->aug,
                       &self->data_rng);
-    double t0 = s_now ();
+    double t0 = pl_monotonic ();
     const float *out = nn_model_forward (self->ctx[0], self->x[0], self->batch, true,
                                          &self->rng);
     nn_softmax_xent (self->dlogits, out, self->y[0], self->batch, self->spec.classes,
                      1.0f, NULL);
-    double t1 = s_now ();
+    double t1 = pl_monotonic ();
     nn_model_backward (self->ctx[0], self->dlogits, NULL);
-    double t2 = s_now ();
+    double t2 = pl_monotonic ();
     nn_sgd_step (nn_model_weights (self->ctx[0]), nn_model_optim_state (self->ctx[0]),
                  nn_model_grads (self->ctx[0]), nn_model_params_count (self->ctx[0]),
                  &self->sgd);
     nn_model_zero_grad (self->ctx[0]);
     self->stats.forward_s += t1 - t0;
     self->stats.backward_s += t2 - t1;
-    self->stats.update_s += s_now () - t2;
+    self->stats.update_s += pl_monotonic () - t2;
 }
 
 //  0 when the run ended with BYE, -1 otherwise.

@@ -107,14 +107,6 @@ typedef struct {
     bool quiet;
 } srv_t;
 
-static double
-s_now (void)
-{
-    struct timespec ts;
-    clock_gettime (CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void
 s_usage (FILE *out)
 {
@@ -141,12 +133,8 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
         { NULL, 0, NULL, 0 }
     };
     char err[NN_ERR_SIZE];
-    for (int i = 1; i < argc - 1; i++)
-        if (strcmp (argv[i], "--config") == 0)
-            args->config_path = argv[i + 1];
-        else if (strncmp (argv[i], "--config=", 9) == 0)
-            args->config_path = argv[i] + 9;
-    if (args->config_path && pl_config_load (cfg, args->config_path, err, sizeof err)) {
+    //  The config file first, so that every other flag overrides it.
+    if (pl_config_load_args (cfg, argc, argv, &args->config_path, err, sizeof err)) {
         pl_log_error ("%s", err);
         return -1;
     }
@@ -371,7 +359,7 @@ s_finish (srv_t *self)
 static void
 s_end_epoch (srv_t *self)
 {
-    double wall = s_now () - self->epoch_start;
+    double wall = pl_monotonic () - self->epoch_start;
     s_merge (self);
     pl_epoch_stats_t st = { .epoch = self->epoch, .wall_s = wall };
     long samples = self->samples_seen;
@@ -383,9 +371,9 @@ s_end_epoch (srv_t *self)
         st.train_acc = samples ? (double) self->correct / samples : 0.0;
     }
     st.images_per_s = wall > 0 ? samples / wall : 0.0;
-    double t0 = s_now ();
+    double t0 = pl_monotonic ();
     s_evaluate (self, &st.test_loss, &st.test_acc);
-    st.eval_s = s_now () - t0;
+    st.eval_s = pl_monotonic () - t0;
     cJSON *ej = pl_summary_add_epoch (self->summary, &st);
     double busy = 0.0;
     for (int i = 0; i < self->workers_count; i++) {
@@ -436,7 +424,7 @@ s_end_epoch (srv_t *self)
         return;
     }
     self->epoch++;
-    self->epoch_start = s_now ();
+    self->epoch_start = pl_monotonic ();
     if (self->mode == PROTO_MODE_SL) {
         self->sl_turn = 0;
         s_send_model (self, &self->dev[0]);
@@ -514,7 +502,7 @@ s_start (srv_t *self)
 {
     self->started = true;
     self->epoch = 1;
-    self->epoch_start = s_now ();
+    self->epoch_start = pl_monotonic ();
     pl_log_info ("server: all %d device(s) joined; training (%s, split %d, %d "
                  "micro-batch(es), batch %d)", self->devices, self->cfg.mode, self->split,
                  self->micro, self->batch);
@@ -726,7 +714,7 @@ s_on_worker (srv_t *self, zactor_t *w)
 static void
 s_heartbeat (srv_t *self)
 {
-    double now = s_now ();
+    double now = pl_monotonic ();
     if (now - self->last_heartbeat < SRV_HEARTBEAT_S)
         return;
     self->last_heartbeat = now;

@@ -15,6 +15,7 @@
 #include "pl_blas.h"
 #include "pl_config.h"
 #include "pl_log.h"
+#include "pl_timeline.h"
 #include "pl_summary.h"
 
 #include <getopt.h>
@@ -31,14 +32,6 @@ typedef struct {
     const char *results_dir;        //  overrides config results_dir
     bool quiet;
 } s_args_t;
-
-static double
-s_now (void)
-{
-    struct timespec ts;
-    clock_gettime (CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void
 s_usage (FILE *out)
@@ -70,12 +63,8 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
     };
     char err[NN_ERR_SIZE];
     //  First pass: the config file, so that every other flag overrides it.
-    for (int i = 1; i < argc - 1; i++)
-        if (strcmp (argv[i], "--config") == 0)
-            args->config_path = argv[i + 1];
-        else if (strncmp (argv[i], "--config=", 9) == 0)
-            args->config_path = argv[i] + 9;
-    if (args->config_path && pl_config_load (cfg, args->config_path, err, sizeof err)) {
+    //  The config file first, so that every other flag overrides it.
+    if (pl_config_load_args (cfg, argc, argv, &args->config_path, err, sizeof err)) {
         pl_log_error ("%s", err);
         return -1;
     }
@@ -226,7 +215,7 @@ main (int argc, char **argv)
         for (int i = 0; i < train->count; i++)
             order[i] = i;
         nn_rng_shuffle_int (&data_rng, order, train->count);
-        double start = s_now (), loss_sum = 0.0;
+        double start = pl_monotonic (), loss_sum = 0.0;
         int correct = 0;
         for (int b = 0; b < batches; b++) {
             nn_dataset_batch (t.x, t.y, train, order + (size_t) b * cfg.batch_size,
@@ -247,20 +236,20 @@ main (int argc, char **argv)
                          nn_model_grads (t.model), nn_model_params_count (t.model), &sgd);
             if ((b & 7) == 0 || b == batches - 1)
                 s_progress (tty, epoch, cfg.epochs, b + 1, batches, loss_sum / (b + 1),
-                            (b + 1) * cfg.batch_size / (s_now () - start));
+                            (b + 1) * cfg.batch_size / (pl_monotonic () - start));
         }
         if (rc)
             break;
-        double wall = s_now () - start;
+        double wall = pl_monotonic () - start;
         if (tty)
             fprintf (stderr, "\r%*s\r", 70, "");
         pl_epoch_stats_t st = { .epoch = epoch, .wall_s = wall };
         st.train_loss = loss_sum / batches;
         st.train_acc = (double) correct / ((double) batches * cfg.batch_size);
         st.images_per_s = (double) batches * cfg.batch_size / wall;
-        double eval_start = s_now ();
+        double eval_start = pl_monotonic ();
         s_evaluate (&t, test, &st.test_loss, &st.test_acc);
-        st.eval_s = s_now () - eval_start;
+        st.eval_s = pl_monotonic () - eval_start;
         pl_summary_add_epoch (summary, &st);
         printf ("%5d %10.4f %9.2f%% %9.2f%% %10.0f %10.2f %8.2f\n", epoch, st.train_loss,
                 100.0 * st.train_acc, 100.0 * st.test_acc, st.images_per_s, wall, st.eval_s);

@@ -941,3 +941,19 @@ pl_config_to_json (const pl_config_t *self)
     }
     return json;
 }
+
+int
+pl_config_load_args (pl_config_t *self, int argc, char **argv, const char **path_out,
+                     char *err, size_t err_size)
+{
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++)
+        if (strcmp (argv[i], "--config") == 0 && i + 1 < argc)
+            path = argv[i + 1];
+        else if (strncmp (argv[i], "--config=", 9) == 0)
+            path = argv[i] + 9;
+    if (!path)
+        return 0;
+    *path_out = path;
+    return pl_config_load (self, path, err, err_size);
+}

@@ -52,6 +52,12 @@ void pl_config_defaults (pl_config_t *self);
 //  Overlay the JSON object in text onto self. source names it in errors.
 int pl_config_parse (pl_config_t *self, const char *text, const char *source,
                      char *err, size_t err_size);
+//  Find "--config FILE" (or --config=FILE) in argv and overlay that file;
+//  *path_out is set to the path (borrowed from argv) or left untouched when
+//  there is none. Lets a command line load the file before applying its
+//  other flags, whatever their order.
+int pl_config_load_args (pl_config_t *self, int argc, char **argv, const char **path_out,
+                         char *err, size_t err_size);
 //  Read the file at path and overlay it.
 int pl_config_load (pl_config_t *self, const char *path, char *err, size_t err_size);
 //  Overlay one "key=value" (value is JSON, or a bare string). Aliases apply.

@@ -24,6 +24,14 @@ pl_wall_clock (void)
     return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+double
+pl_monotonic (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 pl_timeline_t *
 pl_timeline_new (double origin)
 {

@@ -36,5 +36,7 @@ int pl_timeline_write_csv (const pl_timeline_t *self, const char *path, char *er
                            size_t err_size);
 //  Seconds since the epoch on CLOCK_REALTIME.
 double pl_wall_clock (void);
+//  Seconds on CLOCK_MONOTONIC, for durations.
+double pl_monotonic (void);
 
 #endif

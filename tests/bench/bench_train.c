@@ -18,6 +18,7 @@
 #include "nn_optim.h"
 #include "pl_blas.h"
 #include "pl_log.h"
+#include "pl_timeline.h"
 
 #include <cJSON.h>
 #include <getopt.h>
@@ -40,14 +41,6 @@ typedef struct {
 static const s_setting_t s_settings[] = { { 100, 1 }, { 100, 4 }, { 100, 10 } };
 #define S_SETTINGS 3
 #define S_MAX_REPEATS 15
-
-static double
-s_now (void)
-{
-    struct timespec ts;
-    clock_gettime (CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int
 s_cmp (const void *a, const void *b)
@@ -105,10 +98,10 @@ s_ours (const s_setting_t *s, int threads, int images, int repeats, double *runs
         s_step (m, ds, &cursor, s, x, y, d, idx);
     int steps = (images + s->batch - 1) / s->batch;
     for (int r = 0; r < repeats; r++) {
-        double t0 = s_now ();
+        double t0 = pl_monotonic ();
         for (int k = 0; k < steps; k++)
             s_step (m, ds, &cursor, s, x, y, d, idx);
-        runs[r] = steps * s->batch / (s_now () - t0);
+        runs[r] = steps * s->batch / (pl_monotonic () - t0);
     }
     nn_free (x), nn_free (y), nn_free (idx), nn_free (d);
     nn_dataset_destroy (&ds);
