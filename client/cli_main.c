@@ -12,9 +12,17 @@
 
     Aggregation: every aggregation_frequency iterations (and always at the
     end of the epoch) the device sends PARAMS and waits for MODEL. At the end
-    of an epoch it sends STATS first, then PARAMS: that is how the server
-    knows the round closes the epoch. In sl the device waits for MODEL (its
-    turn) before each epoch and sends STATS + PARAMS at the end of it.
+    of an epoch it sends EVENTS, then STATS, then PARAMS: STATS is how the
+    server knows the round closes the epoch. In sl the device waits for
+    MODEL (its turn) before each epoch and sends EVENTS + STATS + PARAMS at
+    the end of it.
+
+    Timeline: the device records its stage events (forward and backward per
+    micro-batch, update per iteration, wait while blocked on GRADIENTS or
+    MODEL) against the origin the server sent in the plan, so both share one
+    time axis, and ships them in EVENTS at each epoch end. A wait for MODEL
+    after an epoch's last PARAMS belongs to the next epoch (it is the wait
+    before that epoch starts); after the last epoch it is never sent.
 
     Iterations per epoch are the same on every device: the smallest shard
     over B (every device computes every shard's size, which is cheap), so
@@ -85,6 +93,8 @@ typedef struct {
     nn_sgd_t sgd;
     nn_augment_t aug;
     proto_stats_t stats;
+    pl_timeline_t *timeline;            //  this epoch's events, origin from the plan
+    char who[16];                       //  "device0", ...
     uint32_t cur_epoch, cur_iter;
     bool bye;                           //  the server said BYE
 } cli_t;
@@ -162,7 +172,27 @@ s_msg_bytes (const proto_msg_t *msg)
     int t = proto_msg_type (msg);
     if (t == PROTO_MSG_ACTIVATIONS)
         bytes += 4 * proto_msg_labels_count (msg);
+    if (t == PROTO_MSG_EVENTS) {
+        size_t count = 0;
+        proto_msg_events (msg, &count);
+        bytes += PROTO_EVENT_SIZE * count;
+    }
     return bytes;
+}
+
+//  Record a stage event; iteration / micro_batch -1 when they do not apply.
+static void
+s_event (cli_t *self, int stage, uint32_t epoch, int iteration, int micro_batch,
+         double start_s, double end_s)
+{
+    pl_timeline_add (self->timeline, self->who, proto_stage_name (stage), (int) epoch,
+                     iteration, micro_batch, start_s, end_s);
+}
+
+static double
+s_tl_now (const cli_t *self)
+{
+    return pl_timeline_now (self->timeline);
 }
 
 static int
@@ -259,13 +289,15 @@ s_unexpected (cli_t *self, proto_msg_t **msg_p, const char *waiting_for)
     proto_msg_destroy (msg_p);
 }
 
-//  Wait for MODEL and load it. 0, 1 on BYE, -1 on failure.
+//  Wait for MODEL and load it; the wait is recorded for epoch, iteration
+//  (-1: between iterations). 0, 1 on BYE, -1 on failure.
 static int
-s_wait_model (cli_t *self)
+s_wait_model (cli_t *self, uint32_t epoch, int iteration)
 {
-    double t0 = pl_monotonic ();
+    double t0 = pl_monotonic (), s0 = s_tl_now (self);
     proto_msg_t *msg = s_recv (self, -1);
     self->stats.idle_s += pl_monotonic () - t0;
+    s_event (self, PROTO_STAGE_WAIT, epoch, iteration, -1, s0, s_tl_now (self));
     if (!msg)
         return self->bye ? 1 : -1;
     if (proto_msg_type (msg) != PROTO_MSG_MODEL) {
@@ -302,6 +334,51 @@ s_send_params (cli_t *self)
     return s_send (self, &msg);
 }
 
+//  This epoch's events, in as many EVENTS messages as they need, then
+//  forgotten. Times are clamped so that a clock stepped backwards (or a
+//  device clock behind the server's) never makes an invalid record.
+static int
+s_send_events (cli_t *self)
+{
+    size_t n = pl_timeline_count (self->timeline);
+    const pl_event_t *ev = pl_timeline_events (self->timeline);
+    proto_event_t *out = nn_malloc (sizeof *out * (n < PROTO_EVENTS_MAX ? (n ? n : 1)
+                                                                        : PROTO_EVENTS_MAX));
+    int rc = 0;
+    size_t used = 0;
+    for (size_t i = 0; rc == 0 && i <= n; i++) {
+        if (used == PROTO_EVENTS_MAX || (i == n && used > 0)) {
+            proto_msg_t *msg = proto_msg_new (PROTO_MSG_EVENTS);
+            proto_msg_set_route (msg, (uint32_t) self->id, self->cur_epoch, self->cur_iter, 0);
+            if (proto_msg_set_events (msg, out, used)) {
+                pl_log_error ("client: cannot build EVENTS (bug)");
+                proto_msg_destroy (&msg);
+                rc = -1;
+                break;
+            }
+            rc = s_send (self, &msg);
+            used = 0;
+        }
+        if (i == n)
+            break;
+        const pl_event_t *e = &ev[i];
+        int stage = proto_stage_from_name (e->stage);
+        //  Only this epoch's: a wait for the next epoch's MODEL goes next time.
+        if (stage < 0 || (uint32_t) e->epoch != self->cur_epoch)
+            continue;
+        double start = e->start_s > 0 ? e->start_s : 0.0;
+        double end = e->end_s > start ? e->end_s : start;
+        out[used++] = (proto_event_t) {
+            .stage = (uint32_t) stage, .epoch = (uint32_t) e->epoch,
+            .iteration = e->iteration < 0 ? PROTO_EVENT_NONE : (uint32_t) e->iteration,
+            .micro_batch = e->micro_batch < 0 ? PROTO_EVENT_NONE : (uint32_t) e->micro_batch,
+            .start_s = start, .end_s = end };
+    }
+    nn_free (out);
+    pl_timeline_clear (self->timeline);
+    return rc;
+}
+
 static int
 s_send_stats (cli_t *self)
 {
@@ -331,9 +408,11 @@ s_on_gradients (cli_t *self, proto_msg_t **msg_p)
         s_unexpected (self, msg_p, "GRADIENTS of a micro-batch in flight");
         return -1;
     }
-    double t0 = pl_monotonic ();
+    double t0 = pl_monotonic (), s0 = s_tl_now (self);
     nn_model_backward (self->ctx[i], proto_msg_tensor_data (*msg_p), NULL);
     self->stats.backward_s += pl_monotonic () - t0;
+    s_event (self, PROTO_STAGE_BACKWARD, self->cur_epoch, (int) self->cur_iter, (int) i, s0,
+             s_tl_now (self));
     self->awaiting[i] = false;
     self->pending--;
     proto_msg_destroy (msg_p);
@@ -344,10 +423,13 @@ s_on_gradients (cli_t *self, proto_msg_t **msg_p)
 static int
 s_pump (cli_t *self, int timeout_ms)
 {
-    double t0 = pl_monotonic ();
+    double t0 = pl_monotonic (), s0 = s_tl_now (self);
     proto_msg_t *msg = s_recv (self, timeout_ms);
-    if (timeout_ms != 0)
+    if (timeout_ms != 0) {
         self->stats.idle_s += pl_monotonic () - t0;
+        s_event (self, PROTO_STAGE_WAIT, self->cur_epoch, (int) self->cur_iter, -1, s0,
+                 s_tl_now (self));
+    }
     if (!msg)
         return timeout_ms == 0 && !self->bye && !s_interrupted ? 1 : -1;
     if (proto_msg_type (msg) != PROTO_MSG_GRADIENTS) {
@@ -369,10 +451,12 @@ s_split_iteration (cli_t *self, const int *order)
     for (int i = 0; i < self->micro; i++) {
         nn_dataset_batch (self->x[i], self->y[i], self->train, order + (size_t) i * self->mb,
                           self->mb, &self->aug, &self->data_rng);
-        double t0 = pl_monotonic ();
+        double t0 = pl_monotonic (), s0 = s_tl_now (self);
         const float *out = nn_model_forward (self->ctx[i], self->x[i], self->mb, true,
                                              &self->rng);
         self->stats.forward_s += pl_monotonic () - t0;
+        s_event (self, PROTO_STAGE_FORWARD, self->cur_epoch, (int) self->cur_iter, i, s0,
+                 s_tl_now (self));
         //  Zero-copy: the context's output is not written again before its
         //  GRADIENTS are back, and they come back only after the server has
         //  received (so libzmq has finished sending) these ACTIVATIONS.
@@ -409,12 +493,14 @@ s_split_iteration (cli_t *self, const int *order)
     while (self->pending > 0)
         if (s_pump (self, -1))
             return -1;
-    double t0 = pl_monotonic ();
+    double t0 = pl_monotonic (), s0 = s_tl_now (self);
     nn_sgd_step (nn_model_weights (self->ctx[0]), nn_model_optim_state (self->ctx[0]),
                  nn_model_grads (self->ctx[0]), nn_model_params_count (self->ctx[0]),
                  &self->sgd);
     nn_model_zero_grad (self->ctx[0]);
     self->stats.update_s += pl_monotonic () - t0;
+    s_event (self, PROTO_STAGE_UPDATE, self->cur_epoch, (int) self->cur_iter, -1, s0,
+             s_tl_now (self));
     return 0;
 }
 
@@ -423,14 +509,14 @@ s_fl_iteration (cli_t *self, const int *order)
 {
     nn_dataset_batch (self->x[0], self->y[0], self->train, order, self->batch, &self->aug,
                       &self->data_rng);
-    double t0 = pl_monotonic ();
+    double t0 = pl_monotonic (), s0 = s_tl_now (self);
     const float *out = nn_model_forward (self->ctx[0], self->x[0], self->batch, true,
                                          &self->rng);
     nn_softmax_xent (self->dlogits, out, self->y[0], self->batch, self->spec.classes,
                      1.0f, NULL);
-    double t1 = pl_monotonic ();
+    double t1 = pl_monotonic (), s1 = s_tl_now (self);
     nn_model_backward (self->ctx[0], self->dlogits, NULL);
-    double t2 = pl_monotonic ();
+    double t2 = pl_monotonic (), s2 = s_tl_now (self);
     nn_sgd_step (nn_model_weights (self->ctx[0]), nn_model_optim_state (self->ctx[0]),
                  nn_model_grads (self->ctx[0]), nn_model_params_count (self->ctx[0]),
                  &self->sgd);
@@ -438,6 +524,10 @@ s_fl_iteration (cli_t *self, const int *order)
     self->stats.forward_s += t1 - t0;
     self->stats.backward_s += t2 - t1;
     self->stats.update_s += pl_monotonic () - t2;
+    int it = (int) self->cur_iter;
+    s_event (self, PROTO_STAGE_FORWARD, self->cur_epoch, it, 0, s0, s1);
+    s_event (self, PROTO_STAGE_BACKWARD, self->cur_epoch, it, 0, s1, s2);
+    s_event (self, PROTO_STAGE_UPDATE, self->cur_epoch, it, -1, s2, s_tl_now (self));
 }
 
 //  0 when the run ended with BYE, -1 otherwise.
@@ -447,12 +537,13 @@ s_train (cli_t *self)
     int agg = self->cfg.aggregation_frequency;
     int *order = nn_malloc (sizeof (int) * (size_t) (self->shard_count + 1));
     int rc = 0;
+    self->cur_epoch = 1;
     if (self->mode != PROTO_MODE_SL)
-        rc = s_wait_model (self);
+        rc = s_wait_model (self, 1, -1);
     for (int epoch = 1; rc == 0 && epoch <= self->cfg.epochs; epoch++) {
         self->cur_epoch = (uint32_t) epoch;
         self->cur_iter = 0;
-        if (self->mode == PROTO_MODE_SL && (rc = s_wait_model (self)) != 0)
+        if (self->mode == PROTO_MODE_SL && (rc = s_wait_model (self, (uint32_t) epoch, -1)) != 0)
             break;
         memcpy (order, self->shard, sizeof (int) * (size_t) self->shard_count);
         nn_rng_shuffle_int (&self->data_rng, order, self->shard_count);
@@ -469,16 +560,16 @@ s_train (cli_t *self)
             bool end = it == self->iterations - 1;
             bool round = self->mode != PROTO_MODE_SL && agg > 0 && (it + 1) % agg == 0;
             if (end) {
-                if (s_send_stats (self) || s_send_params (self))
+                if (s_send_events (self) || s_send_stats (self) || s_send_params (self))
                     rc = -1;
                 else if (self->mode != PROTO_MODE_SL)
-                    rc = s_wait_model (self);
+                    rc = s_wait_model (self, (uint32_t) epoch + 1, -1);
             }
             else if (round) {
                 if (s_send_params (self))
                     rc = -1;
                 else
-                    rc = s_wait_model (self);
+                    rc = s_wait_model (self, (uint32_t) epoch, it);
             }
         }
     }
@@ -549,6 +640,9 @@ s_join (cli_t *self)
     self->batch = (int) p->batch_size;
     self->micro = (int) p->micro_batches;
     self->mb = self->batch / self->micro;
+    //  proto checked origin_s is finite and >= 0.
+    self->timeline = pl_timeline_new (p->origin_s);
+    snprintf (self->who, sizeof self->who, "device%d", self->id & 0xffff);
     pl_log_info ("client: joined as device %d of %u (%s, split %u, %d micro-batch(es))",
                  self->id, p->devices, proto_mode_name ((int) self->mode), p->split_point,
                  self->micro);
@@ -688,6 +782,7 @@ main (int argc, char **argv)
     nn_free (self->dlogits);
     nn_free (self->shard);
     nn_dataset_destroy (&self->train);
+    pl_timeline_destroy (&self->timeline);
     nn_free (self);
     return rc;
 }

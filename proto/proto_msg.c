@@ -1,5 +1,5 @@
 /*  proto_msg.c: the message envelope, the fixed-layout payloads (HELLO,
-    WELCOME, STATS, ERROR, EVAL results), socket I/O and the state machine
+    WELCOME, STATS, EVENTS, ERROR, EVAL results), socket I/O and the state machine
     (proto/PROTOCOL.md). The float-carrying payloads are in proto_tensor.c.
 
     One set of checks serves both directions: the decoder parses bytes into
@@ -37,11 +37,15 @@
 #define S_OFF_SEQUENCE   32
 
 #define S_FLAGS_KNOWN    (PROTO_FLAG_EVAL_RESULT | PROTO_FLAG_LAST)
-#define S_TYPE_MAX       PROTO_MSG_ERROR
+#define S_TYPE_MAX       PROTO_MSG_EVENTS
 
 static const char *const s_type_names[S_TYPE_MAX + 1] = {
     NULL, "HELLO", "WELCOME", "MODEL", "ACTIVATIONS", "GRADIENTS", "PARAMS",
-    "EVAL", "STATS", "HEARTBEAT", "BYE", "ERROR"
+    "EVAL", "STATS", "HEARTBEAT", "BYE", "ERROR", "EVENTS"
+};
+
+static const char *const s_stage_names[PROTO_STAGE_MAX + 1] = {
+    NULL, "forward", "backward", "update", "wait", "upload"
 };
 
 static const char *const s_mode_names[] = { NULL, "fl", "sl", "sfl", "pipelearn" };
@@ -72,6 +76,7 @@ proto_strerror (int code)
         case PROTO_E_VALUE:   return "field value out of range";
         case PROTO_E_TEXT:    return "invalid text";
         case PROTO_E_SPEC:    return "model spec hash mismatch";
+        case PROTO_E_TIME:    return "time not finite, negative or ending before it starts";
         default:              return "unknown error code";
     }
 }
@@ -79,7 +84,7 @@ proto_strerror (int code)
 bool
 proto_code_is_malformed (int code)
 {
-    return code <= PROTO_E_MAGIC && code >= PROTO_E_SPEC;
+    return code <= PROTO_E_MAGIC && code >= PROTO_E_TIME;
 }
 
 const char *
@@ -87,6 +92,21 @@ proto_mode_name (int mode)
 {
     return mode >= PROTO_MODE_FL && mode <= PROTO_MODE_PIPELEARN ? s_mode_names[mode]
                                                                  : "UNKNOWN";
+}
+
+const char *
+proto_stage_name (int stage)
+{
+    return stage >= 1 && stage <= PROTO_STAGE_MAX ? s_stage_names[stage] : "UNKNOWN";
+}
+
+int
+proto_stage_from_name (const char *name)
+{
+    for (int st = 1; name && st <= PROTO_STAGE_MAX; st++)
+        if (strcmp (name, s_stage_names[st]) == 0)
+            return st;
+    return -1;
 }
 
 int
@@ -111,6 +131,7 @@ s_frames_for (int type, uint32_t flags)
         case PROTO_MSG_GRADIENTS:   return 4;
         case PROTO_MSG_EVAL:        return flags & PROTO_FLAG_EVAL_RESULT ? 2 : 4;
         case PROTO_MSG_STATS:       return 2;
+        case PROTO_MSG_EVENTS:      return 2;
         case PROTO_MSG_ERROR:       return 2;
         default:                    return 1;   //  HEARTBEAT, BYE
     }
@@ -301,6 +322,9 @@ s_plan_check (const proto_plan_t *p, const proto_limits_t *l, char *err, size_t 
         return proto_fail (err, err_size, PROTO_E_VALUE,
                            "%s: shard %" PRIu64 " + %" PRIu64 " overflows",
                            w, p->shard_begin, p->shard_count);
+    if (!isfinite (p->origin_s) || p->origin_s < 0)
+        return proto_fail (err, err_size, PROTO_E_TIME,
+                           "%s: origin_s is %g, must be finite and >= 0", w, p->origin_s);
     return 0;
 }
 
@@ -323,6 +347,47 @@ s_stats_check (const proto_stats_t *s, char *err, size_t err_size)
         if (!isfinite (t[i]) || t[i] < 0)
             return proto_fail (err, err_size, PROTO_E_VALUE,
                                "STATS: %s is %g, must be finite and >= 0", names[i], t[i]);
+    return 0;
+}
+
+//  One EVENTS record; index names it in the message.
+static int
+s_event_check (const proto_event_t *e, size_t index, char *err, size_t err_size)
+{
+    if (e->stage < 1 || e->stage > PROTO_STAGE_MAX)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "EVENTS: event %zu: stage %" PRIu32 " not in 1..%d",
+                           index, e->stage, PROTO_STAGE_MAX);
+    if (!isfinite (e->start_s) || e->start_s < 0)
+        return proto_fail (err, err_size, PROTO_E_TIME,
+                           "EVENTS: event %zu: start_s is %g, must be finite and >= 0",
+                           index, e->start_s);
+    if (!isfinite (e->end_s) || e->end_s < 0)
+        return proto_fail (err, err_size, PROTO_E_TIME,
+                           "EVENTS: event %zu: end_s is %g, must be finite and >= 0",
+                           index, e->end_s);
+    if (e->end_s < e->start_s)
+        return proto_fail (err, err_size, PROTO_E_TIME,
+                           "EVENTS: event %zu: end_s %.9g is before start_s %.9g",
+                           index, e->end_s, e->start_s);
+    return 0;
+}
+
+//  The record count against the limit, then every record.
+static int
+s_events_check (const proto_event_t *events, size_t count, uint32_t max_events,
+                char *err, size_t err_size)
+{
+    if (count == 0)
+        return proto_fail (err, err_size, PROTO_E_SIZE, "EVENTS: no events");
+    if (count > max_events)
+        return proto_fail (err, err_size, PROTO_E_SIZE,
+                           "EVENTS: %zu events exceeds limit %" PRIu32, count, max_events);
+    for (size_t i = 0; i < count; i++) {
+        int rc = s_event_check (&events[i], i, err, err_size);
+        if (rc)
+            return rc;
+    }
     return 0;
 }
 
@@ -363,6 +428,7 @@ proto_msg_destroy (proto_msg_t **self_p)
     nn_free (self->config);
     nn_free (self->labels);
     nn_free (self->error_text);
+    nn_free (self->events);
     nn_free (self);
     *self_p = NULL;
 }
@@ -515,6 +581,29 @@ proto_msg_stats (const proto_msg_t *self)
 }
 
 int
+proto_msg_set_events (proto_msg_t *self, const proto_event_t *events, size_t count)
+{
+    assert (self && self->header.type == PROTO_MSG_EVENTS && (events || count == 0));
+    if (s_events_check (events, count, PROTO_EVENTS_MAX, NULL, 0))
+        return -1;
+    proto_event_t *copy = nn_malloc (count * sizeof *copy);
+    memcpy (copy, events, count * sizeof *copy);
+    nn_free (self->events);
+    self->events = copy;
+    self->events_count = count;
+    return 0;
+}
+
+const proto_event_t *
+proto_msg_events (const proto_msg_t *self, size_t *count_out)
+{
+    assert (self && self->header.type == PROTO_MSG_EVENTS);
+    if (count_out)
+        *count_out = self->events_count;
+    return self->events;
+}
+
+int
 proto_msg_set_error (proto_msg_t *self, uint32_t code, const char *text)
 {
     assert (self && text && self->header.type == PROTO_MSG_ERROR);
@@ -566,6 +655,9 @@ proto_msg_check (const proto_msg_t *self, char *err, size_t err_size)
             return proto_msg_slab_check (self, err, err_size);
         case PROTO_MSG_STATS:
             return s_stats_check (&self->stats, err, err_size);
+        case PROTO_MSG_EVENTS:
+            return s_events_check (self->events, self->events_count, l.max_events,
+                                   err, err_size);
         case PROTO_MSG_ERROR:
             return s_error_check (self->error_code, err, err_size);
         case PROTO_MSG_HEARTBEAT:
@@ -616,6 +708,7 @@ proto_msg_encode (proto_msg_t *self, zmq_msg_t frames[PROTO_MAX_FRAMES],
             proto_le_put_u64 (b + 24, p->shard_begin);
             proto_le_put_u64 (b + 32, p->shard_count);
             proto_le_put_u64 (b + 40, p->seed);
+            proto_le_put_f64 (b + 48, p->origin_s);
             break;
         }
         case PROTO_MSG_MODEL:
@@ -632,6 +725,19 @@ proto_msg_encode (proto_msg_t *self, zmq_msg_t frames[PROTO_MAX_FRAMES],
             proto_le_put_u64 (b + 32, s->bytes_up);
             proto_le_put_u64 (b + 40, s->bytes_down);
             proto_le_put_u32 (b + 48, s->epoch);
+            break;
+        }
+        case PROTO_MSG_EVENTS: {
+            b = proto_frame_alloc (&frames[1], self->events_count * PROTO_EVENT_SIZE);
+            for (size_t i = 0; i < self->events_count; i++, b += PROTO_EVENT_SIZE) {
+                const proto_event_t *e = &self->events[i];
+                proto_le_put_u32 (b, e->stage);
+                proto_le_put_u32 (b + 4, e->epoch);
+                proto_le_put_u32 (b + 8, e->iteration);
+                proto_le_put_u32 (b + 12, e->micro_batch);
+                proto_le_put_f64 (b + 16, e->start_s);
+                proto_le_put_f64 (b + 24, e->end_s);
+            }
             break;
         }
         case PROTO_MSG_ERROR: {
@@ -723,6 +829,7 @@ s_decode_welcome (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
     plan->shard_begin = proto_le_get_u64 (p + 24);
     plan->shard_count = proto_le_get_u64 (p + 32);
     plan->seed = proto_le_get_u64 (p + 40);
+    plan->origin_s = proto_le_get_f64 (p + 48);
     rc = s_plan_check (plan, l, err, err_size);
     if (rc)
         return rc;
@@ -730,6 +837,44 @@ s_decode_welcome (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
     memcpy (self->config, b, len);
     self->config[len] = 0;
     self->config_len = len;
+    return 0;
+}
+
+//  The record count comes from the frame size, checked against the limit
+//  before anything is allocated for it.
+static int
+s_decode_events (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
+                 char *err, size_t err_size)
+{
+    size_t len;
+    const uint8_t *b = proto_frame_bytes (&frames[1], &len);
+    if (len % PROTO_EVENT_SIZE)
+        return proto_fail (err, err_size, PROTO_E_SIZE,
+                           "EVENTS: payload %zu bytes is not a multiple of %d",
+                           len, PROTO_EVENT_SIZE);
+    size_t count = len / PROTO_EVENT_SIZE;
+    if (count == 0)
+        return proto_fail (err, err_size, PROTO_E_SIZE, "EVENTS: no events");
+    if (count > l->max_events)
+        return proto_fail (err, err_size, PROTO_E_SIZE,
+                           "EVENTS: %zu events exceeds limit %" PRIu32, count, l->max_events);
+    proto_event_t *events = nn_malloc (count * sizeof *events);
+    for (size_t i = 0; i < count; i++, b += PROTO_EVENT_SIZE) {
+        proto_event_t *e = &events[i];
+        e->stage = proto_le_get_u32 (b);
+        e->epoch = proto_le_get_u32 (b + 4);
+        e->iteration = proto_le_get_u32 (b + 8);
+        e->micro_batch = proto_le_get_u32 (b + 12);
+        e->start_s = proto_le_get_f64 (b + 16);
+        e->end_s = proto_le_get_f64 (b + 24);
+        int rc = s_event_check (e, i, err, err_size);
+        if (rc) {
+            nn_free (events);
+            return rc;
+        }
+    }
+    self->events = events;
+    self->events_count = count;
     return 0;
 }
 
@@ -763,6 +908,8 @@ s_decode_payload (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
             s->epoch = proto_le_get_u32 (b + 48);
             return s_stats_check (s, err, err_size);
         }
+        case PROTO_MSG_EVENTS:
+            return s_decode_events (self, frames, l, err, err_size);
         case PROTO_MSG_ERROR: {
             b = proto_frame_bytes (&frames[1], &len);
             if (len < 4)
@@ -1045,6 +1192,7 @@ proto_type_allowed (proto_mode_t mode, proto_state_t state, int type, proto_dir_
                 case PROTO_MSG_EVAL:        return split;
                 case PROTO_MSG_PARAMS:      return up;
                 case PROTO_MSG_STATS:       return up;
+                case PROTO_MSG_EVENTS:      return up;
                 case PROTO_MSG_MODEL:       return !up;
                 default:                    return control;
             }

@@ -45,11 +45,14 @@
 
 //  Fixed payload sizes in bytes (PROTOCOL.md gives every offset).
 #define PROTO_HELLO_FIXED_SIZE 20           //  + name length
-#define PROTO_PLAN_SIZE        48
+#define PROTO_PLAN_SIZE        56
 #define PROTO_SLAB_SIZE        56
 #define PROTO_LOSS_SIZE        12
 #define PROTO_EVAL_RESULT_SIZE 24
 #define PROTO_STATS_SIZE       52
+#define PROTO_EVENT_SIZE       32           //  one EVENTS record
+#define PROTO_EVENTS_MAX       65536        //  records per EVENTS message, hard cap
+#define PROTO_EVENT_NONE       0xFFFFFFFFu  //  EVENTS iteration / micro_batch: not applicable
 
 //  Header flags. Bits not defined here are rejected.
 #define PROTO_FLAG_EVAL_RESULT 0x1u         //  EVAL only: results, not activations
@@ -70,7 +73,8 @@ typedef enum {
     PROTO_MSG_STATS = 8,
     PROTO_MSG_HEARTBEAT = 9,
     PROTO_MSG_BYE = 10,
-    PROTO_MSG_ERROR = 11
+    PROTO_MSG_ERROR = 11,
+    PROTO_MSG_EVENTS = 12
 } proto_type_t;
 
 //  Return codes. -1 is "no message" (timeout, signal, context terminated):
@@ -90,7 +94,8 @@ typedef enum {
     PROTO_E_LABEL = -9,     //  label outside [0, classes)
     PROTO_E_VALUE = -10,    //  field out of range (flags, reserved, plan, counts)
     PROTO_E_TEXT = -11,     //  invalid UTF-8, NUL, or non-printable name
-    PROTO_E_SPEC = -12      //  spec hash differs from the expected one
+    PROTO_E_SPEC = -12,     //  spec hash differs from the expected one
+    PROTO_E_TIME = -13      //  a time not finite, negative, or ending before it starts
 } proto_code_t;
 
 //  ERROR payload codes. Receivers accept any code >= 1.
@@ -101,6 +106,16 @@ typedef enum {
 #define PROTO_ERR_SPEC         5            //  model spec or slab differs
 #define PROTO_ERR_TIMEOUT      6            //  peer silent past its deadline
 #define PROTO_ERR_INTERNAL     7            //  the sender failed
+
+//  EVENTS record stages: what a device was doing during [start_s, end_s].
+typedef enum {
+    PROTO_STAGE_FORWARD = 1,    //  forward pass of one micro-batch (fl: one batch)
+    PROTO_STAGE_BACKWARD = 2,   //  backward pass of one micro-batch
+    PROTO_STAGE_UPDATE = 3,     //  optimiser step of one iteration
+    PROTO_STAGE_WAIT = 4,       //  blocked on the server: GRADIENTS or MODEL
+    PROTO_STAGE_UPLOAD = 5      //  blocked in a send (a full send queue)
+} proto_stage_t;
+#define PROTO_STAGE_MAX        PROTO_STAGE_UPLOAD
 
 typedef enum {
     PROTO_MODE_FL = 1,
@@ -157,6 +172,8 @@ typedef struct {
     uint64_t shard_begin;       //  the device's training samples are positions
     uint64_t shard_count;       //  [shard_begin, +count) of the partition order
     uint64_t seed;              //  the device's RNG seed (shuffle, augmentation)
+    double origin_s;            //  the run's time 0: a CLOCK_REALTIME second (finite,
+                                //  >= 0); EVENTS times count from it
 } proto_plan_t;
 
 //  MODEL / PARAMS frame 1: which flat weights slab frame 2 holds.
@@ -196,6 +213,16 @@ typedef struct {
     uint32_t epoch;
 } proto_stats_t;
 
+//  EVENTS: one stage event of the sending device (who is the header's
+//  device). Times in seconds since the plan's origin_s, finite, 0 <= start_s
+//  <= end_s. iteration / micro_batch are PROTO_EVENT_NONE when they do not
+//  apply (an update has no micro-batch, a wait for MODEL no iteration).
+typedef struct {
+    uint32_t stage;             //  proto_stage_t
+    uint32_t epoch, iteration, micro_batch;
+    double start_s, end_s;
+} proto_event_t;
+
 //  What a receiver accepts. A zeroed struct (or NULL) takes the defaults:
 //  every field's 0 means "the protocol maximum" or "any".
 typedef struct {
@@ -208,6 +235,7 @@ typedef struct {
     uint64_t slab_count;        //  expected MODEL/PARAMS floats; 0 = any
     const uint8_t *spec_hash;   //  expected PROTO_SPEC_HASH_SIZE bytes; NULL = any
     size_t max_json_bytes;      //  WELCOME config; 0 (or > cap) = PROTO_JSON_MAX
+    uint32_t max_events;        //  EVENTS records; 0 (or > cap) = PROTO_EVENTS_MAX
 } proto_limits_t;
 
 typedef struct _proto_msg_t proto_msg_t;
@@ -223,6 +251,9 @@ const char *proto_type_name (int type);         //  "ACTIVATIONS", "UNKNOWN"
 const char *proto_strerror (int code);          //  static text for PROTO_*
 bool proto_code_is_malformed (int code);        //  code <= PROTO_E_MAGIC
 const char *proto_mode_name (int mode);         //  "pipelearn", "UNKNOWN"
+const char *proto_stage_name (int stage);       //  "forward", "wait", "UNKNOWN"
+//  "forward" | "backward" | "update" | "wait" | "upload" -> proto_stage_t, or -1.
+int proto_stage_from_name (const char *name);
 //  "fl" | "sl" | "sfl" | "pipelearn" -> proto_mode_t, or -1.
 int proto_mode_from_name (const char *name);
 
@@ -347,6 +378,13 @@ const proto_eval_result_t *proto_msg_eval_result (const proto_msg_t *self);
 //  STATS.
 void proto_msg_set_stats (proto_msg_t *self, const proto_stats_t *stats);
 const proto_stats_t *proto_msg_stats (const proto_msg_t *self);
+
+//  EVENTS: count records (1..PROTO_EVENTS_MAX), copied; -1 (and nothing
+//  changed) if count is out of range or a record is invalid (stage, times).
+int proto_msg_set_events (proto_msg_t *self, const proto_event_t *events, size_t count);
+//  The records (borrowed from the message), *count_out of them; NULL and 0
+//  if none are set.
+const proto_event_t *proto_msg_events (const proto_msg_t *self, size_t *count_out);
 
 //  ERROR: code >= 1 (see PROTOCOL.md) and UTF-8 text of at most
 //  PROTO_TEXT_MAX bytes (copied; -1 otherwise).

@@ -41,6 +41,8 @@ proto_limits_resolve (const proto_limits_t *limits)
         l.max_frame_bytes = PROTO_DEFAULT_MAX_FRAME_BYTES;
     if (l.max_json_bytes == 0 || l.max_json_bytes > PROTO_JSON_MAX)
         l.max_json_bytes = PROTO_JSON_MAX;
+    if (l.max_events == 0 || l.max_events > PROTO_EVENTS_MAX)
+        l.max_events = PROTO_EVENTS_MAX;
     return l;
 }
 

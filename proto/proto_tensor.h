@@ -134,6 +134,8 @@ struct _proto_msg_t {
     proto_loss_t loss;
     proto_eval_result_t eval;
     proto_stats_t stats;
+    proto_event_t *events;      //  EVENTS: NULL until set
+    size_t events_count;
     uint32_t error_code;
     char *error_text;           //  NULL until set
 };

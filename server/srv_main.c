@@ -12,9 +12,15 @@
     DIR/model.ckpt.
 
     Epoch end protocol (what the clients do): at the end of its epoch a
-    device sends STATS and then its epoch-final PARAMS, so the server knows
-    an aggregation round closes an epoch when every device's STATS for that
-    epoch has arrived.
+    device sends EVENTS (its stage events of the epoch), STATS and then its
+    epoch-final PARAMS, so the server knows an aggregation round closes an
+    epoch when every device's STATS for that epoch has arrived.
+
+    Timeline: WELCOME's plan carries origin_s, the CLOCK_REALTIME second
+    this server took as time 0, so device events and the workers' compute
+    events share one time axis. Device events are checked (epoch, indices,
+    a per-epoch budget) and merged as they arrive; timeline.csv is written
+    sorted by start time at the end.
 */
 #include "nn_alloc.h"
 #include "nn_checkpoint.h"
@@ -42,6 +48,9 @@
 
 #define SRV_MAX_DEVICES 64
 #define SRV_HEARTBEAT_S 5.0
+//  Device events kept per device and epoch; past it the rest is dropped
+//  (with one warning), so a device cannot grow the server without bound.
+#define SRV_MAX_EVENTS  (4 * PROTO_EVENTS_MAX)
 
 static volatile sig_atomic_t s_interrupted = 0;
 
@@ -71,6 +80,8 @@ typedef struct {
     uint64_t samples;           //  PARAMS sample_count
     proto_stats_t stats;
     bool stats_in;
+    size_t events_in;           //  device events kept this epoch
+    bool events_capped;         //  warned about SRV_MAX_EVENTS this epoch
 } srv_device_t;
 
 typedef struct {
@@ -321,6 +332,36 @@ s_merge (srv_t *self)
     }
 }
 
+//  By start, then end, then who and stage: a total order, so the file is
+//  the same whatever order the events arrived in.
+static int
+s_event_cmp (const void *a_, const void *b_)
+{
+    const pl_event_t *a = a_, *b = b_;
+    if (a->start_s != b->start_s)
+        return a->start_s < b->start_s ? -1 : 1;
+    if (a->end_s != b->end_s)
+        return a->end_s < b->end_s ? -1 : 1;
+    int c = strcmp (a->who, b->who);
+    return c ? c : strcmp (a->stage, b->stage);
+}
+
+//  self->timeline's events sorted by start time, as a new timeline.
+static pl_timeline_t *
+s_timeline_sorted (srv_t *self)
+{
+    size_t n = pl_timeline_count (self->timeline);
+    pl_event_t *ev = nn_malloc ((n ? n : 1) * sizeof *ev);
+    if (n)
+        memcpy (ev, pl_timeline_events (self->timeline), n * sizeof *ev);
+    qsort (ev, n, sizeof *ev, s_event_cmp);
+    pl_timeline_t *sorted = pl_timeline_new (self->origin);
+    for (size_t i = 0; i < n; i++)
+        pl_timeline_add_event (sorted, &ev[i]);
+    nn_free (ev);
+    return sorted;
+}
+
 static void
 s_finish (srv_t *self)
 {
@@ -336,7 +377,10 @@ s_finish (srv_t *self)
     }
     snprintf (path, sizeof path, "%s/timeline.csv", self->results);
     unlink (path);
-    if (pl_timeline_write_csv (self->timeline, path, err, sizeof err)) {
+    pl_timeline_t *sorted = s_timeline_sorted (self);
+    int wrc = pl_timeline_write_csv (sorted, path, err, sizeof err);
+    pl_timeline_destroy (&sorted);
+    if (wrc) {
         pl_log_error ("%s", err);
         self->rc = 1;
     }
@@ -402,6 +446,8 @@ s_end_epoch (srv_t *self)
         cJSON_AddNumberToObject (o, "bytes_down", (double) s->bytes_down);
         cJSON_AddItemToArray (devs, o);
         self->dev[i].stats_in = false;
+        self->dev[i].events_in = 0;
+        self->dev[i].events_capped = false;
     }
     if (!self->quiet) {
         if (self->epoch == 1)
@@ -564,7 +610,8 @@ s_on_hello (srv_t *self, proto_msg_t *msg, const uint8_t *rid, size_t rid_len)
                           .batch_size = (uint32_t) self->batch,
                           .devices = (uint32_t) self->devices,
                           .mode = (uint32_t) self->mode, .shard_begin = 0,
-                          .shard_count = 0, .seed = self->cfg.seed };
+                          .shard_count = 0, .seed = self->cfg.seed,
+                          .origin_s = self->origin };
     proto_msg_set_plan (w, &plan);
     s_send (self, d, &w);
     pl_log_info ("server: device %d joined (%s)", id, hello->name);
@@ -607,6 +654,61 @@ s_on_params (srv_t *self, srv_device_t *d, proto_msg_t *msg)
         if (!self->dev[i].params_in)
             return;
     s_aggregate (self);
+}
+
+//  A device's stage events for the current epoch: checked beyond what proto
+//  checks (epoch, indices, order with STATS) and merged into the timeline
+//  as "deviceN". 0, or -1 with why filled (the caller drops the device).
+static int
+s_on_events (srv_t *self, srv_device_t *d, const proto_msg_t *msg, char *why,
+             size_t why_size)
+{
+    const int id = (int) (d - self->dev);
+    const proto_header_t *h = proto_msg_header (msg);
+    size_t count = 0;
+    const proto_event_t *ev = proto_msg_events (msg, &count);
+    if (h->epoch != (uint32_t) self->epoch) {
+        snprintf (why, why_size, "EVENTS for epoch %u; the run is in epoch %d", h->epoch,
+                  self->epoch);
+        return -1;
+    }
+    if (d->stats_in) {
+        snprintf (why, why_size, "EVENTS after this epoch's STATS (send them before)");
+        return -1;
+    }
+    //  Check every record before keeping any: all or nothing.
+    for (size_t i = 0; i < count; i++) {
+        const proto_event_t *e = &ev[i];
+        bool micro_ok = e->micro_batch == PROTO_EVENT_NONE
+                     || e->micro_batch < (uint32_t) self->micro;
+        bool iter_ok = e->iteration == PROTO_EVENT_NONE || e->iteration <= INT32_MAX;
+        if (e->epoch != h->epoch || !micro_ok || !iter_ok) {
+            snprintf (why, why_size, "EVENTS: event %zu: epoch %u, iteration %u, "
+                      "micro-batch %u do not fit epoch %u with %d micro-batch(es)", i,
+                      e->epoch, e->iteration, e->micro_batch, h->epoch, self->micro);
+            return -1;
+        }
+    }
+    size_t room = SRV_MAX_EVENTS - d->events_in;
+    if (count > room) {
+        if (!d->events_capped)
+            pl_log_warn ("server: device %d sent more than %d events in epoch %d; the rest "
+                         "are left out of timeline.csv", id, SRV_MAX_EVENTS, self->epoch);
+        d->events_capped = true;
+        count = room;
+    }
+    d->events_in += count;
+    char who[16];
+    snprintf (who, sizeof who, "device%d", id & 0xffff);
+    for (size_t i = 0; i < count; i++) {
+        const proto_event_t *e = &ev[i];
+        pl_timeline_add (self->timeline, who, proto_stage_name ((int) e->stage),
+                         (int) e->epoch,
+                         e->iteration == PROTO_EVENT_NONE ? -1 : (int) e->iteration,
+                         e->micro_batch == PROTO_EVENT_NONE ? -1 : (int) e->micro_batch,
+                         e->start_s, e->end_s);
+    }
+    return 0;
 }
 
 static void
@@ -681,6 +783,14 @@ s_on_router (srv_t *self)
             d->stats = *proto_msg_stats (msg);
             d->stats_in = true;
             break;
+        case PROTO_MSG_EVENTS: {
+            char why[256];
+            if (s_on_events (self, d, msg, why, sizeof why)) {
+                s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE, why);
+                s_abort_run (self, d, why);
+            }
+            break;
+        }
         case PROTO_MSG_HEARTBEAT:
             break;
         case PROTO_MSG_BYE:

@@ -474,8 +474,6 @@ Test (config, check_rejects_bad_combinations)
     S_ASSERT_HAS (err, "batch_size");
     config.micro_batches = 8;
     cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
-    config.micro_batches = PL_AUTO;
-    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
 
     pl_config_defaults (&config);
     config.split_point = 5;
@@ -491,8 +489,6 @@ Test (config, check_rejects_bad_combinations)
     cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
     strcpy (config.mode, "sl");
     cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
-    config.split_point = PL_AUTO;
-    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
 
     pl_config_defaults (&config);
     config.devices = 4;
@@ -516,6 +512,54 @@ Test (config, check_rejects_bad_combinations)
     strcpy (config.model, "VGG5");
     cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
     S_ASSERT_HAS (err, "model");
+}
+
+Test (config, check_leaves_divisibility_to_the_server)
+{
+    //  pipelearn-train checks the same config and ignores micro_batches:
+    //  the default 4 must not refuse a batch of 50 there.
+    pl_config_t config;
+    char err [NN_ERR_SIZE] = "";
+    pl_config_defaults (&config);
+    config.batch_size = 50;
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
+}
+
+Test (config, check_refuses_auto_until_the_planner_exists)
+{
+    pl_config_t config;
+    char err [NN_ERR_SIZE] = "";
+
+    //  "auto" parses and round-trips, but no run can use it yet.
+    s_parse_ok (&config, "{\"micro_batches\": \"auto\"}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+    cr_assert_str_eq (err, "run.json: micro_batches: \"auto\" needs the planner, which is "
+                           "not implemented yet; give a number in mode pipelearn");
+    s_parse_ok (&config, "{\"split_point\": \"auto\", \"mode\": \"sfl\"}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+    cr_assert_str_eq (err, "run.json: split_point: \"auto\" needs the planner, which is "
+                           "not implemented yet; give a number in mode sfl");
+    strcpy (config.mode, "sl");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "split_point: \"auto\"");
+    //  Both: the first one is named.
+    s_parse_ok (&config, "{\"split_point\": \"auto\", \"micro_batches\": \"auto\"}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "run.json: split_point: \"auto\" needs the planner");
+
+    //  --set is the source when the value came from the command line.
+    pl_config_defaults (&config);
+    cr_assert_eq (pl_config_set (&config, "micro_batches=auto", err, sizeof err), 0, "%s", err);
+    cr_assert_eq (pl_config_check (&config, "--set", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "--set: micro_batches: \"auto\"");
+
+    //  Where the value is not used, "auto" does not stop a run: fl does
+    //  not split, and only pipelearn has micro-batches.
+    s_parse_ok (&config, "{\"split_point\": \"auto\", \"micro_batches\": \"auto\", "
+                         "\"mode\": \"fl\"}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
+    s_parse_ok (&config, "{\"micro_batches\": \"auto\", \"mode\": \"sfl\"}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
 }
 
 Test (config, load_missing_file_names_the_path)

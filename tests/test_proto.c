@@ -195,7 +195,8 @@ s_plan (void)
     return (proto_plan_t) { .device_id = 2, .split_point = 1, .micro_batches = 4,
                             .batch_size = 100, .devices = 4,
                             .mode = PROTO_MODE_PIPELEARN, .shard_begin = 5000,
-                            .shard_count = 2500, .seed = 0x0123456789ABCDEFull };
+                            .shard_count = 2500, .seed = 0x0123456789ABCDEFull,
+                            .origin_s = 1754000000.123456789 };
 }
 
 static const char s_json[] = "{\"mode\": \"pipelearn\", \"name\": \"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"}";
@@ -222,6 +223,49 @@ s_make_hello (void)
     snprintf (h.name, sizeof h.name, "pi-4 device #3");
     cr_assert_eq (proto_msg_set_hello (m, &h), 0);
     return m;
+}
+
+//  Event i of a test batch: every stage, NONE fields, exact f64 times.
+static proto_event_t
+s_event_at (size_t i)
+{
+    double start = 0.5 + (double) i * 0.001953125 + 1e-9 * (double) (i % 7);
+    return (proto_event_t) {
+        .stage = (uint32_t) (1 + i % PROTO_STAGE_MAX), .epoch = (uint32_t) (i / 1000),
+        .iteration = i % 5 == 4 ? PROTO_EVENT_NONE : (uint32_t) i,
+        .micro_batch = i % 3 == 2 ? PROTO_EVENT_NONE : (uint32_t) (i % 4),
+        .start_s = start, .end_s = i % 9 == 0 ? start : start + 0.25 };
+}
+
+static proto_msg_t *
+s_make_events (size_t count)
+{
+    proto_event_t *ev = malloc (count * sizeof *ev);
+    cr_assert_not_null (ev);
+    for (size_t i = 0; i < count; i++)
+        ev[i] = s_event_at (i);
+    proto_msg_t *m = proto_msg_new (PROTO_MSG_EVENTS);
+    s_set_route (m);
+    cr_assert_eq (proto_msg_set_events (m, ev, count), 0);
+    free (ev);
+    return m;
+}
+
+static void
+s_assert_events (const proto_msg_t *m, size_t count)
+{
+    size_t got_count = 0;
+    const proto_event_t *got = proto_msg_events (m, &got_count);
+    cr_assert_eq (got_count, count);
+    for (size_t i = 0; i < count; i++) {
+        proto_event_t want = s_event_at (i);
+        cr_assert_eq (got[i].stage, want.stage, "event %zu stage", i);
+        cr_assert_eq (got[i].epoch, want.epoch, "event %zu epoch", i);
+        cr_assert_eq (got[i].iteration, want.iteration, "event %zu iteration", i);
+        cr_assert_eq (got[i].micro_batch, want.micro_batch, "event %zu micro_batch", i);
+        cr_assert (memcmp (&got[i].start_s, &want.start_s, 8) == 0, "event %zu start_s", i);
+        cr_assert (memcmp (&got[i].end_s, &want.end_s, 8) == 0, "event %zu end_s", i);
+    }
 }
 
 //  A message as raw frames we can damage.
@@ -444,6 +488,8 @@ Test (proto, roundtrip_welcome)
     cr_assert_eq (plan->shard_begin, want.shard_begin);
     cr_assert_eq (plan->shard_count, want.shard_count);
     cr_assert_eq (plan->seed, want.seed);
+    cr_assert (memcmp (&plan->origin_s, &want.origin_s, sizeof want.origin_s) == 0,
+               "origin_s %.9f, want %.9f", plan->origin_s, want.origin_s);
     proto_msg_destroy (&got);
     s_pair_close (&p);
 }
@@ -601,6 +647,47 @@ Test (proto, roundtrip_stats)
     cr_assert_eq (g->bytes_up, ((uint64_t) 1 << 33) + 7);
     cr_assert_eq (g->bytes_down, 12345);
     cr_assert_eq (g->epoch, 5);
+    proto_msg_destroy (&got);
+    s_pair_close (&p);
+}
+
+Test (proto, roundtrip_events)
+{
+    s_pair_t p;
+    s_pair_open (&p, "inproc://events");
+    proto_msg_t *got = s_transfer (&p, s_make_events (7), NULL);
+    s_assert_route (got, PROTO_MSG_EVENTS);
+    s_assert_events (got, 7);
+    proto_msg_destroy (&got);
+
+    //  The documented layout: record 1 at bytes 32..63 of frame 1.
+    s_raw_t r = s_raw_from (s_make_events (2));
+    cr_assert_eq (r.count, 2);
+    cr_assert_eq (r.size[1], 2 * PROTO_EVENT_SIZE);
+    const uint8_t *b = s_raw_bytes (&r, 1) + PROTO_EVENT_SIZE;
+    proto_event_t want = s_event_at (1);
+    cr_assert_eq (b[0], want.stage);
+    cr_assert_eq (b[1] | b[2] | b[3], 0);
+    cr_assert_eq (b[8], 1);                                 //  iteration 1
+    cr_assert_eq (b[12], 1);                                //  micro_batch 1
+    uint64_t bits = 0;
+    for (int i = 7; i >= 0; i--)
+        bits = bits << 8 | b[16 + i];
+    cr_assert (memcmp (&bits, &want.start_s, 8) == 0, "start_s little-endian at 16");
+    s_raw_free (&r);
+
+    //  Exactly the cap is accepted, also by a DEALER/ROUTER pair.
+    s_pair_close (&p);
+    s_pair_open_id (&p, ZMQ_ROUTER, ZMQ_DEALER, "inproc://events-max", "dev");
+    proto_msg_t *m = s_make_events (PROTO_EVENTS_MAX);
+    cr_assert_eq (proto_msg_send (&m, p.b), 0);
+    uint8_t rid[PROTO_ROUTING_ID_MAX];
+    size_t rid_len = 0;
+    char err[512] = "";
+    cr_assert_eq (proto_msg_recv_from (&got, p.a, rid, &rid_len, NULL, err, sizeof err), 0,
+                  "%s", err);
+    cr_assert_eq (rid_len, 3);
+    s_assert_events (got, PROTO_EVENTS_MAX);
     proto_msg_destroy (&got);
     s_pair_close (&p);
 }
@@ -894,6 +981,29 @@ Test (proto, setters_refuse_invalid_input)
     proto_slab_t desc = { .unit_end = 1, .count = 0 };
     cr_assert_eq (proto_msg_set_slab_copy (m, &desc, &x), -1);
     proto_msg_destroy (&m);
+
+    m = proto_msg_new (PROTO_MSG_EVENTS);
+    proto_event_t ev[2] = { s_event_at (0), s_event_at (1) };
+    cr_assert_eq (proto_msg_set_events (m, ev, 0), -1);
+    cr_assert_eq (proto_msg_set_events (m, ev, (size_t) PROTO_EVENTS_MAX + 1), -1);
+    ev[1].stage = PROTO_STAGE_MAX + 1;
+    cr_assert_eq (proto_msg_set_events (m, ev, 2), -1);
+    ev[1] = s_event_at (1);
+    ev[1].end_s = ev[1].start_s - 1e-6;
+    cr_assert_eq (proto_msg_set_events (m, ev, 2), -1);
+    ev[1] = s_event_at (1);
+    ev[1].start_s = -0.5;
+    cr_assert_eq (proto_msg_set_events (m, ev, 2), -1);
+    ev[1].start_s = NAN;
+    cr_assert_eq (proto_msg_set_events (m, ev, 2), -1);
+    size_t count = 99;
+    cr_assert_null (proto_msg_events (m, &count), "refused events are not kept");
+    cr_assert_eq (count, 0);
+    ev[1] = s_event_at (1);
+    cr_assert_eq (proto_msg_set_events (m, ev, 2), 0);
+    cr_assert_not_null (proto_msg_events (m, &count));
+    cr_assert_eq (count, 2);
+    proto_msg_destroy (&m);
 }
 
 Test (proto, send_refuses_incomplete_message_and_keeps_it)
@@ -945,6 +1055,12 @@ Test (proto, send_refuses_incomplete_message_and_keeps_it)
     proto_msg_destroy (&m);
     m = proto_msg_new (PROTO_MSG_ERROR);
     cr_assert_eq (proto_msg_check (m, err, sizeof err), PROTO_E_VALUE, "ERROR without a code");
+    proto_msg_destroy (&m);
+    m = proto_msg_new (PROTO_MSG_EVENTS);
+    cr_assert_eq (proto_msg_check (m, err, sizeof err), PROTO_E_SIZE, "EVENTS without events");
+    cr_assert_not_null (strstr (err, "EVENTS: no events"), "%s", err);
+    cr_assert_eq (proto_msg_send (&m, sock), -1);
+    cr_assert_not_null (m);
     proto_msg_destroy (&m);
 
     zmq_close (sock);
@@ -1067,8 +1183,8 @@ Test (proto, error_header_version_names_it)
 
 Test (proto, error_header_type_reserved_flags)
 {
-    const uint16_t bad_types[3] = { 0, 12, 0xFFFF };
-    const char *needles[3] = { "unknown type 0", "unknown type 12", "unknown type 65535" };
+    const uint16_t bad_types[3] = { 0, 13, 0xFFFF };
+    const char *needles[3] = { "unknown type 0", "unknown type 13", "unknown type 65535" };
     for (int i = 0; i < 3; i++) {
         s_raw_t r = s_raw_from (proto_msg_new (PROTO_MSG_HEARTBEAT));
         s_raw_bytes (&r, 0)[6] = (uint8_t) bad_types[i];
@@ -1357,8 +1473,17 @@ Test (proto, error_welcome_json_and_plan)
     s_expect (&r, &max_batch, PROTO_E_VALUE, "batch_size 100 exceeds limit 50");
 
     r = s_raw_from (s_make_welcome ());
-    r.size[2] = 40;
-    s_expect (&r, NULL, PROTO_E_SIZE, "plan 40 bytes, expected 48");
+    r.size[2] = 48;
+    s_expect (&r, NULL, PROTO_E_SIZE, "plan 48 bytes, expected 56");
+
+    //  The timeline origin: f64 at offset 48, finite and >= 0.
+    r = s_raw_from (s_make_welcome ());
+    const uint8_t quiet_nan[8] = { 0, 0, 0, 0, 0, 0, 0xF8, 0x7F };
+    memcpy (s_raw_bytes (&r, 2) + 48, quiet_nan, 8);
+    s_expect (&r, NULL, PROTO_E_TIME, "WELCOME: plan: origin_s is nan");
+    r = s_raw_from (s_make_welcome ());
+    s_raw_bytes (&r, 2)[55] |= 0x80;                    //  negative
+    s_expect (&r, NULL, PROTO_E_TIME, "WELCOME: plan: origin_s is -1.754e+09");
 }
 
 Test (proto, error_hello)
@@ -1440,6 +1565,91 @@ Test (proto, error_error_stats)
     s_expect (&r, NULL, PROTO_E_SIZE, "STATS: payload 51 bytes, expected 52");
 }
 
+//  An EVENTS message of `count` valid records with field `offset` of
+//  record `index` overwritten by the 8 (f64) or 4 (u32) bytes of value.
+static s_raw_t
+s_events_with (size_t count, size_t index, int offset, const void *value, size_t size)
+{
+    s_raw_t r = s_raw_from (s_make_events (count));
+    uint8_t *b = s_raw_bytes (&r, 1) + index * PROTO_EVENT_SIZE + offset;
+    uint8_t le[8];
+    if (size == 8) {
+        uint64_t u;
+        memcpy (&u, value, 8);
+        for (int i = 0; i < 8; i++)
+            le[i] = (uint8_t) (u >> (8 * i));
+    }
+    else {
+        uint32_t u;
+        memcpy (&u, value, 4);
+        for (int i = 0; i < 4; i++)
+            le[i] = (uint8_t) (u >> (8 * i));
+    }
+    memcpy (b, le, size);
+    return r;
+}
+
+Test (proto, error_events)
+{
+    //  Sizes: not whole records, none at all, over the receiver's and the
+    //  protocol's limits.
+    s_raw_t r = s_raw_from (s_make_events (3));
+    r.size[1] = 3 * PROTO_EVENT_SIZE - 1;
+    s_expect (&r, NULL, PROTO_E_SIZE, "EVENTS: payload 95 bytes is not a multiple of 32");
+
+    r = s_raw_from (s_make_events (1));
+    r.size[1] = 0;
+    s_expect (&r, NULL, PROTO_E_SIZE, "EVENTS: no events");
+
+    proto_limits_t two = { .max_events = 2 };
+    r = s_raw_from (s_make_events (3));
+    s_expect (&r, &two, PROTO_E_SIZE, "EVENTS: 3 events exceeds limit 2");
+
+    proto_limits_t big = { .max_events = UINT32_MAX };
+    r = s_raw_from (s_make_events (1));
+    size_t over = ((size_t) PROTO_EVENTS_MAX + 1) * PROTO_EVENT_SIZE;
+    uint8_t *huge = calloc (1, over);
+    cr_assert_not_null (huge);
+    s_raw_set (&r, 1, huge, over);
+    free (huge);
+    s_expect (&r, &big, PROTO_E_SIZE, "EVENTS: 65537 events exceeds limit 65536");
+
+    //  The stage enum, in the last record so every record is checked.
+    const uint32_t stages[3] = { 0, PROTO_STAGE_MAX + 1, 0xFFFFFFFFu };
+    const char *stage_needles[3] = { "EVENTS: event 4: stage 0 not in 1..5",
+                                     "EVENTS: event 4: stage 6 not in 1..5",
+                                     "EVENTS: event 4: stage 4294967295 not in 1..5" };
+    for (int i = 0; i < 3; i++) {
+        r = s_events_with (5, 4, 0, &stages[i], 4);
+        s_expect (&r, NULL, PROTO_E_VALUE, stage_needles[i]);
+    }
+
+    //  Times: finite, >= 0, end not before start.
+    struct { int offset; double value; const char *needle; } times[] = {
+        { 16, NAN, "EVENTS: event 1: start_s is nan" },
+        { 16, -1.0, "EVENTS: event 1: start_s is -1, must be finite and >= 0" },
+        { 16, INFINITY, "EVENTS: event 1: start_s is inf" },
+        { 24, -INFINITY, "EVENTS: event 1: end_s is -inf" },
+        { 24, NAN, "EVENTS: event 1: end_s is nan" },
+        { 24, 0.25, "EVENTS: event 1: end_s 0.25 is before start_s 0.50195" },
+    };
+    for (size_t i = 0; i < sizeof times / sizeof times[0]; i++) {
+        r = s_events_with (3, 1, times[i].offset, &times[i].value, 8);
+        s_expect (&r, NULL, PROTO_E_TIME, times[i].needle);
+    }
+
+    //  Any epoch, iteration and micro-batch is the daemon's to judge.
+    const uint32_t any = 0xFFFFFFFEu;
+    r = s_events_with (2, 1, 4, &any, 4);
+    proto_msg_t *m = NULL;
+    char err[512] = "";
+    cr_assert_eq (proto_msg_decode_bytes (&m, (const void *const *) r.data, r.size, r.count,
+                                          NULL, err, sizeof err), 0, "%s", err);
+    cr_assert_eq (proto_msg_events (m, NULL)[1].epoch, any);
+    proto_msg_destroy (&m);
+    s_raw_free (&r);
+}
+
 //  ---------------------------------------------------------------------
 //  Random input
 
@@ -1471,7 +1681,7 @@ Test (proto, random_frames_always_rejected)
 static proto_msg_t *
 s_random_valid (uint64_t *seed)
 {
-    switch (s_rand (seed) % 11) {
+    switch (s_rand (seed) % 12) {
         case 0: return s_make_hello ();
         case 1: return s_make_welcome ();
         case 2: return s_make_slab (PROTO_MSG_MODEL, 1 + s_rand (seed) % 16);
@@ -1496,6 +1706,7 @@ s_random_valid (uint64_t *seed)
             proto_msg_set_eval_result (m, &r);
             return m;
         }
+        case 10: return s_make_events (1 + (size_t) (s_rand (seed) % 4));
         default: return proto_msg_new (PROTO_MSG_BYE);
     }
 }
@@ -1573,8 +1784,9 @@ Test (proto, names_and_codes)
         cr_assert_str_neq (proto_type_name (t), "UNKNOWN");
     cr_assert_str_eq (proto_type_name (PROTO_MSG_ACTIVATIONS), "ACTIVATIONS");
     cr_assert_str_eq (proto_type_name (0), "UNKNOWN");
-    cr_assert_str_eq (proto_type_name (12), "UNKNOWN");
-    for (int a = PROTO_E_SPEC; a <= PROTO_OK; a++) {
+    cr_assert_str_eq (proto_type_name (PROTO_MSG_EVENTS), "EVENTS");
+    cr_assert_str_eq (proto_type_name (13), "UNKNOWN");
+    for (int a = PROTO_E_TIME; a <= PROTO_OK; a++) {
         cr_assert_str_neq (proto_strerror (a), "unknown error code");
         for (int b = a + 1; b <= PROTO_OK; b++)
             cr_assert_str_neq (proto_strerror (a), proto_strerror (b));
@@ -1584,6 +1796,14 @@ Test (proto, names_and_codes)
     cr_assert_eq (proto_mode_from_name ("fl"), PROTO_MODE_FL);
     cr_assert_eq (proto_mode_from_name ("FL"), -1);
     cr_assert_str_eq (proto_mode_name (PROTO_MODE_SFL), "sfl");
+    const char *stages[] = { "UNKNOWN", "forward", "backward", "update", "wait", "upload",
+                             "UNKNOWN" };
+    for (int st = 0; st <= PROTO_STAGE_MAX + 1; st++)
+        cr_assert_str_eq (proto_stage_name (st), stages[st]);
+    for (int st = 1; st <= PROTO_STAGE_MAX; st++)
+        cr_assert_eq (proto_stage_from_name (stages[st]), st);
+    cr_assert_eq (proto_stage_from_name ("Forward"), -1);
+    cr_assert_eq (proto_stage_from_name (NULL), -1);
 }
 
 Test (proto, state_machine)
@@ -1622,7 +1842,23 @@ Test (proto, state_machine)
     cr_assert (proto_type_allowed (fl, PROTO_STATE_TRAINING, PROTO_MSG_PARAMS, PROTO_UP));
     cr_assert (proto_type_allowed (fl, PROTO_STATE_TRAINING, PROTO_MSG_MODEL, PROTO_DOWN));
     //  Closed: nothing.
-    for (int t = PROTO_MSG_HELLO; t <= PROTO_MSG_ERROR; t++) {
+    //  EVENTS: device to server while training, in every mode.
+    for (int mode = PROTO_MODE_FL; mode <= PROTO_MODE_PIPELEARN; mode++) {
+        cr_assert (proto_type_allowed ((proto_mode_t) mode, PROTO_STATE_TRAINING,
+                                       PROTO_MSG_EVENTS, PROTO_UP));
+        cr_assert_not (proto_type_allowed ((proto_mode_t) mode, PROTO_STATE_TRAINING,
+                                           PROTO_MSG_EVENTS, PROTO_DOWN));
+    }
+    cr_assert_not (proto_type_allowed (pl, PROTO_STATE_CONNECTING, PROTO_MSG_EVENTS, PROTO_UP));
+    cr_assert_not (proto_type_allowed (pl, PROTO_STATE_JOINING, PROTO_MSG_EVENTS, PROTO_UP));
+    cr_assert_not (proto_type_allowed (pl, PROTO_STATE_JOINED, PROTO_MSG_EVENTS, PROTO_UP));
+    proto_msg_t *ev = s_make_events (2);
+    cr_assert (proto_msg_allowed (fl, PROTO_STATE_TRAINING, ev, PROTO_UP));
+    cr_assert_not (proto_msg_allowed (pl, PROTO_STATE_TRAINING, ev, PROTO_DOWN));
+    cr_assert_eq (proto_state_next (PROTO_STATE_TRAINING, PROTO_MSG_EVENTS, PROTO_UP),
+                  PROTO_STATE_TRAINING);
+    proto_msg_destroy (&ev);
+    for (int t = PROTO_MSG_HELLO; t <= PROTO_MSG_EVENTS; t++) {
         cr_assert_not (proto_type_allowed (pl, PROTO_STATE_CLOSED, t, PROTO_UP));
         cr_assert_not (proto_type_allowed (pl, PROTO_STATE_CLOSED, t, PROTO_DOWN));
     }

@@ -203,8 +203,8 @@ static const s_refused_t s_refused[] = {
       "from the config" },
     { "downlink_bandwidth", "the planner measures bandwidth instead of taking it "
       "from the config" },
-    { "profile_iter_num", "the planner profiles on its own; set \"split_point\" "
-      "and \"micro_batches\" to \"auto\" to let it choose" },
+    { "profile_iter_num", "the planner will profile on its own (\"split_point\" and "
+      "\"micro_batches\" \"auto\", not implemented yet); give both as numbers" },
     { "enable_profiler", "the reference's torch profiler trace has no equivalent" },
     { "enable_val", "there is no validation split; \"test_samples\" sizes the test set" },
     { "enable_test", "there is no switch for testing; \"test_samples\" sizes the test set" },
@@ -847,14 +847,29 @@ pl_config_check (const pl_config_t *self, const char *source,
         if (s_check_field (self, &s_fields [i], source, err, err_size))
             return -1;
 
+    //  "auto" parses (a config can be written for the planner) but cannot
+    //  run: refused wherever the value would be used, not where it is ignored.
+    bool pipelearn = strcmp (self->mode, "pipelearn") == 0;
+    bool splits = strcmp (self->mode, "fl") != 0;
+    if ((splits && self->split_point == PL_AUTO) || (pipelearn && self->micro_batches == PL_AUTO))
+        return nn_errf (err, err_size,
+                        "%s: %s: \"auto\" needs the planner, which is not implemented yet; "
+                        "give a number in mode %s",
+                        source, splits && self->split_point == PL_AUTO ? "split_point"
+                                                                       : "micro_batches",
+                        self->mode);
+
     //  Micro-batches only exist in pipelearn mode; elsewhere the value is
     //  unused and must not stop a run.
-    if (strcmp (self->mode, "pipelearn") == 0
-    &&  self->micro_batches != PL_AUTO && self->micro_batches > self->batch_size)
+    if (pipelearn && self->micro_batches > self->batch_size)
         return nn_errf (err, err_size,
                         "%s: micro_batches, batch_size: %d micro-batches do not fit in "
                         "a batch of %d samples (need micro_batches <= batch_size)",
                         source, self->micro_batches, self->batch_size);
+    //  Divisibility (batch_size % micro_batches == 0) is not checked here:
+    //  pipelearn-train checks its config with this function too and does
+    //  not use micro_batches, so the default 4 would refuse common batch
+    //  sizes there (e.g. --set batch_size=50). pipelearn-server refuses it.
 
     if (self->samples > 0 && self->samples < self->devices)
         return nn_errf (err, err_size,
@@ -863,13 +878,13 @@ pl_config_check (const pl_config_t *self, const char *source,
                         source, self->samples, self->devices);
 
     //  FL trains the whole model on each device: no split point.
-    if (strcmp (self->mode, "fl") != 0 && self->split_point != PL_AUTO) {
+    if (splits) {
         int units = s_units_of (self->model);
         assert (units > 1);     //  every model s_models accepts is in s_model_units
         if (self->split_point > units - 1)
             return nn_errf (err, err_size,
                             "%s: split_point, model: %s has %d split units, so split_point "
-                            "must be in 1..%d (or \"auto\") in mode %s, got %d",
+                            "must be in 1..%d in mode %s, got %d",
                             source, self->model, units, units - 1, self->mode,
                             self->split_point);
     }

@@ -1,0 +1,784 @@
+/*  test_rogue.c: peers that are not pipelearn-client against the real
+    pipelearn-server (suite 'net').
+
+    - rogue: while two honest clients train, a peer sends oversized frame
+      claims, truncated headers, wrong shapes and a flood of HELLOs; each
+      gets an ERROR (or its connection dropped by libzmq) and the honest run
+      finishes with the same model it reaches undisturbed, in bounded memory.
+    - fedavg: FedAvg weights devices by their sample counts. Scripted fl
+      devices send PARAMS slabs the test chooses, so the averaged model in
+      model.ckpt can be checked exactly; a real dirichlet run shows unequal
+      shards reach the summary.
+
+    The binaries run as child processes on tcp://127.0.0.1:* (the server
+    writes its endpoint to a file); the synthetic dataset keeps runs short. */
+#define TMP_TEMPLATE "/tmp/pl_test_rogue_XXXXXX"
+#include "testdir.h"
+#include "runcmd.h"
+
+#include "nn_checkpoint.h"
+#include "nn_model.h"
+#include "proto_msg.h"
+
+#include <arpa/inet.h>
+#include <cJSON.h>
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define MAX_PROCS 8
+#define RUN_TIMEOUT_S 240
+#define REPLY_TIMEOUT_MS 10000
+#define FLOOD_HELLOS 2000
+#define SERVER_RSS_LIMIT_KB (300L * 1024)
+
+typedef struct {
+    char dir[4096];
+    pid_t pids[MAX_PROCS];
+    int count;
+} s_run_t;
+
+static double
+s_now (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+//  ---------------------------------------------------------------------
+//  Processes (as in test_daemons.c)
+
+//  Start argv[0] with stdout+stderr to DIR/log_name.
+static pid_t
+s_spawn (s_run_t *run, const char *log_name, char *const argv[])
+{
+    char log[4096];
+    s_path (log, run->dir, log_name);
+    pid_t pid = fork ();
+    cr_assert (pid >= 0, "fork: %s", strerror (errno));
+    if (pid == 0) {
+        int fd = open (log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2 (fd, 1);
+            dup2 (fd, 2);
+            close (fd);
+        }
+        execv (argv[0], argv);
+        _exit (127);
+    }
+    cr_assert (run->count < MAX_PROCS);
+    run->pids[run->count++] = pid;
+    return pid;
+}
+
+static void
+s_kill_all (s_run_t *run)
+{
+    for (int i = 0; i < run->count; i++)
+        if (run->pids[i] > 0) {
+            kill (run->pids[i], SIGKILL);
+            waitpid (run->pids[i], NULL, 0);
+            run->pids[i] = 0;
+        }
+}
+
+//  Exit status of pid, waiting at most until deadline; -1 on timeout.
+static int
+s_wait (s_run_t *run, pid_t pid, double deadline)
+{
+    do {
+        int st;
+        pid_t r = waitpid (pid, &st, WNOHANG);
+        if (r == pid) {
+            for (int i = 0; i < run->count; i++)
+                if (run->pids[i] == pid)
+                    run->pids[i] = 0;
+            return WIFEXITED (st) ? WEXITSTATUS (st) : 128 + WTERMSIG (st);
+        }
+        usleep (20000);
+    } while (s_now () < deadline);
+    return -1;
+}
+
+static void
+s_write (const char *path, const char *text)
+{
+    FILE *f = fopen (path, "w");
+    cr_assert_not_null (f, "%s: %s", path, strerror (errno));
+    fputs (text, f);
+    fclose (f);
+}
+
+static char *
+s_read (const char *path)
+{
+    FILE *f = fopen (path, "r");
+    if (!f)
+        return NULL;
+    fseek (f, 0, SEEK_END);
+    long n = ftell (f);
+    fseek (f, 0, SEEK_SET);
+    char *buf = malloc ((size_t) n + 1);
+    size_t got = fread (buf, 1, (size_t) n, f);
+    buf[got] = '\0';
+    fclose (f);
+    return buf;
+}
+
+static void
+s_dump_logs (s_run_t *run)
+{
+    const char *names[] = { "server.log", "client0.log", "client1.log" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[4096];
+        s_path (path, run->dir, names[i]);
+        char *text = s_read (path);
+        if (text) {
+            fprintf (stderr, "---- %s\n%s", names[i], text);
+            free (text);
+        }
+    }
+}
+
+//  Start the server for config_json with results in DIR/sub; returns its
+//  endpoint in endpoint (waits for the endpoint file).
+static pid_t
+s_start_server (s_run_t *run, const char *sub, const char *config_json, char *endpoint,
+                size_t size)
+{
+    char cfg[4096], res[4096], ep[4096], bin[4096];
+    char name[64];
+    snprintf (name, sizeof name, "%s.json", sub);
+    s_path (cfg, run->dir, name);
+    s_write (cfg, config_json);
+    s_path (res, run->dir, sub);
+    snprintf (name, sizeof name, "%s.endpoint", sub);
+    s_path (ep, run->dir, name);
+    built ("server/pipelearn-server", bin, sizeof bin);
+    char *argv[] = { bin, "--config", cfg, "--bind", "tcp://127.0.0.1:*", "--results", res,
+                     "--endpoint-file", ep, "--quiet", NULL };
+    pid_t pid = s_spawn (run, "server.log", argv);
+    double deadline = s_now () + 30;
+    while (s_now () < deadline) {
+        int st;
+        if (waitpid (pid, &st, WNOHANG) == pid) {
+            run->pids[run->count - 1] = 0;
+            s_dump_logs (run);
+            s_kill_all (run);
+            cr_assert_fail ("the server exited before binding");
+        }
+        char *text = s_read (ep);
+        if (text && *text) {
+            snprintf (endpoint, size, "%s", text);
+            free (text);
+            return pid;
+        }
+        free (text);
+        usleep (20000);
+    }
+    s_dump_logs (run);
+    s_kill_all (run);
+    cr_assert_fail ("the server wrote no endpoint file");
+    return -1;
+}
+
+static pid_t
+s_start_client (s_run_t *run, int index, const char *endpoint)
+{
+    char bin[4096], log[64], id[16];
+    built ("client/pipelearn-client", bin, sizeof bin);
+    snprintf (log, sizeof log, "client%d.log", index);
+    snprintf (id, sizeof id, "%d", index);
+    char *argv[] = { bin, "--connect", (char *) endpoint, "--device-id", id,
+                     "--timeout", "60", NULL };
+    return s_spawn (run, log, argv);
+}
+
+//  Wait for the server and `devices` clients; asserts every exit status 0.
+static void
+s_finish_run (s_run_t *run, const char *sub, pid_t server, const pid_t *clients, int devices)
+{
+    int src = s_wait (run, server, s_now () + RUN_TIMEOUT_S);
+    int crc[MAX_PROCS];
+    bool ok = src == 0;
+    for (int i = 0; i < devices; i++) {
+        crc[i] = s_wait (run, clients[i], s_now () + 20);
+        ok = ok && crc[i] == 0;
+    }
+    if (!ok) {
+        s_dump_logs (run);
+        s_kill_all (run);
+    }
+    cr_assert (src == 0, "%s: server exit status %d", sub, src);
+    for (int i = 0; i < devices; i++)
+        cr_assert (crc[i] == 0, "%s: client %d exit status %d", sub, i, crc[i]);
+}
+
+//  Server + `devices` real clients, run to the end.
+static void
+s_run_daemons (s_run_t *run, const char *sub, const char *config_json, int devices)
+{
+    char endpoint[256];
+    pid_t server = s_start_server (run, sub, config_json, endpoint, sizeof endpoint);
+    pid_t clients[MAX_PROCS];
+    for (int i = 0; i < devices; i++)
+        clients[i] = s_start_client (run, i, endpoint);
+    s_finish_run (run, sub, server, clients, devices);
+}
+
+//  Wait until the server log says every device joined (training started).
+static void
+s_wait_started (s_run_t *run, pid_t server)
+{
+    char path[4096];
+    s_path (path, run->dir, "server.log");
+    double deadline = s_now () + 60;
+    while (s_now () < deadline) {
+        char *text = s_read (path);
+        bool started = text && strstr (text, "device(s) joined; training");
+        free (text);
+        if (started)
+            return;
+        int st;
+        if (waitpid (server, &st, WNOHANG) != 0) {
+            s_dump_logs (run);
+            s_kill_all (run);
+            cr_assert_fail ("the server exited before training started");
+        }
+        usleep (20000);
+    }
+    s_dump_logs (run);
+    s_kill_all (run);
+    cr_assert_fail ("the devices did not join within 60 s");
+}
+
+static bool
+s_alive (pid_t pid)
+{
+    int st;
+    return waitpid (pid, &st, WNOHANG) == 0;
+}
+
+static nn_model_t *
+s_load_model (const char *dir, const char *sub, const char *model_name)
+{
+    char path[4096], name[128], err[512];
+    snprintf (name, sizeof name, "%s/model.ckpt", sub);
+    s_path (path, dir, name);
+    nn_model_spec_t spec;
+    cr_assert_eq (nn_model_spec_by_name (&spec, model_name, 1, 28, 28, 10, err, sizeof err), 0,
+                  "%s", err);
+    nn_model_t *m = nn_model_new (&spec, 0, spec.units_count, 1, err, sizeof err);
+    cr_assert_not_null (m, "%s", err);
+    cr_assert_eq (nn_checkpoint_load (path, m, err, sizeof err), 0, "%s", err);
+    return m;
+}
+
+static cJSON *
+s_summary (const char *dir, const char *sub)
+{
+    char path[4096], name[128];
+    snprintf (name, sizeof name, "%s/summary.json", sub);
+    s_path (path, dir, name);
+    char *text = s_read (path);
+    cr_assert_not_null (text, "no %s", path);
+    cJSON *json = cJSON_Parse (text);
+    free (text);
+    cr_assert_not_null (json, "%s is not JSON", path);
+    return json;
+}
+
+static double
+s_num (const cJSON *obj, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive (obj, key);
+    cr_assert (cJSON_IsNumber (v), "summary: field \"%s\" missing or not a number", key);
+    return v->valuedouble;
+}
+
+static const cJSON *
+s_last_epoch (const cJSON *summary)
+{
+    const cJSON *epochs = cJSON_GetObjectItemCaseSensitive (summary, "epochs");
+    cr_assert (cJSON_IsArray (epochs) && cJSON_GetArraySize (epochs) > 0,
+               "summary: no epochs");
+    return cJSON_GetArrayItem (epochs, cJSON_GetArraySize (epochs) - 1);
+}
+
+//  ---------------------------------------------------------------------
+//  Peers played by the test
+
+static void *
+s_dealer (void *ctx, const char *endpoint)
+{
+    void *sock = zmq_socket (ctx, ZMQ_DEALER);
+    cr_assert_not_null (sock);
+    int linger = 0;
+    zmq_setsockopt (sock, ZMQ_LINGER, &linger, sizeof linger);
+    cr_assert_eq (zmq_connect (sock, endpoint), 0, "connect %s: %s", endpoint,
+                  zmq_strerror (errno));
+    return sock;
+}
+
+//  The next message on sock, decoded; fails the test after REPLY_TIMEOUT_MS.
+static proto_msg_t *
+s_recv (void *sock, const char *what)
+{
+    zmq_pollitem_t item = { sock, 0, ZMQ_POLLIN, 0 };
+    cr_assert_eq (zmq_poll (&item, 1, REPLY_TIMEOUT_MS), 1, "%s: no message from the server",
+                  what);
+    proto_msg_t *msg = NULL;
+    char err[512];
+    int rc = proto_msg_recv (&msg, sock, NULL, err, sizeof err);
+    cr_assert_eq (rc, 0, "%s: the server's message does not decode: %s", what, err);
+    return msg;
+}
+
+//  Expect ERROR with this code as the server's next message. The header is
+//  checked on its own first (proto_header_decode), so a reply that is not
+//  ERROR fails on its type, not on a payload mismatch.
+static void
+s_expect_error (void *sock, uint32_t code, const char *what)
+{
+    zmq_pollitem_t item = { sock, 0, ZMQ_POLLIN, 0 };
+    cr_assert_eq (zmq_poll (&item, 1, REPLY_TIMEOUT_MS), 1, "%s: no reply to the rogue peer",
+                  what);
+    zmq_msg_t frames[PROTO_MAX_FRAMES];
+    int count = 0;
+    int more = 1;
+    while (more) {
+        cr_assert (count < PROTO_MAX_FRAMES, "%s: reply has too many frames", what);
+        zmq_msg_init (&frames[count]);
+        cr_assert (zmq_msg_recv (&frames[count], sock, 0) >= 0, "%s: recv: %s", what,
+                   zmq_strerror (errno));
+        more = zmq_msg_more (&frames[count]);
+        count++;
+    }
+    char err[512];
+    proto_header_t h;
+    cr_assert_eq (proto_header_decode (&h, zmq_msg_data (&frames[0]), zmq_msg_size (&frames[0]),
+                                       err, sizeof err), 0, "%s: reply header: %s", what, err);
+    cr_assert_eq (h.type, PROTO_MSG_ERROR, "%s: reply is %s, want ERROR", what,
+                  proto_type_name (h.type));
+    proto_msg_t *msg = NULL;
+    cr_assert_eq (proto_msg_decode_frames (&msg, frames, count, NULL, err, sizeof err), 0,
+                  "%s: ERROR payload: %s", what, err);
+    for (int i = 0; i < count; i++)
+        zmq_msg_close (&frames[i]);
+    cr_assert_eq (proto_msg_error_code (msg), code, "%s: ERROR code %u (\"%s\"), want %u",
+                  what, proto_msg_error_code (msg), proto_msg_error_text (msg), code);
+    proto_msg_destroy (&msg);
+}
+
+static void
+s_send_hello (void *sock, int requested_id, uint64_t samples, const char *name)
+{
+    proto_msg_t *msg = proto_msg_new (PROTO_MSG_HELLO);
+    proto_hello_t hello = { .protocol_version = PROTO_VERSION,
+                            .capabilities = PROTO_CAP_FL | PROTO_CAP_SPLIT,
+                            .requested_device_id = requested_id, .sample_count = samples };
+    snprintf (hello.name, sizeof hello.name, "%s", name);
+    cr_assert_eq (proto_msg_set_hello (msg, &hello), 0);
+    cr_assert_eq (proto_msg_send (&msg, sock), 0, "send HELLO: %s", zmq_strerror (errno));
+}
+
+//  The TCP port of "tcp://127.0.0.1:PORT".
+static int
+s_port_of (const char *endpoint)
+{
+    const char *colon = strrchr (endpoint, ':');
+    cr_assert_not_null (colon, "endpoint %s", endpoint);
+    int port = atoi (colon + 1);
+    cr_assert (port > 0 && port < 65536, "endpoint %s", endpoint);
+    return port;
+}
+
+static void
+s_write_all (int fd, const void *data, size_t size)
+{
+    const uint8_t *p = data;
+    while (size > 0) {
+        ssize_t n = send (fd, p, size, MSG_NOSIGNAL);
+        cr_assert (n > 0, "raw send: %s", strerror (errno));
+        p += n;
+        size -= (size_t) n;
+    }
+}
+
+//  A raw ZMTP 3.0 peer (NULL mechanism, DEALER) that sends a valid
+//  ACTIVATIONS header frame and then announces a frame of claim bytes,
+//  sending only a little of it. libzmq reads the size first, so a claim
+//  above the server's ZMQ_MAXMSGSIZE must close the connection at once,
+//  before anything of that size is allocated. true if the server closed
+//  the connection within timeout_ms; *received_out gets the bytes the
+//  server sent meanwhile (its greeting, READY, maybe an ERROR).
+static bool
+s_raw_claim (int port, uint64_t claim, int timeout_ms, size_t *received_out)
+{
+    int fd = socket (AF_INET, SOCK_STREAM, 0);
+    cr_assert (fd >= 0, "socket: %s", strerror (errno));
+    struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons ((uint16_t) port) };
+    addr.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
+    cr_assert_eq (connect (fd, (struct sockaddr *) &addr, sizeof addr), 0, "connect: %s",
+                  strerror (errno));
+    //  Greeting: signature, version 3.0, mechanism NULL, as-server 0, filler.
+    uint8_t greeting[64] = { 0xFF, 0, 0, 0, 0, 0, 0, 0, 0, 0x7F, 3, 0, 'N', 'U', 'L', 'L' };
+    s_write_all (fd, greeting, sizeof greeting);
+    //  Wait for the server's greeting before going on: libzmq 4.3 drops a
+    //  peer whose greeting arrives in one segment with what follows it.
+    size_t got = 0;
+    uint8_t theirs[64];
+    while (got < sizeof theirs) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        cr_assert_eq (poll (&p, 1, REPLY_TIMEOUT_MS), 1, "no ZMTP greeting from the server");
+        ssize_t n = recv (fd, theirs + got, sizeof theirs - got, 0);
+        cr_assert (n > 0, "the server closed the connection during the greeting");
+        got += (size_t) n;
+    }
+    cr_assert (theirs[0] == 0xFF && theirs[9] == 0x7F && theirs[10] == 3,
+               "the server's greeting is not ZMTP 3");
+    //  READY command with Socket-Type DEALER.
+    uint8_t ready[2 + 28] = { 0x04, 28, 5, 'R', 'E', 'A', 'D', 'Y', 11 };
+    memcpy (ready + 9, "Socket-Type", 11);
+    ready[23] = 6;              //  value length, 4 bytes big-endian (20..22 stay 0)
+    memcpy (ready + 24, "DEALER", 6);
+    s_write_all (fd, ready, sizeof ready);
+    //  Frame 1: a valid ACTIVATIONS header, MORE set (short frame).
+    proto_header_t h = { .magic = PROTO_MAGIC, .version = PROTO_VERSION,
+                         .type = PROTO_MSG_ACTIVATIONS, .epoch = 1 };
+    uint8_t header[2 + PROTO_HEADER_SIZE] = { 0x01, PROTO_HEADER_SIZE };
+    proto_header_encode (header + 2, &h);
+    s_write_all (fd, header, sizeof header);
+    //  Frame 2: long frame, 8-byte big-endian size, then a token of data.
+    uint8_t big[9 + 1024] = { 0x02 };
+    for (int i = 0; i < 8; i++)
+        big[1 + i] = (uint8_t) (claim >> (56 - 8 * i));
+    s_write_all (fd, big, sizeof big);
+
+    //  Read (and drop) the server's greeting until it closes the connection.
+    bool closed = false;
+    size_t received = got;
+    double deadline = s_now () + timeout_ms / 1000.0;
+    while (!closed && s_now () < deadline) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        int left = (int) ((deadline - s_now ()) * 1000) + 1;
+        if (poll (&p, 1, left) <= 0)
+            break;
+        uint8_t sink[256];
+        ssize_t n = recv (fd, sink, sizeof sink, 0);
+        closed = n == 0 || (n < 0 && errno == ECONNRESET);
+        if (n > 0)
+            received += (size_t) n;
+    }
+    close (fd);
+    *received_out = received;
+    return closed;
+}
+
+//  ---------------------------------------------------------------------
+//  rogue
+
+//  pipelearn, 2 devices, long enough (a few seconds) for the rogue phase
+//  to happen while the devices train. vgg5-nobn keeps the run deterministic
+//  so a disturbed run can be compared with an undisturbed one.
+#define ROGUE_CONFIG \
+    "{\"model\": \"vgg5-nobn\", \"dataset\": \"synthetic\", \"samples\": 2000, " \
+    "\"test_samples\": 500, \"batch_size\": 50, \"epochs\": 2, \"seed\": 3, " \
+    "\"learning_rate\": 0.01, \"momentum\": 0.9, \"split_point\": 2, \"threads\": 1, " \
+    "\"devices\": 2, \"mode\": \"pipelearn\", \"micro_batches\": 5, " \
+    "\"aggregation_frequency\": -1}"
+
+Test (rogue, malformed_and_flooding_peers_do_not_disturb_the_run, .timeout = 600)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    char endpoint[256];
+    pid_t server = s_start_server (&run, "run", ROGUE_CONFIG, endpoint, sizeof endpoint);
+    pid_t clients[2] = { s_start_client (&run, 0, endpoint), s_start_client (&run, 1, endpoint) };
+    s_wait_started (&run, server);
+    double rogue_start = s_now ();
+
+    void *ctx = zmq_ctx_new ();
+    void *rogue = s_dealer (ctx, endpoint);
+
+    //  (a) Frame size claims above the server's ZMQ_MAXMSGSIZE: just above
+    //  the protocol's default cap, and absurd. libzmq drops the connection.
+    //  The control first: the raw peer is a valid ZMTP peer, so a frame of
+    //  the size it really sends (1024 bytes) is received and answered (an
+    //  ACTIVATIONS without its labels frame is malformed), not dropped.
+    int port = s_port_of (endpoint);
+    size_t received = 0;
+    cr_assert_not (s_raw_claim (port, 1024, 1000, &received),
+                   "the raw ZMTP peer is dropped even with an honest frame size");
+    //  Greeting (64) + READY (>= 30) + an ERROR (header frame alone is 42).
+    cr_assert (received > 64 + 30 + 42, "the raw ZMTP peer got %zu bytes, no ERROR reply",
+               received);
+    uint64_t claims[] = { (uint64_t) PROTO_DEFAULT_MAX_FRAME_BYTES + 1, (uint64_t) 1 << 40 };
+    for (size_t i = 0; i < sizeof claims / sizeof claims[0]; i++)
+        cr_expect (s_raw_claim (port, claims[i], REPLY_TIMEOUT_MS, &received),
+                   "a frame announced as %llu bytes did not get the connection dropped",
+                   (unsigned long long) claims[i]);
+    cr_assert (s_alive (server), "the server died on an oversized frame claim");
+
+    //  (b) A header frame cut to 10 bytes (valid magic and version, so it is
+    //  the length that fails).
+    proto_header_t h = { .magic = PROTO_MAGIC, .version = PROTO_VERSION,
+                         .type = PROTO_MSG_HELLO };
+    uint8_t hdr[PROTO_HEADER_SIZE];
+    proto_header_encode (hdr, &h);
+    cr_assert_eq (zmq_send (rogue, hdr, 10, 0), 10);
+    s_expect_error (rogue, PROTO_ERR_MALFORMED, "truncated header");
+
+    //  (c) HELLO while the run is full is refused; ACTIVATIONS of a shape the
+    //  split point does not produce are malformed (decoded against the
+    //  server's limits before any state check).
+    s_send_hello (rogue, -1, 1000, "rogue");
+    s_expect_error (rogue, PROTO_ERR_REFUSED, "HELLO to a full run");
+    proto_msg_t *act = proto_msg_new (PROTO_MSG_ACTIVATIONS);
+    const uint32_t dims[4] = { 10, 3, 3, 3 };
+    float data[10 * 3 * 3 * 3] = { 0 };
+    int32_t labels[10] = { 0 };
+    cr_assert_eq (proto_msg_set_tensor_copy (act, data, dims, 4), 0);
+    proto_msg_set_labels (act, labels, 10);
+    proto_msg_set_route (act, 0, 1, 0, 0);
+    cr_assert_eq (proto_msg_send (&act, rogue), 0, "send ACTIVATIONS: %s", zmq_strerror (errno));
+    s_expect_error (rogue, PROTO_ERR_MALFORMED, "ACTIVATIONS with a wrong shape");
+
+    //  (d) A flood of HELLOs: each one answered, none accepted.
+    double flood_start = s_now ();
+    for (int i = 0; i < FLOOD_HELLOS; i++) {
+        char what[64];
+        snprintf (what, sizeof what, "HELLO %d of the flood", i + 1);
+        s_send_hello (rogue, i % 2, 1000, "flood");
+        s_expect_error (rogue, PROTO_ERR_REFUSED, what);
+    }
+    double flood_s = s_now () - flood_start;
+    bool alive = s_alive (server);
+    cr_log_info ("rogue phase %.2f s (flood of %d HELLOs %.2f s); server alive after: %s",
+                 s_now () - rogue_start, FLOOD_HELLOS, flood_s, alive ? "yes" : "no");
+    cr_expect (alive, "the run ended during the rogue phase: make it longer, or the server died");
+    zmq_close (rogue);
+    zmq_ctx_term (ctx);
+
+    s_finish_run (&run, "run", server, clients, 2);
+    cJSON *s = s_summary (run.dir, "run");
+    cr_expect_eq (cJSON_GetArraySize (cJSON_GetObjectItemCaseSensitive (s, "epochs")), 2);
+    double acc = s_num (s_last_epoch (s), "test_acc");
+    cr_expect (acc > 0.5, "test accuracy %.3f with a rogue peer (want > 0.5)", acc);
+    double rss_kb = s_num (s, "peak_rss_kb");
+    cr_log_info ("server peak RSS %.0f KiB", rss_kb);
+    cr_expect (rss_kb < SERVER_RSS_LIMIT_KB, "server peak RSS %.0f KiB (limit %ld KiB)",
+               rss_kb, SERVER_RSS_LIMIT_KB);
+    const cJSON *devs = cJSON_GetObjectItemCaseSensitive (s_last_epoch (s), "devices");
+    cr_expect_eq (cJSON_GetArraySize (devs), 2, "the summary lists a device the rogue added");
+    cJSON_Delete (s);
+
+    //  Not disturbed: the same run without the rogue ends with the same model.
+    s_run_daemons (&run, "clean", ROGUE_CONFIG, 2);
+    nn_model_t *a = s_load_model (run.dir, "run", "vgg5-nobn");
+    nn_model_t *b = s_load_model (run.dir, "clean", "vgg5-nobn");
+    const float *wa = nn_model_weights_const (a), *wb = nn_model_weights_const (b);
+    double worst = 0.0;
+    for (size_t i = 0; i < nn_model_weights_count (a); i++) {
+        double d = fabs ((double) wa[i] - wb[i]) / (1.0 + fabs ((double) wb[i]));
+        if (!(d <= worst))
+            worst = d;
+    }
+    cr_expect (worst < 1e-4, "the run with a rogue peer differs from the clean one by %g",
+               worst);
+    nn_model_destroy (&a);
+    nn_model_destroy (&b);
+    s_rmtree (run.dir);
+}
+
+//  ---------------------------------------------------------------------
+//  fedavg
+
+//  One scripted fl device: joined, holding the MODEL it was sent.
+typedef struct {
+    void *sock;
+    uint32_t id;
+    proto_slab_t slab;          //  of the MODEL
+    size_t count;
+} s_fake_t;
+
+static void
+s_fake_join (s_fake_t *self, void *ctx, const char *endpoint, int id, uint64_t samples)
+{
+    self->sock = s_dealer (ctx, endpoint);
+    char name[32];
+    snprintf (name, sizeof name, "scripted%d", id);
+    s_send_hello (self->sock, id, samples, name);
+    proto_msg_t *msg = s_recv (self->sock, "WELCOME");
+    cr_assert_eq (proto_msg_type (msg), PROTO_MSG_WELCOME, "got %s, want WELCOME",
+                  proto_type_name (proto_msg_type (msg)));
+    self->id = proto_msg_plan (msg)->device_id;
+    cr_assert_eq (self->id, (uint32_t) id);
+    proto_msg_destroy (&msg);
+}
+
+//  The MODEL of epoch 1 (HEARTBEATs skipped); returns its weights (caller frees).
+static float *
+s_fake_model (s_fake_t *self)
+{
+    while (true) {
+        proto_msg_t *msg = s_recv (self->sock, "MODEL");
+        int type = proto_msg_type (msg);
+        if (type == PROTO_MSG_HEARTBEAT) {
+            proto_msg_destroy (&msg);
+            continue;
+        }
+        cr_assert_eq (type, PROTO_MSG_MODEL, "got %s, want MODEL", proto_type_name (type));
+        self->slab = *proto_msg_slab (msg);
+        self->count = proto_msg_tensor_count (msg);
+        cr_assert_eq (self->count, self->slab.count);
+        float *w = malloc (sizeof (float) * self->count);
+        memcpy (w, proto_msg_tensor_data (msg), sizeof (float) * self->count);
+        proto_msg_destroy (&msg);
+        return w;
+    }
+}
+
+//  End epoch 1 the way pipelearn-client does: STATS, then PARAMS.
+static void
+s_fake_end_epoch (s_fake_t *self, const float *w, uint64_t samples)
+{
+    proto_msg_t *stats = proto_msg_new (PROTO_MSG_STATS);
+    proto_stats_t st = { .forward_s = 0.5, .epoch = 1 };
+    proto_msg_set_route (stats, self->id, 1, 0, 0);
+    proto_msg_set_stats (stats, &st);
+    cr_assert_eq (proto_msg_send (&stats, self->sock), 0, "send STATS: %s",
+                  zmq_strerror (errno));
+    proto_msg_t *params = proto_msg_new (PROTO_MSG_PARAMS);
+    proto_slab_t slab = self->slab;
+    slab.sample_count = samples;
+    proto_msg_set_route (params, self->id, 1, 0, 0);
+    cr_assert_eq (proto_msg_set_slab_copy (params, &slab, w), 0);
+    cr_assert_eq (proto_msg_send (&params, self->sock), 0, "send PARAMS: %s",
+                  zmq_strerror (errno));
+}
+
+//  Two scripted fl devices with 300 and 100 samples send slabs a and b; the
+//  server's model.ckpt must be (300 a + 100 b) / 400, which an unweighted
+//  mean misses by far more than the tolerance.
+Test (fedavg, weights_are_proportional_to_samples, .timeout = 600)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    char endpoint[256];
+    pid_t server = s_start_server (&run, "fedavg",
+                                   "{\"model\": \"vgg5-nobn\", \"dataset\": \"synthetic\", "
+                                   "\"samples\": 400, \"test_samples\": 100, "
+                                   "\"batch_size\": 20, \"epochs\": 1, \"seed\": 5, "
+                                   "\"devices\": 2, \"mode\": \"fl\"}",
+                                   endpoint, sizeof endpoint);
+    void *ctx = zmq_ctx_new ();
+    const uint64_t samples[2] = { 300, 100 };
+    s_fake_t fake[2] = { { 0 } };
+    for (int i = 0; i < 2; i++)
+        s_fake_join (&fake[i], ctx, endpoint, i, samples[i]);
+    float *init = s_fake_model (&fake[0]);
+    free (s_fake_model (&fake[1]));
+    size_t n = fake[0].count;
+    cr_assert_eq (fake[1].count, n);
+    //  Two different slabs near the initial weights (evaluation stays finite).
+    float *a = malloc (sizeof (float) * n), *b = malloc (sizeof (float) * n);
+    for (size_t i = 0; i < n; i++) {
+        a[i] = init[i] + 0.01f * (float) sin ((double) i);
+        b[i] = 0.5f * init[i] - 0.02f * (float) cos (0.5 * (double) i);
+    }
+    s_fake_end_epoch (&fake[0], a, samples[0]);
+    s_fake_end_epoch (&fake[1], b, samples[1]);
+    //  The server closes the run with BYE to each (HEARTBEATs may come first).
+    for (int i = 0; i < 2; i++)
+        while (true) {
+            proto_msg_t *msg = s_recv (fake[i].sock, "BYE");
+            int type = proto_msg_type (msg);
+            proto_msg_destroy (&msg);
+            if (type == PROTO_MSG_BYE)
+                break;
+            cr_assert_eq (type, PROTO_MSG_HEARTBEAT, "got %s, want BYE", proto_type_name (type));
+        }
+    int src = s_wait (&run, server, s_now () + 60);
+    if (src != 0)
+        s_dump_logs (&run);
+    cr_assert_eq (src, 0, "server exit status %d", src);
+    for (int i = 0; i < 2; i++)
+        zmq_close (fake[i].sock);
+    zmq_ctx_term (ctx);
+
+    nn_model_t *m = s_load_model (run.dir, "fedavg", "vgg5-nobn");
+    cr_assert_eq (nn_model_weights_count (m), n);
+    const float *w = nn_model_weights_const (m);
+    double worst = 0.0, unweighted_gap = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double want = (300.0 * a[i] + 100.0 * b[i]) / 400.0;
+        double d = fabs (w[i] - want) / (1.0 + fabs (want));
+        if (!(d <= worst))
+            worst = d;
+        double mean = 0.5 * ((double) a[i] + b[i]);
+        double g = fabs (mean - want) / (1.0 + fabs (want));
+        if (g > unweighted_gap)
+            unweighted_gap = g;
+    }
+    cr_log_info ("FedAvg by samples: max relative error %g (an unweighted mean is %g off)",
+                 worst, unweighted_gap);
+    cr_assert (unweighted_gap > 1e-3, "the two slabs are too close to tell the weights apart");
+    cr_expect (worst < 1e-6, "model.ckpt is not the 300:100 sample-weighted average "
+               "(max relative error %g)", worst);
+    cJSON *s = s_summary (run.dir, "fedavg");
+    const cJSON *devs = cJSON_GetObjectItemCaseSensitive (s_last_epoch (s), "devices");
+    cr_assert_eq (cJSON_GetArraySize (devs), 2);
+    for (int i = 0; i < 2; i++)
+        cr_expect_eq (s_num (cJSON_GetArrayItem (devs, i), "samples"), (double) samples[i],
+                      "summary devices[%d].samples", i);
+    cJSON_Delete (s);
+    nn_model_destroy (&m);
+    free (init);
+    free (a);
+    free (b);
+    s_rmtree (run.dir);
+}
+
+//  Real clients on a skewed Dirichlet partition: the run completes and the
+//  summary reports the unequal shard sizes the server weighted by.
+static void
+s_dirichlet_run (const char *mode)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    char config[1024];
+    snprintf (config, sizeof config,
+              "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 1000, "
+              "\"test_samples\": 200, \"batch_size\": 20, \"epochs\": 1, \"seed\": 7, "
+              "\"split_point\": 2, \"partition\": \"dirichlet\", \"dirichlet_alpha\": 0.3, "
+              "\"devices\": 2, \"mode\": \"%s\", \"micro_batches\": 1}", mode);
+    s_run_daemons (&run, "run", config, 2);
+    cJSON *s = s_summary (run.dir, "run");
+    const cJSON *devs = cJSON_GetObjectItemCaseSensitive (s_last_epoch (s), "devices");
+    cr_assert_eq (cJSON_GetArraySize (devs), 2);
+    double n0 = s_num (cJSON_GetArrayItem (devs, 0), "samples");
+    double n1 = s_num (cJSON_GetArrayItem (devs, 1), "samples");
+    cr_log_info ("%s, dirichlet 0.3: shards of %.0f and %.0f samples", mode, n0, n1);
+    cr_expect (n0 >= 1 && n1 >= 1, "%s: an empty shard (%g, %g)", mode, n0, n1);
+    cr_expect (n0 != n1, "%s: dirichlet shards are equal (%g)", mode, n0);
+    cr_expect_eq (n0 + n1, 1000.0, "%s: shards sum to %g, want 1000", mode, n0 + n1);
+    cJSON_Delete (s);
+    s_rmtree (run.dir);
+}
+
+Test (fedavg, dirichlet_shards_fl, .timeout = 600) { s_dirichlet_run ("fl"); }
+Test (fedavg, dirichlet_shards_sfl, .timeout = 600) { s_dirichlet_run ("sfl"); }

@@ -1,0 +1,539 @@
+/*  test_timeline.c: DIR/timeline.csv of a daemon run proves the pipeline
+    (suite 'net').
+
+    pipelearn-server and two pipelearn-client processes run over loopback
+    TCP on the synthetic dataset (the process helpers are those of
+    test_daemons.c). Devices send their stage events in EVENTS at each
+    epoch end, on the time axis of the origin the server put in the plan;
+    the server merges them with its workers' compute events. The test reads
+    the CSV back and checks:
+    - device rows exist, one forward and one backward per micro-batch and
+      one update per iteration, with sane fields, and the file is sorted;
+    - causality across processes: a micro-batch's server compute starts
+      after the device's forward of it ends and ends before the device's
+      backward of it starts (so the shared origin really lines clocks up);
+    - in pipelearn (N = 4) the server compute for device d overlaps device
+      d's own forward/backward; in sfl it never does (beyond 1 ms).
+    A hand-driven device checks the plan's origin and that the server
+    refuses EVENTS that do not fit the run.
+*/
+#define TMP_TEMPLATE "/tmp/pl_test_timeline_XXXXXX"
+#include "testdir.h"
+#include "runcmd.h"
+
+#include "proto_msg.h"
+
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define MAX_PROCS 8
+#define RUN_TIMEOUT_S 240
+#define DEVICES 2
+#define EPS_S 0.001             //  clock and rounding slack (CSV has 1 us)
+
+//  ---------------------------------------------------------------------
+//  Processes (as in test_daemons.c)
+
+typedef struct {
+    char dir[4096];
+    pid_t pids[MAX_PROCS];
+    int count;
+} s_run_t;
+
+static double
+s_now (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+//  Start argv[0] with stdout+stderr to DIR/log_name.
+static pid_t
+s_spawn (s_run_t *run, const char *log_name, char *const argv[])
+{
+    char log[4096];
+    s_path (log, run->dir, log_name);
+    pid_t pid = fork ();
+    cr_assert (pid >= 0, "fork: %s", strerror (errno));
+    if (pid == 0) {
+        int fd = open (log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2 (fd, 1);
+            dup2 (fd, 2);
+            close (fd);
+        }
+        execv (argv[0], argv);
+        _exit (127);
+    }
+    cr_assert (run->count < MAX_PROCS);
+    run->pids[run->count++] = pid;
+    return pid;
+}
+
+static void
+s_kill_all (s_run_t *run)
+{
+    for (int i = 0; i < run->count; i++)
+        if (run->pids[i] > 0) {
+            kill (run->pids[i], SIGKILL);
+            waitpid (run->pids[i], NULL, 0);
+            run->pids[i] = 0;
+        }
+}
+
+//  Exit status of pid, waiting at most until deadline; -1 on timeout.
+static int
+s_wait (s_run_t *run, pid_t pid, double deadline)
+{
+    while (s_now () < deadline) {
+        int st;
+        pid_t r = waitpid (pid, &st, WNOHANG);
+        if (r == pid) {
+            for (int i = 0; i < run->count; i++)
+                if (run->pids[i] == pid)
+                    run->pids[i] = 0;
+            return WIFEXITED (st) ? WEXITSTATUS (st) : 128 + WTERMSIG (st);
+        }
+        usleep (20000);
+    }
+    return -1;
+}
+
+static void
+s_write (const char *path, const char *text)
+{
+    FILE *f = fopen (path, "w");
+    cr_assert_not_null (f, "%s: %s", path, strerror (errno));
+    fputs (text, f);
+    fclose (f);
+}
+
+static char *
+s_read (const char *path)
+{
+    FILE *f = fopen (path, "r");
+    if (!f)
+        return NULL;
+    fseek (f, 0, SEEK_END);
+    long n = ftell (f);
+    fseek (f, 0, SEEK_SET);
+    char *buf = malloc ((size_t) n + 1);
+    size_t got = fread (buf, 1, (size_t) n, f);
+    buf[got] = '\0';
+    fclose (f);
+    return buf;
+}
+
+static void
+s_dump_logs (s_run_t *run)
+{
+    const char *names[] = { "server.log", "client0.log", "client1.log" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[4096];
+        s_path (path, run->dir, names[i]);
+        char *text = s_read (path);
+        if (text) {
+            fprintf (stderr, "---- %s\n%s", names[i], text);
+            free (text);
+        }
+    }
+}
+
+//  Start the server for config_json with results in DIR/sub; returns its
+//  endpoint in endpoint (waits for the endpoint file).
+static pid_t
+s_start_server (s_run_t *run, const char *sub, const char *config_json, char *endpoint,
+                size_t size)
+{
+    char cfg[4096], res[4096], ep[4096], bin[4096];
+    char name[64];
+    snprintf (name, sizeof name, "%s.json", sub);
+    s_path (cfg, run->dir, name);
+    s_write (cfg, config_json);
+    s_path (res, run->dir, sub);
+    snprintf (name, sizeof name, "%s.endpoint", sub);
+    s_path (ep, run->dir, name);
+    built ("server/pipelearn-server", bin, sizeof bin);
+    char *argv[] = { bin, "--config", cfg, "--bind", "tcp://127.0.0.1:*", "--results", res,
+                     "--endpoint-file", ep, "--quiet", NULL };
+    pid_t pid = s_spawn (run, "server.log", argv);
+    double deadline = s_now () + 30;
+    while (s_now () < deadline) {
+        int st;
+        if (waitpid (pid, &st, WNOHANG) == pid) {
+            run->pids[run->count - 1] = 0;
+            s_dump_logs (run);
+            s_kill_all (run);
+            cr_assert_fail ("the server exited before binding");
+        }
+        char *text = s_read (ep);
+        if (text && *text) {
+            snprintf (endpoint, size, "%s", text);
+            free (text);
+            return pid;
+        }
+        free (text);
+        usleep (20000);
+    }
+    s_dump_logs (run);
+    s_kill_all (run);
+    cr_assert_fail ("the server wrote no endpoint file");
+    return -1;
+}
+
+static pid_t
+s_start_client (s_run_t *run, int index, const char *endpoint)
+{
+    char bin[4096], log[64];
+    built ("client/pipelearn-client", bin, sizeof bin);
+    snprintf (log, sizeof log, "client%d.log", index);
+    char *argv[] = { bin, "--connect", (char *) endpoint, "--timeout", "60", NULL };
+    return s_spawn (run, log, argv);
+}
+
+//  Run server + `devices` clients to the end; asserts every exit status 0.
+static void
+s_run_daemons (s_run_t *run, const char *sub, const char *config_json, int devices)
+{
+    char endpoint[256];
+    pid_t server = s_start_server (run, sub, config_json, endpoint, sizeof endpoint);
+    pid_t clients[MAX_PROCS];
+    for (int i = 0; i < devices; i++)
+        clients[i] = s_start_client (run, i, endpoint);
+    double deadline = s_now () + RUN_TIMEOUT_S;
+    int src = s_wait (run, server, deadline);
+    int crc[MAX_PROCS];
+    for (int i = 0; i < devices; i++)
+        crc[i] = s_wait (run, clients[i], s_now () + 20);
+    bool ok = src == 0;
+    for (int i = 0; i < devices; i++)
+        ok = ok && crc[i] == 0;
+    if (!ok) {
+        s_dump_logs (run);
+        s_kill_all (run);
+    }
+    cr_assert (src == 0, "%s: server exit status %d", sub, src);
+    for (int i = 0; i < devices; i++)
+        cr_assert (crc[i] == 0, "%s: client %d exit status %d", sub, i, crc[i]);
+}
+
+//  ---------------------------------------------------------------------
+//  timeline.csv
+
+typedef struct {
+    char who[16], stage[16];
+    int epoch, iteration, micro_batch;
+    double start_s, end_s;
+} s_row_t;
+
+typedef struct {
+    s_row_t *rows;
+    int count;
+} s_csv_t;
+
+static const char s_header[] = "who,stage,epoch,iteration,micro_batch,start_s,end_s\n";
+
+//  Parse DIR/sub/timeline.csv; every line must be a well-formed row.
+static s_csv_t
+s_load_csv (const char *dir, const char *sub)
+{
+    char path[4096], name[128];
+    snprintf (name, sizeof name, "%s/timeline.csv", sub);
+    s_path (path, dir, name);
+    char *text = s_read (path);
+    cr_assert_not_null (text, "no %s", path);
+    cr_assert (strncmp (text, s_header, strlen (s_header)) == 0, "%s: header", path);
+    s_csv_t csv = { .rows = NULL, .count = 0 };
+    int capacity = 0;
+    char *save = NULL;
+    int line_no = 1;
+    for (char *line = strtok_r (text + strlen (s_header), "\n", &save); line;
+         line = strtok_r (NULL, "\n", &save)) {
+        line_no++;
+        if (csv.count == capacity) {
+            capacity = capacity ? 2 * capacity : 1024;
+            csv.rows = realloc (csv.rows, sizeof (s_row_t) * (size_t) capacity);
+            cr_assert_not_null (csv.rows);
+        }
+        s_row_t *r = &csv.rows[csv.count];
+        int used = 0;
+        int n = sscanf (line, "%15[^,],%15[^,],%d,%d,%d,%lf,%lf%n", r->who, r->stage,
+                        &r->epoch, &r->iteration, &r->micro_batch, &r->start_s, &r->end_s,
+                        &used);
+        cr_assert (n == 7 && line[used] == '\0', "%s:%d: malformed row \"%s\"", path,
+                   line_no, line);
+        csv.count++;
+    }
+    free (text);
+    return csv;
+}
+
+static bool
+s_is (const s_row_t *r, const char *who, const char *stage)
+{
+    return strcmp (r->who, who) == 0 && strcmp (r->stage, stage) == 0;
+}
+
+static double
+s_overlap (const s_row_t *a, const s_row_t *b)
+{
+    double lo = a->start_s > b->start_s ? a->start_s : b->start_s;
+    double hi = a->end_s < b->end_s ? a->end_s : b->end_s;
+    return hi - lo;
+}
+
+//  The one row of who/stage for (iteration, micro_batch), asserting there
+//  is exactly one.
+static const s_row_t *
+s_find (const s_csv_t *csv, const char *who, const char *stage, int iteration, int micro)
+{
+    const s_row_t *found = NULL;
+    for (int i = 0; i < csv->count; i++) {
+        const s_row_t *r = &csv->rows[i];
+        if (s_is (r, who, stage) && r->iteration == iteration && r->micro_batch == micro) {
+            cr_assert_null (found, "%s %s iteration %d micro-batch %d appears twice", who,
+                            stage, iteration, micro);
+            found = r;
+        }
+    }
+    cr_assert_not_null (found, "no %s %s row for iteration %d micro-batch %d", who, stage,
+                        iteration, micro);
+    return found;
+}
+
+//  Fields, counts, order and cross-process causality; returns the largest
+//  overlap (seconds) of a server compute for device d with device d's own
+//  forward or backward, over both devices.
+static double
+s_check_timeline (const s_csv_t *csv, const char *mode, int iterations, int micro)
+{
+    cr_assert_gt (csv->count, 0, "%s: empty timeline", mode);
+    double last_end = 0.0;
+    for (int i = 0; i < csv->count; i++) {
+        const s_row_t *r = &csv->rows[i];
+        cr_assert (isfinite (r->start_s) && r->start_s >= 0 && r->end_s >= r->start_s
+                   && r->end_s - r->start_s < RUN_TIMEOUT_S,
+                   "%s: row %d (%s %s) has times %.6f..%.6f", mode, i, r->who, r->stage,
+                   r->start_s, r->end_s);
+        if (i > 0)
+            cr_assert_geq (r->start_s, csv->rows[i - 1].start_s,
+                           "%s: timeline.csv not sorted by start at row %d", mode, i);
+        if (r->end_s > last_end)
+            last_end = r->end_s;
+    }
+    cr_assert_lt (last_end, RUN_TIMEOUT_S, "%s: times are not relative to the run", mode);
+
+    double best = -INFINITY;
+    for (int d = 0; d < DEVICES; d++) {
+        char dev[16], srv[16];
+        snprintf (dev, sizeof dev, "device%d", d);
+        snprintf (srv, sizeof srv, "server:d%d", d);
+        int forward = 0, backward = 0, update = 0, wait = 0, compute = 0;
+        for (int i = 0; i < csv->count; i++) {
+            const s_row_t *r = &csv->rows[i];
+            if (strcmp (r->who, srv) == 0 && strcmp (r->stage, "compute") == 0)
+                compute++;
+            if (strcmp (r->who, dev) != 0)
+                continue;
+            cr_assert_eq (r->epoch, 1, "%s: %s %s in epoch %d", mode, dev, r->stage,
+                          r->epoch);
+            if (strcmp (r->stage, "forward") == 0 || strcmp (r->stage, "backward") == 0) {
+                cr_assert (r->iteration >= 0 && r->iteration < iterations
+                           && r->micro_batch >= 0 && r->micro_batch < micro,
+                           "%s: %s %s at iteration %d micro-batch %d", mode, dev, r->stage,
+                           r->iteration, r->micro_batch);
+                if (r->stage[0] == 'f')
+                    forward++;
+                else
+                    backward++;
+            }
+            else if (strcmp (r->stage, "update") == 0) {
+                cr_assert (r->iteration >= 0 && r->iteration < iterations
+                           && r->micro_batch == -1, "%s: %s update at %d/%d", mode, dev,
+                           r->iteration, r->micro_batch);
+                update++;
+            }
+            else if (strcmp (r->stage, "wait") == 0)
+                wait++;
+            else
+                cr_assert_fail ("%s: %s has an unknown stage \"%s\"", mode, dev, r->stage);
+        }
+        cr_assert_eq (forward, iterations * micro, "%s: %s has %d forward rows, want %d",
+                      mode, dev, forward, iterations * micro);
+        cr_assert_eq (backward, iterations * micro, "%s: %s has %d backward rows, want %d",
+                      mode, dev, backward, iterations * micro);
+        cr_assert_eq (update, iterations, "%s: %s has %d update rows, want %d", mode, dev,
+                      update, iterations);
+        cr_assert_gt (wait, 0, "%s: %s never waited for the server", mode, dev);
+        cr_assert_eq (compute, iterations * micro, "%s: %s has %d compute rows, want %d",
+                      mode, srv, compute, iterations * micro);
+
+        //  One time axis: forward -> server compute -> backward, per micro-batch.
+        for (int it = 0; it < iterations; it++)
+            for (int m = 0; m < micro; m++) {
+                const s_row_t *f = s_find (csv, dev, "forward", it, m);
+                const s_row_t *s = s_find (csv, srv, "compute", it, m);
+                const s_row_t *b = s_find (csv, dev, "backward", it, m);
+                cr_assert_leq (f->end_s, s->start_s + EPS_S, "%s: %s iteration %d micro %d: "
+                               "server compute starts at %.6f, before the forward ends at "
+                               "%.6f", mode, dev, it, m, s->start_s, f->end_s);
+                cr_assert_leq (s->end_s, b->start_s + EPS_S, "%s: %s iteration %d micro %d: "
+                               "backward starts at %.6f, before the server compute ends at "
+                               "%.6f", mode, dev, it, m, b->start_s, s->end_s);
+            }
+
+        for (int i = 0; i < csv->count; i++) {
+            const s_row_t *s = &csv->rows[i];
+            if (!s_is (s, srv, "compute"))
+                continue;
+            for (int j = 0; j < csv->count; j++) {
+                const s_row_t *r = &csv->rows[j];
+                if (s_is (r, dev, "forward") || s_is (r, dev, "backward")) {
+                    double o = s_overlap (s, r);
+                    if (o > best)
+                        best = o;
+                }
+            }
+        }
+    }
+    return best;
+}
+
+//  200 samples and 5 iterations of 40 per device, one epoch.
+#define CONFIG \
+    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 400, " \
+    "\"test_samples\": 100, \"batch_size\": 40, \"seed\": 5, \"epochs\": 1, " \
+    "\"learning_rate\": 0.01, \"momentum\": 0.9, \"split_point\": 2, " \
+    "\"aggregation_frequency\": -1, \"threads\": 1, "
+#define ITERATIONS 5
+
+Test (timeline, pipelearn_server_overlaps_device, .timeout = 600)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    s_run_daemons (&run, "pipe", CONFIG "\"devices\": 2, \"mode\": \"pipelearn\", "
+                   "\"micro_batches\": 4}",
+                   DEVICES);
+    s_csv_t csv = s_load_csv (run.dir, "pipe");
+    double overlap = s_check_timeline (&csv, "pipelearn", ITERATIONS, 4);
+    cr_log_info ("pipelearn: largest server/device overlap %.6f s", overlap);
+    cr_expect_gt (overlap, 0.0, "pipelearn: the server compute for a device never overlaps "
+                  "that device's forward or backward (largest overlap %.6f s)", overlap);
+    free (csv.rows);
+    s_rmtree (run.dir);
+}
+
+Test (timeline, sfl_server_never_overlaps_device, .timeout = 600)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    s_run_daemons (&run, "sfl", CONFIG "\"devices\": 2, \"mode\": \"sfl\", "
+                   "\"micro_batches\": 1}", DEVICES);
+    s_csv_t csv = s_load_csv (run.dir, "sfl");
+    double overlap = s_check_timeline (&csv, "sfl", ITERATIONS, 1);
+    cr_log_info ("sfl: largest server/device overlap %.6f s", overlap);
+    cr_expect_leq (overlap, EPS_S, "sfl: the server compute for a device overlaps that "
+                   "device's forward or backward by %.6f s", overlap);
+    free (csv.rows);
+    s_rmtree (run.dir);
+}
+
+//  ---------------------------------------------------------------------
+//  The server's side of EVENTS, with a hand-driven device
+
+//  The next message that is not a HEARTBEAT; it must have this type.
+static proto_msg_t *
+s_recv_msg (void *sock, int type)
+{
+    proto_msg_t *msg = NULL;
+    do {
+        proto_msg_destroy (&msg);
+        zmq_pollitem_t item = { sock, 0, ZMQ_POLLIN, 0 };
+        cr_assert_eq (zmq_poll (&item, 1, 20000), 1, "no %s from the server",
+                      proto_type_name (type));
+        char err[512] = "";
+        cr_assert_eq (proto_msg_recv (&msg, sock, NULL, err, sizeof err), 0, "%s", err);
+    } while (proto_msg_type (msg) == PROTO_MSG_HEARTBEAT);
+    cr_assert_eq (proto_msg_type (msg), type, "got %s, want %s",
+                  proto_type_name (proto_msg_type (msg)), proto_type_name (type));
+    return msg;
+}
+
+//  Join a one-device sfl run by hand, send EVENTS holding `event` for
+//  header epoch `epoch`, expect ERROR code 3 and the server to give up.
+static void
+s_bad_events (uint32_t epoch, proto_event_t event, const char *needle)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    char endpoint[256];
+    pid_t server = s_start_server (&run, "run", CONFIG "\"mode\": \"sfl\", "
+                                   "\"micro_batches\": 1, \"devices\": 1}",
+                                   endpoint, sizeof endpoint);
+    double before = (double) time (NULL);
+    void *ctx = zmq_ctx_new ();
+    void *dev = zmq_socket (ctx, ZMQ_DEALER);
+    int linger = 0;
+    zmq_setsockopt (dev, ZMQ_LINGER, &linger, sizeof linger);
+    cr_assert_eq (zmq_connect (dev, endpoint), 0);
+    proto_msg_t *msg = proto_msg_new (PROTO_MSG_HELLO);
+    proto_hello_t hello = { .protocol_version = PROTO_VERSION,
+                            .capabilities = PROTO_CAP_SPLIT, .requested_device_id = -1 };
+    snprintf (hello.name, sizeof hello.name, "test");
+    cr_assert_eq (proto_msg_set_hello (msg, &hello), 0);
+    cr_assert_eq (proto_msg_send (&msg, dev), 0);
+
+    msg = s_recv_msg (dev, PROTO_MSG_WELCOME);
+    double origin = proto_msg_plan (msg)->origin_s;
+    cr_assert (origin > before - 60 && origin <= (double) time (NULL) + 1,
+               "WELCOME: plan origin_s %.6f is not the server's start (now %.0f)", origin,
+               before);
+    proto_msg_destroy (&msg);
+    msg = s_recv_msg (dev, PROTO_MSG_MODEL);
+    proto_msg_destroy (&msg);
+
+    msg = proto_msg_new (PROTO_MSG_EVENTS);
+    proto_msg_set_route (msg, 0, epoch, 0, 0);
+    cr_assert_eq (proto_msg_set_events (msg, &event, 1), 0);
+    cr_assert_eq (proto_msg_send (&msg, dev), 0);
+    msg = s_recv_msg (dev, PROTO_MSG_ERROR);
+    cr_expect_eq (proto_msg_error_code (msg), PROTO_ERR_STATE, "ERROR code %u",
+                  proto_msg_error_code (msg));
+    cr_expect_not_null (strstr (proto_msg_error_text (msg), needle),
+                        "ERROR text \"%s\" lacks \"%s\"", proto_msg_error_text (msg),
+                        needle);
+    proto_msg_destroy (&msg);
+    int rc = s_wait (&run, server, s_now () + 30);
+    if (rc <= 0) {
+        s_dump_logs (&run);
+        s_kill_all (&run);
+    }
+    zmq_close (dev);
+    zmq_ctx_term (ctx);
+    cr_expect_gt (rc, 0, "the server should give up the run (exit status %d)", rc);
+    s_rmtree (run.dir);
+}
+
+Test (timeline, server_refuses_events_that_do_not_fit, .timeout = 600)
+{
+    const proto_event_t ok = { .stage = PROTO_STAGE_FORWARD, .epoch = 1, .iteration = 0,
+                               .micro_batch = 0, .start_s = 0.5, .end_s = 0.75 };
+    s_bad_events (2, ok, "EVENTS for epoch 2; the run is in epoch 1");
+    proto_event_t e = ok;
+    e.epoch = 3;
+    s_bad_events (1, e, "event 0: epoch 3");
+    e = ok;
+    e.micro_batch = 1;          //  sfl has one micro-batch
+    s_bad_events (1, e, "micro-batch 1 do not fit epoch 1 with 1 micro-batch");
+}
