@@ -24,14 +24,6 @@ typedef struct {
     char who[16];
 } s_worker_t;
 
-static double
-s_now (void)
-{
-    struct timespec ts;
-    clock_gettime (CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 //  Forward, loss and backward for one micro-batch. The ACTIVATIONS were
 //  validated by proto against the run's limits (rank 4, boundary shape,
 //  batch <= max_batch, labels in range), so no peer value can break this.
@@ -45,7 +37,7 @@ s_worker_step (s_worker_t *self, proto_msg_t **act_p)
     const int32_t *labels = proto_msg_labels (act);
     for (int i = 0; i < n; i++)
         self->labels[i] = labels[i];
-    double t0 = s_now (), s0 = pl_timeline_now (self->timeline);
+    double t0 = pl_monotonic (), s0 = pl_timeline_now (self->timeline);
     const float *out = nn_model_forward (self->model, proto_msg_tensor_data (act), n,
                                          true, NULL);
     int correct = 0;
@@ -61,7 +53,7 @@ s_worker_step (s_worker_t *self, proto_msg_t **act_p)
                      &self->sgd);
         nn_model_zero_grad (self->model);
     }
-    self->busy_s += s_now () - t0;
+    self->busy_s += pl_monotonic () - t0;
     pl_timeline_add (self->timeline, self->who, "compute", (int) h->epoch,
                      (int) h->iteration, (int) h->micro_batch, s0,
                      pl_timeline_now (self->timeline));

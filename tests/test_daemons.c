@@ -4,6 +4,7 @@
     synthetic dataset keeps every run to seconds. */
 #define TMP_TEMPLATE "/tmp/pl_test_daemons_XXXXXX"
 #include "testdir.h"
+#include "daemonrun.h"
 #include "runcmd.h"
 
 #include "nn_checkpoint.h"
@@ -24,166 +25,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#define MAX_PROCS 8
 #define RUN_TIMEOUT_S 240
-
-typedef struct {
-    char dir[4096];
-    pid_t pids[MAX_PROCS];
-    int count;
-} s_run_t;
-
-static double
-s_now (void)
-{
-    struct timespec ts;
-    clock_gettime (CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-//  Start argv[0] with stdout+stderr to DIR/log_name.
-static pid_t
-s_spawn (s_run_t *run, const char *log_name, char *const argv[])
-{
-    char log[4096];
-    s_path (log, run->dir, log_name);
-    pid_t pid = fork ();
-    cr_assert (pid >= 0, "fork: %s", strerror (errno));
-    if (pid == 0) {
-        int fd = open (log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2 (fd, 1);
-            dup2 (fd, 2);
-            close (fd);
-        }
-        execv (argv[0], argv);
-        _exit (127);
-    }
-    cr_assert (run->count < MAX_PROCS);
-    run->pids[run->count++] = pid;
-    return pid;
-}
-
-static void
-s_kill_all (s_run_t *run)
-{
-    for (int i = 0; i < run->count; i++)
-        if (run->pids[i] > 0) {
-            kill (run->pids[i], SIGKILL);
-            waitpid (run->pids[i], NULL, 0);
-            run->pids[i] = 0;
-        }
-}
-
-//  Exit status of pid, waiting at most until deadline; -1 on timeout.
-static int
-s_wait (s_run_t *run, pid_t pid, double deadline)
-{
-    while (s_now () < deadline) {
-        int st;
-        pid_t r = waitpid (pid, &st, WNOHANG);
-        if (r == pid) {
-            for (int i = 0; i < run->count; i++)
-                if (run->pids[i] == pid)
-                    run->pids[i] = 0;
-            return WIFEXITED (st) ? WEXITSTATUS (st) : 128 + WTERMSIG (st);
-        }
-        usleep (20000);
-    }
-    return -1;
-}
-
-static void
-s_write (const char *path, const char *text)
-{
-    FILE *f = fopen (path, "w");
-    cr_assert_not_null (f, "%s: %s", path, strerror (errno));
-    fputs (text, f);
-    fclose (f);
-}
-
-static char *
-s_read (const char *path)
-{
-    FILE *f = fopen (path, "r");
-    if (!f)
-        return NULL;
-    fseek (f, 0, SEEK_END);
-    long n = ftell (f);
-    fseek (f, 0, SEEK_SET);
-    char *buf = malloc ((size_t) n + 1);
-    size_t got = fread (buf, 1, (size_t) n, f);
-    buf[got] = '\0';
-    fclose (f);
-    return buf;
-}
-
-static void
-s_dump_logs (s_run_t *run)
-{
-    const char *names[] = { "server.log", "client0.log", "client1.log", "train.log" };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        char path[4096];
-        s_path (path, run->dir, names[i]);
-        char *text = s_read (path);
-        if (text) {
-            fprintf (stderr, "---- %s\n%s", names[i], text);
-            free (text);
-        }
-    }
-}
-
-//  Start the server for config_json with results in DIR/sub; returns its
-//  endpoint in endpoint (waits for the endpoint file).
-static pid_t
-s_start_server (s_run_t *run, const char *sub, const char *config_json, char *endpoint,
-                size_t size)
-{
-    char cfg[4096], res[4096], ep[4096], bin[4096];
-    char name[64];
-    snprintf (name, sizeof name, "%s.json", sub);
-    s_path (cfg, run->dir, name);
-    s_write (cfg, config_json);
-    s_path (res, run->dir, sub);
-    snprintf (name, sizeof name, "%s.endpoint", sub);
-    s_path (ep, run->dir, name);
-    built ("server/pipelearn-server", bin, sizeof bin);
-    char *argv[] = { bin, "--config", cfg, "--bind", "tcp://127.0.0.1:*", "--results", res,
-                     "--endpoint-file", ep, "--quiet", NULL };
-    pid_t pid = s_spawn (run, "server.log", argv);
-    double deadline = s_now () + 30;
-    while (s_now () < deadline) {
-        int st;
-        if (waitpid (pid, &st, WNOHANG) == pid) {
-            run->pids[run->count - 1] = 0;
-            s_dump_logs (run);
-            s_kill_all (run);
-            cr_assert_fail ("the server exited before binding");
-        }
-        char *text = s_read (ep);
-        if (text && *text) {
-            snprintf (endpoint, size, "%s", text);
-            free (text);
-            return pid;
-        }
-        free (text);
-        usleep (20000);
-    }
-    s_dump_logs (run);
-    s_kill_all (run);
-    cr_assert_fail ("the server wrote no endpoint file");
-    return -1;
-}
-
-static pid_t
-s_start_client (s_run_t *run, int index, const char *endpoint)
-{
-    char bin[4096], log[64];
-    built ("client/pipelearn-client", bin, sizeof bin);
-    snprintf (log, sizeof log, "client%d.log", index);
-    char *argv[] = { bin, "--connect", (char *) endpoint, "--timeout", "60", NULL };
-    return s_spawn (run, log, argv);
-}
 
 //  Run server + `devices` clients to the end; asserts every exit status 0.
 static void
@@ -194,11 +36,11 @@ s_run_daemons (s_run_t *run, const char *sub, const char *config_json, int devic
     pid_t clients[MAX_PROCS];
     for (int i = 0; i < devices; i++)
         clients[i] = s_start_client (run, i, endpoint);
-    double deadline = s_now () + RUN_TIMEOUT_S;
+    double deadline = pl_monotonic () + RUN_TIMEOUT_S;
     int src = s_wait (run, server, deadline);
     int crc[MAX_PROCS];
     for (int i = 0; i < devices; i++)
-        crc[i] = s_wait (run, clients[i], s_now () + 20);
+        crc[i] = s_wait (run, clients[i], pl_monotonic () + 20);
     bool ok = src == 0;
     for (int i = 0; i < devices; i++)
         ok = ok && crc[i] == 0;
@@ -330,7 +172,7 @@ Test (daemons, sfl_one_device_equals_trainer, .timeout = 600)
     built ("server/pipelearn-train", bin, sizeof bin);
     char *argv[] = { bin, "--config", cfg, "--results", res, "--quiet", NULL };
     pid_t pid = s_spawn (&run, "train.log", argv);
-    int rc = s_wait (&run, pid, s_now () + RUN_TIMEOUT_S);
+    int rc = s_wait (&run, pid, pl_monotonic () + RUN_TIMEOUT_S);
     if (rc != 0) {
         s_dump_logs (&run);
         s_kill_all (&run);
@@ -475,8 +317,8 @@ Test (daemons, rogue_peer_is_refused, .timeout = 600)
     usleep (200000);
     zmq_send (rogue, garbage, 7, 0);
     s_expect_error (rogue, PROTO_ERR_MALFORMED);
-    int src = s_wait (&run, server, s_now () + RUN_TIMEOUT_S);
-    int rc0 = s_wait (&run, c0, s_now () + 20), rc1 = s_wait (&run, c1, s_now () + 20);
+    int src = s_wait (&run, server, pl_monotonic () + RUN_TIMEOUT_S);
+    int rc0 = s_wait (&run, c0, pl_monotonic () + 20), rc1 = s_wait (&run, c1, pl_monotonic () + 20);
     if (src || rc0 || rc1) {
         s_dump_logs (&run);
         s_kill_all (&run);

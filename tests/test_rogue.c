@@ -14,6 +14,7 @@
     writes its endpoint to a file); the synthetic dataset keeps runs short. */
 #define TMP_TEMPLATE "/tmp/pl_test_rogue_XXXXXX"
 #include "testdir.h"
+#include "daemonrun.h"
 #include "runcmd.h"
 
 #include "nn_checkpoint.h"
@@ -38,184 +39,23 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#define MAX_PROCS 8
 #define RUN_TIMEOUT_S 240
 #define REPLY_TIMEOUT_MS 10000
 #define FLOOD_HELLOS 2000
 #define SERVER_RSS_LIMIT_KB (300L * 1024)
 
-typedef struct {
-    char dir[4096];
-    pid_t pids[MAX_PROCS];
-    int count;
-} s_run_t;
-
-static double
-s_now (void)
-{
-    struct timespec ts;
-    clock_gettime (CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 //  ---------------------------------------------------------------------
 //  Processes (as in test_daemons.c)
-
-//  Start argv[0] with stdout+stderr to DIR/log_name.
-static pid_t
-s_spawn (s_run_t *run, const char *log_name, char *const argv[])
-{
-    char log[4096];
-    s_path (log, run->dir, log_name);
-    pid_t pid = fork ();
-    cr_assert (pid >= 0, "fork: %s", strerror (errno));
-    if (pid == 0) {
-        int fd = open (log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2 (fd, 1);
-            dup2 (fd, 2);
-            close (fd);
-        }
-        execv (argv[0], argv);
-        _exit (127);
-    }
-    cr_assert (run->count < MAX_PROCS);
-    run->pids[run->count++] = pid;
-    return pid;
-}
-
-static void
-s_kill_all (s_run_t *run)
-{
-    for (int i = 0; i < run->count; i++)
-        if (run->pids[i] > 0) {
-            kill (run->pids[i], SIGKILL);
-            waitpid (run->pids[i], NULL, 0);
-            run->pids[i] = 0;
-        }
-}
-
-//  Exit status of pid, waiting at most until deadline; -1 on timeout.
-static int
-s_wait (s_run_t *run, pid_t pid, double deadline)
-{
-    do {
-        int st;
-        pid_t r = waitpid (pid, &st, WNOHANG);
-        if (r == pid) {
-            for (int i = 0; i < run->count; i++)
-                if (run->pids[i] == pid)
-                    run->pids[i] = 0;
-            return WIFEXITED (st) ? WEXITSTATUS (st) : 128 + WTERMSIG (st);
-        }
-        usleep (20000);
-    } while (s_now () < deadline);
-    return -1;
-}
-
-static void
-s_write (const char *path, const char *text)
-{
-    FILE *f = fopen (path, "w");
-    cr_assert_not_null (f, "%s: %s", path, strerror (errno));
-    fputs (text, f);
-    fclose (f);
-}
-
-static char *
-s_read (const char *path)
-{
-    FILE *f = fopen (path, "r");
-    if (!f)
-        return NULL;
-    fseek (f, 0, SEEK_END);
-    long n = ftell (f);
-    fseek (f, 0, SEEK_SET);
-    char *buf = malloc ((size_t) n + 1);
-    size_t got = fread (buf, 1, (size_t) n, f);
-    buf[got] = '\0';
-    fclose (f);
-    return buf;
-}
-
-static void
-s_dump_logs (s_run_t *run)
-{
-    const char *names[] = { "server.log", "client0.log", "client1.log" };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        char path[4096];
-        s_path (path, run->dir, names[i]);
-        char *text = s_read (path);
-        if (text) {
-            fprintf (stderr, "---- %s\n%s", names[i], text);
-            free (text);
-        }
-    }
-}
-
-//  Start the server for config_json with results in DIR/sub; returns its
-//  endpoint in endpoint (waits for the endpoint file).
-static pid_t
-s_start_server (s_run_t *run, const char *sub, const char *config_json, char *endpoint,
-                size_t size)
-{
-    char cfg[4096], res[4096], ep[4096], bin[4096];
-    char name[64];
-    snprintf (name, sizeof name, "%s.json", sub);
-    s_path (cfg, run->dir, name);
-    s_write (cfg, config_json);
-    s_path (res, run->dir, sub);
-    snprintf (name, sizeof name, "%s.endpoint", sub);
-    s_path (ep, run->dir, name);
-    built ("server/pipelearn-server", bin, sizeof bin);
-    char *argv[] = { bin, "--config", cfg, "--bind", "tcp://127.0.0.1:*", "--results", res,
-                     "--endpoint-file", ep, "--quiet", NULL };
-    pid_t pid = s_spawn (run, "server.log", argv);
-    double deadline = s_now () + 30;
-    while (s_now () < deadline) {
-        int st;
-        if (waitpid (pid, &st, WNOHANG) == pid) {
-            run->pids[run->count - 1] = 0;
-            s_dump_logs (run);
-            s_kill_all (run);
-            cr_assert_fail ("the server exited before binding");
-        }
-        char *text = s_read (ep);
-        if (text && *text) {
-            snprintf (endpoint, size, "%s", text);
-            free (text);
-            return pid;
-        }
-        free (text);
-        usleep (20000);
-    }
-    s_dump_logs (run);
-    s_kill_all (run);
-    cr_assert_fail ("the server wrote no endpoint file");
-    return -1;
-}
-
-static pid_t
-s_start_client (s_run_t *run, int index, const char *endpoint)
-{
-    char bin[4096], log[64], id[16];
-    built ("client/pipelearn-client", bin, sizeof bin);
-    snprintf (log, sizeof log, "client%d.log", index);
-    snprintf (id, sizeof id, "%d", index);
-    char *argv[] = { bin, "--connect", (char *) endpoint, "--device-id", id,
-                     "--timeout", "60", NULL };
-    return s_spawn (run, log, argv);
-}
 
 //  Wait for the server and `devices` clients; asserts every exit status 0.
 static void
 s_finish_run (s_run_t *run, const char *sub, pid_t server, const pid_t *clients, int devices)
 {
-    int src = s_wait (run, server, s_now () + RUN_TIMEOUT_S);
+    int src = s_wait (run, server, pl_monotonic () + RUN_TIMEOUT_S);
     int crc[MAX_PROCS];
     bool ok = src == 0;
     for (int i = 0; i < devices; i++) {
-        crc[i] = s_wait (run, clients[i], s_now () + 20);
+        crc[i] = s_wait (run, clients[i], pl_monotonic () + 20);
         ok = ok && crc[i] == 0;
     }
     if (!ok) {
@@ -245,8 +85,8 @@ s_wait_started (s_run_t *run, pid_t server)
 {
     char path[4096];
     s_path (path, run->dir, "server.log");
-    double deadline = s_now () + 60;
-    while (s_now () < deadline) {
+    double deadline = pl_monotonic () + 60;
+    while (pl_monotonic () < deadline) {
         char *text = s_read (path);
         bool started = text && strstr (text, "device(s) joined; training");
         free (text);
@@ -471,10 +311,10 @@ s_raw_claim (int port, uint64_t claim, int timeout_ms, size_t *received_out)
     //  Read (and drop) the server's greeting until it closes the connection.
     bool closed = false;
     size_t received = got;
-    double deadline = s_now () + timeout_ms / 1000.0;
-    while (!closed && s_now () < deadline) {
+    double deadline = pl_monotonic () + timeout_ms / 1000.0;
+    while (!closed && pl_monotonic () < deadline) {
         struct pollfd p = { .fd = fd, .events = POLLIN };
-        int left = (int) ((deadline - s_now ()) * 1000) + 1;
+        int left = (int) ((deadline - pl_monotonic ()) * 1000) + 1;
         if (poll (&p, 1, left) <= 0)
             break;
         uint8_t sink[256];
@@ -509,7 +349,7 @@ Test (rogue, malformed_and_flooding_peers_do_not_disturb_the_run, .timeout = 600
     pid_t server = s_start_server (&run, "run", ROGUE_CONFIG, endpoint, sizeof endpoint);
     pid_t clients[2] = { s_start_client (&run, 0, endpoint), s_start_client (&run, 1, endpoint) };
     s_wait_started (&run, server);
-    double rogue_start = s_now ();
+    double rogue_start = pl_monotonic ();
 
     void *ctx = zmq_ctx_new ();
     void *rogue = s_dealer (ctx, endpoint);
@@ -558,17 +398,17 @@ Test (rogue, malformed_and_flooding_peers_do_not_disturb_the_run, .timeout = 600
     s_expect_error (rogue, PROTO_ERR_MALFORMED, "ACTIVATIONS with a wrong shape");
 
     //  (d) A flood of HELLOs: each one answered, none accepted.
-    double flood_start = s_now ();
+    double flood_start = pl_monotonic ();
     for (int i = 0; i < FLOOD_HELLOS; i++) {
         char what[64];
         snprintf (what, sizeof what, "HELLO %d of the flood", i + 1);
         s_send_hello (rogue, i % 2, 1000, "flood");
         s_expect_error (rogue, PROTO_ERR_REFUSED, what);
     }
-    double flood_s = s_now () - flood_start;
+    double flood_s = pl_monotonic () - flood_start;
     bool alive = s_alive (server);
     cr_log_info ("rogue phase %.2f s (flood of %d HELLOs %.2f s); server alive after: %s",
-                 s_now () - rogue_start, FLOOD_HELLOS, flood_s, alive ? "yes" : "no");
+                 pl_monotonic () - rogue_start, FLOOD_HELLOS, flood_s, alive ? "yes" : "no");
     cr_expect (alive, "the run ended during the rogue phase: make it longer, or the server died");
     zmq_close (rogue);
     zmq_ctx_term (ctx);
@@ -712,7 +552,7 @@ Test (fedavg, weights_are_proportional_to_samples, .timeout = 600)
                 break;
             cr_assert_eq (type, PROTO_MSG_HEARTBEAT, "got %s, want BYE", proto_type_name (type));
         }
-    int src = s_wait (&run, server, s_now () + 60);
+    int src = s_wait (&run, server, pl_monotonic () + 60);
     if (src != 0)
         s_dump_logs (&run);
     cr_assert_eq (src, 0, "server exit status %d", src);

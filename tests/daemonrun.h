@@ -1,0 +1,177 @@
+/*  daemonrun.h: run the real pipelearn-server and pipelearn-client
+    binaries from a test: spawn with logs in the run's directory, start a
+    server on tcp://127.0.0.1:* and read its endpoint file, wait with
+    deadlines, dump the logs on failure, kill everything at the end. The
+    including file defines TMP_TEMPLATE and includes testdir.h first. */
+#ifndef DAEMONRUN_H_INCLUDED
+#define DAEMONRUN_H_INCLUDED
+
+#include "pl_timeline.h"
+#include "runcmd.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_PROCS 8
+
+typedef struct {
+    char dir[4096];
+    pid_t pids[MAX_PROCS];
+    int count;
+} s_run_t;
+
+//  Start argv[0] with stdout+stderr to DIR/log_name.
+static pid_t
+s_spawn (s_run_t *run, const char *log_name, char *const argv[])
+{
+    char log[4096];
+    s_path (log, run->dir, log_name);
+    pid_t pid = fork ();
+    cr_assert (pid >= 0, "fork: %s", strerror (errno));
+    if (pid == 0) {
+        int fd = open (log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2 (fd, 1);
+            dup2 (fd, 2);
+            close (fd);
+        }
+        execv (argv[0], argv);
+        _exit (127);
+    }
+    cr_assert (run->count < MAX_PROCS);
+    run->pids[run->count++] = pid;
+    return pid;
+}
+
+static void
+s_kill_all (s_run_t *run)
+{
+    for (int i = 0; i < run->count; i++)
+        if (run->pids[i] > 0) {
+            kill (run->pids[i], SIGKILL);
+            waitpid (run->pids[i], NULL, 0);
+            run->pids[i] = 0;
+        }
+}
+
+//  Exit status of pid, waiting at most until deadline; -1 on timeout.
+static int
+s_wait (s_run_t *run, pid_t pid, double deadline)
+{
+    do {
+        int st;
+        pid_t r = waitpid (pid, &st, WNOHANG);
+        if (r == pid) {
+            for (int i = 0; i < run->count; i++)
+                if (run->pids[i] == pid)
+                    run->pids[i] = 0;
+            return WIFEXITED (st) ? WEXITSTATUS (st) : 128 + WTERMSIG (st);
+        }
+        usleep (20000);
+    } while (pl_monotonic () < deadline);
+    return -1;
+}
+
+static void
+s_write (const char *path, const char *text)
+{
+    FILE *f = fopen (path, "w");
+    cr_assert_not_null (f, "%s: %s", path, strerror (errno));
+    fputs (text, f);
+    fclose (f);
+}
+
+static char *
+s_read (const char *path)
+{
+    FILE *f = fopen (path, "r");
+    if (!f)
+        return NULL;
+    fseek (f, 0, SEEK_END);
+    long n = ftell (f);
+    fseek (f, 0, SEEK_SET);
+    char *buf = malloc ((size_t) n + 1);
+    size_t got = fread (buf, 1, (size_t) n, f);
+    buf[got] = '\0';
+    fclose (f);
+    return buf;
+}
+
+static void
+s_dump_logs (s_run_t *run)
+{
+    const char *names[] = { "server.log", "client0.log", "client1.log", "train.log" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[4096];
+        s_path (path, run->dir, names[i]);
+        char *text = s_read (path);
+        if (text) {
+            fprintf (stderr, "---- %s\n%s", names[i], text);
+            free (text);
+        }
+    }
+}
+
+//  Start the server for config_json with results in DIR/sub; returns its
+//  endpoint in endpoint (waits for the endpoint file).
+static pid_t
+s_start_server (s_run_t *run, const char *sub, const char *config_json, char *endpoint,
+                size_t size)
+{
+    char cfg[4096], res[4096], ep[4096], bin[4096];
+    char name[64];
+    snprintf (name, sizeof name, "%s.json", sub);
+    s_path (cfg, run->dir, name);
+    s_write (cfg, config_json);
+    s_path (res, run->dir, sub);
+    snprintf (name, sizeof name, "%s.endpoint", sub);
+    s_path (ep, run->dir, name);
+    built ("server/pipelearn-server", bin, sizeof bin);
+    char *argv[] = { bin, "--config", cfg, "--bind", "tcp://127.0.0.1:*", "--results", res,
+                     "--endpoint-file", ep, "--quiet", NULL };
+    pid_t pid = s_spawn (run, "server.log", argv);
+    double deadline = pl_monotonic () + 30;
+    while (pl_monotonic () < deadline) {
+        int st;
+        if (waitpid (pid, &st, WNOHANG) == pid) {
+            run->pids[run->count - 1] = 0;
+            s_dump_logs (run);
+            s_kill_all (run);
+            cr_assert_fail ("the server exited before binding");
+        }
+        char *text = s_read (ep);
+        if (text && *text) {
+            snprintf (endpoint, size, "%s", text);
+            free (text);
+            return pid;
+        }
+        free (text);
+        usleep (20000);
+    }
+    s_dump_logs (run);
+    s_kill_all (run);
+    cr_assert_fail ("the server wrote no endpoint file");
+    return -1;
+}
+
+static pid_t
+s_start_client (s_run_t *run, int index, const char *endpoint)
+{
+    char bin[4096], log[64], id[16];
+    built ("client/pipelearn-client", bin, sizeof bin);
+    snprintf (log, sizeof log, "client%d.log", index);
+    snprintf (id, sizeof id, "%d", index);
+    char *argv[] = { bin, "--connect", (char *) endpoint, "--device-id", id,
+                     "--timeout", "60", NULL };
+    return s_spawn (run, log, argv);
+}
+
+#endif
