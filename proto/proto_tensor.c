@@ -46,6 +46,34 @@ proto_limits_resolve (const proto_limits_t *limits)
     return l;
 }
 
+size_t
+proto_limits_frame_bytes (const proto_limits_t *limits, bool tensors)
+{
+    const proto_limits_t l = proto_limits_resolve (limits);
+    if (!l.slab_count || (tensors && (!l.max_batch || !l.h || !l.w || !l.c)))
+        return PROTO_DEFAULT_MAX_FRAME_BYTES;
+    uint64_t tensor = 0;
+    if (tensors) {
+        //  Each factor is below 2^32: check the products rather than wrap.
+        tensor = (uint64_t) l.h * l.w;
+        if (tensor > UINT64_MAX / l.c || tensor * l.c > UINT64_MAX / 4 / l.max_batch)
+            return PROTO_DEFAULT_MAX_FRAME_BYTES;
+        tensor = tensor * l.c * l.max_batch * 4;
+    }
+    uint64_t max = PROTO_HEADER_SIZE + 256;        //  fixed-size frames, descriptors
+    uint64_t sizes[] = { tensor, tensors ? (uint64_t) l.max_batch * 4 : 0,
+                         l.slab_count > UINT64_MAX / 4 ? UINT64_MAX : l.slab_count * 4,
+                         (uint64_t) l.max_events * PROTO_EVENT_SIZE,
+                         (uint64_t) l.max_json_bytes, PROTO_TEXT_MAX,
+                         PROTO_HELLO_FIXED_SIZE + PROTO_NAME_MAX };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (sizes[i] > max)
+            max = sizes[i];
+    if (max > PROTO_DEFAULT_MAX_FRAME_BYTES)
+        return PROTO_DEFAULT_MAX_FRAME_BYTES;
+    return (size_t) max;
+}
+
 //  "25x14x14x32" into buf.
 static const char *
 s_dims_str (char *buf, size_t size, const uint32_t *dims, int rank)

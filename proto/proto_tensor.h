@@ -159,6 +159,16 @@ int proto_fail (char *err, size_t err_size, int code, const char *fmt, ...)
 
 //  limits with every 0 / NULL default resolved (NULL = all defaults).
 proto_limits_t proto_limits_resolve (const proto_limits_t *limits);
+//  The largest frame any message valid under limits can carry: the data of a
+//  max_batch x h x w x c tensor, a slab of slab_count floats, an EVENTS
+//  frame of max_events records, a WELCOME config of max_json_bytes, and so
+//  on. Receivers put it in max_frame_bytes so that ZMQ_MAXMSGSIZE
+//  (proto_socket_limit) drops a peer announcing anything bigger before
+//  buffering it. tensors false: the receiver takes no tensor messages
+//  (an fl server), so the shape does not count. Falls back to
+//  PROTO_DEFAULT_MAX_FRAME_BYTES when the limits leave a size that counts
+//  open ("any").
+size_t proto_limits_frame_bytes (const proto_limits_t *limits, bool tensors);
 
 //  Structure of a descriptor (dtype, rank, dims >= 1, product * 4 fits in
 //  size_t). *count_out (may be NULL) gets the element count. `what` names

@@ -34,6 +34,7 @@
 #include "pl_summary.h"
 #include "pl_timeline.h"
 #include "proto_msg.h"
+#include "proto_tensor.h"
 #include "srv_worker.h"
 
 #include <czmq.h>
@@ -48,6 +49,7 @@
 
 #define SRV_MAX_DEVICES 64
 #define SRV_HEARTBEAT_S 5.0
+#define SRV_EVAL_BATCH  16
 //  Device events kept per device and epoch; past it the rest is dropped
 //  (with one warning), so a device cannot grow the server without bound.
 #define SRV_MAX_EVENTS  (4 * PROTO_EVENTS_MAX)
@@ -88,7 +90,7 @@ typedef struct {
     pl_config_t cfg;
     proto_mode_t mode;
     nn_model_spec_t spec;
-    int units, split, micro, batch;
+    int units, split, micro, batch, eval_batch;
     zsock_t *router;
     void *rh;
     zpoller_t *poller;
@@ -293,7 +295,7 @@ s_worker_call (srv_t *self, zactor_t *w, const char *cmd, void *arg, const char 
 static void
 s_evaluate (srv_t *self, double *loss, double *acc)
 {
-    int b = self->batch;
+    int b = self->eval_batch;
     int *idx = nn_malloc (sizeof (int) * (size_t) b);
     int *y = nn_malloc (sizeof (int) * (size_t) b);
     size_t sample = nn_shape_size (nn_model_input_shape (self->full));
@@ -863,8 +865,12 @@ s_setup (srv_t *self, const s_args_t *args)
     nn_model_spec_hash (&self->spec, self->spec_hash);
     int mb = self->batch / self->micro;
     self->devpart = nn_model_new (&self->spec, 0, self->split, 1, err, sizeof err);
-    self->full = self->devpart ? nn_model_new (&self->spec, 0, self->units, self->batch,
-                                               err, sizeof err) : NULL;
+    //  The merged model is only evaluated: a small batch keeps its
+    //  activation memory (which nn_model sizes for training) a few MiB
+    //  instead of ~45 MiB at batch 100, at no cost in accuracy.
+    self->eval_batch = self->batch < SRV_EVAL_BATCH ? self->batch : SRV_EVAL_BATCH;
+    self->full = self->devpart ? nn_model_new (&self->spec, 0, self->units,
+                                               self->eval_batch, err, sizeof err) : NULL;
     if (!self->full) {
         pl_log_error ("%s", err);
         return -1;
@@ -918,6 +924,11 @@ s_setup (srv_t *self, const s_args_t *args)
     }
     self->rh = zsock_resolve (self->router);
     zsock_set_linger (self->router, 2000);
+    //  No legitimate frame is bigger than this run's largest tensor, slab
+    //  or EVENTS frame: libzmq drops a peer that announces more before
+    //  buffering it (a few MiB here instead of the protocol's 256 MiB cap).
+    self->limits.max_frame_bytes = proto_limits_frame_bytes (&self->limits,
+                                                             self->mode != PROTO_MODE_FL);
     if (proto_socket_limit (self->rh, &self->limits))
         pl_log_warn ("server: ZMQ_MAXMSGSIZE: %s", zmq_strerror (errno));
     const char *bind = args->bind ? args->bind : cfg->bind;
@@ -928,8 +939,9 @@ s_setup (srv_t *self, const s_args_t *args)
     char endpoint[256] = "";
     size_t len = sizeof endpoint;
     zmq_getsockopt (self->rh, ZMQ_LAST_ENDPOINT, endpoint, &len);
-    pl_log_info ("server: listening on %s for %d device(s), mode %s", endpoint,
-                 self->devices, cfg->mode);
+    pl_log_info ("server: listening on %s for %d device(s), mode %s; frames up to "
+                 "%zu bytes", endpoint, self->devices, cfg->mode,
+                 self->limits.max_frame_bytes);
     if (args->endpoint_file) {
         char path[1024];
         snprintf (path, sizeof path, "%s", args->endpoint_file);

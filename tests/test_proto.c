@@ -19,6 +19,7 @@
 #include <zmq.h>
 
 #include "proto_msg.h"
+#include "proto_tensor.h"
 
 #define S_MAX_RAW 8
 #define S_TIMEOUT_MS 3000
@@ -1097,6 +1098,32 @@ Test (proto, recv_timeout_is_minus_one)
     cr_assert_not (proto_code_is_malformed (-1));
     s_assert_in_step (&p, NULL);
     s_pair_close (&p);
+}
+
+Test (proto, limits_frame_bytes_is_the_largest_legitimate_frame)
+{
+    //  A pipelearn server for VGG5 at split 1, micro-batch 25: the largest
+    //  frame is the bigger of the activations and the EVENTS frame.
+    proto_limits_t l = { .max_batch = 25, .h = 14, .w = 14, .c = 32, .classes = 10,
+                         .slab_count = 448 };
+    size_t act = (size_t) 25 * 14 * 14 * 32 * 4;
+    size_t events = (size_t) PROTO_EVENTS_MAX * PROTO_EVENT_SIZE;
+    cr_assert_eq (proto_limits_frame_bytes (&l, true), act > events ? act : events);
+    //  Fewer events allowed: the activations decide.
+    l.max_events = 16;
+    cr_assert_eq (proto_limits_frame_bytes (&l, true), act);
+    //  A big slab decides; without tensors (fl) the shape does not count.
+    l.slab_count = 1000000;
+    cr_assert_eq (proto_limits_frame_bytes (&l, true), (size_t) 4000000);
+    l.slab_count = 100;
+    cr_assert_eq (proto_limits_frame_bytes (&l, false), (size_t) PROTO_JSON_MAX);
+    //  Open limits ("any") or absurd shapes fall back to the protocol's cap.
+    proto_limits_t any = { 0 };
+    cr_assert_eq (proto_limits_frame_bytes (&any, true), PROTO_DEFAULT_MAX_FRAME_BYTES);
+    cr_assert_eq (proto_limits_frame_bytes (NULL, false), PROTO_DEFAULT_MAX_FRAME_BYTES);
+    proto_limits_t huge = { .max_batch = UINT32_MAX, .h = UINT32_MAX, .w = UINT32_MAX,
+                            .c = UINT32_MAX, .slab_count = 1 };
+    cr_assert_eq (proto_limits_frame_bytes (&huge, true), PROTO_DEFAULT_MAX_FRAME_BYTES);
 }
 
 Test (proto, socket_limit_sets_maxmsgsize_and_drops_bigger_frames)
