@@ -36,6 +36,7 @@
 #include "pl_blas.h"
 #include "pl_config.h"
 #include "pl_log.h"
+#include "pl_summary.h"
 #include "pl_timeline.h"
 #include "proto_msg.h"
 
@@ -512,8 +513,12 @@ s_fl_iteration (cli_t *self, const int *order)
     double t0 = pl_monotonic (), s0 = s_tl_now (self);
     const float *out = nn_model_forward (self->ctx[0], self->x[0], self->batch, true,
                                          &self->rng);
-    nn_softmax_xent (self->dlogits, out, self->y[0], self->batch, self->spec.classes,
-                     1.0f, NULL);
+    int correct = 0;
+    float loss = nn_softmax_xent (self->dlogits, out, self->y[0], self->batch,
+                                  self->spec.classes, 1.0f, &correct);
+    self->stats.loss_sum += (double) loss * self->batch;
+    self->stats.correct += (uint64_t) correct;
+    self->stats.samples += (uint64_t) self->batch;
     double t1 = pl_monotonic (), s1 = s_tl_now (self);
     nn_model_backward (self->ctx[0], self->dlogits, NULL);
     double t2 = pl_monotonic (), s2 = s_tl_now (self);
@@ -535,7 +540,11 @@ static int
 s_train (cli_t *self)
 {
     int agg = self->cfg.aggregation_frequency;
-    int *order = nn_malloc (sizeof (int) * (size_t) (self->shard_count + 1));
+    //  An epoch is `iterations` batches on every device, enough for the
+    //  largest shard: a smaller shard is gone through again (reshuffled)
+    //  to fill its batches, so no device leaves samples out.
+    size_t order_count = (size_t) self->iterations * (size_t) self->batch;
+    int *order = nn_malloc (sizeof (int) * (order_count + (size_t) self->shard_count));
     int rc = 0;
     self->cur_epoch = 1;
     if (self->mode != PROTO_MODE_SL)
@@ -545,8 +554,10 @@ s_train (cli_t *self)
         self->cur_iter = 0;
         if (self->mode == PROTO_MODE_SL && (rc = s_wait_model (self, (uint32_t) epoch, -1)) != 0)
             break;
-        memcpy (order, self->shard, sizeof (int) * (size_t) self->shard_count);
-        nn_rng_shuffle_int (&self->data_rng, order, self->shard_count);
+        for (size_t at = 0; at < order_count; at += (size_t) self->shard_count) {
+            memcpy (order + at, self->shard, sizeof (int) * (size_t) self->shard_count);
+            nn_rng_shuffle_int (&self->data_rng, order + at, self->shard_count);
+        }
         for (int it = 0; rc == 0 && it < self->iterations; it++) {
             self->cur_iter = (uint32_t) it;
             const int *batch = order + (size_t) it * self->batch;
@@ -667,7 +678,7 @@ s_prepare (cli_t *self)
     nn_model_spec_hash (&self->spec, self->spec_hash);
     nn_rng_seed (&self->rng, cfg->seed);
     nn_rng_t shard_rng = nn_rng_split (&self->rng, 2000);
-    int devices = (int) self->plan.devices, min_count = 0;
+    int devices = (int) self->plan.devices, min_count = 0, max_count = 0;
     for (int d = 0; d < devices; d++) {
         int count = 0;
         int *s = nn_dataset_shard (self->train, cfg->partition, devices, d, cfg->samples,
@@ -677,6 +688,8 @@ s_prepare (cli_t *self)
             goto fail;
         if (d == 0 || count < min_count)
             min_count = count;
+        if (count > max_count)
+            max_count = count;
         if (d == self->id) {
             self->shard = s;
             self->shard_count = count;
@@ -684,10 +697,13 @@ s_prepare (cli_t *self)
         else
             nn_free (s);
     }
-    self->iterations = min_count / self->batch;
-    if (self->iterations == 0) {
-        snprintf (err, sizeof err, "the smallest shard (%d samples) holds no batch of %d",
-                  min_count, self->batch);
+    //  Every device runs as many iterations as the largest shard needs (the
+    //  rounds must line up), so every sample of every shard is used each
+    //  epoch; an empty shard cannot fill a batch.
+    self->iterations = (max_count + self->batch - 1) / self->batch;
+    if (min_count == 0) {
+        snprintf (err, sizeof err, "a device's shard is empty (%d devices, %d samples)",
+                  devices, cfg->samples);
         goto fail;
     }
     self->data_rng = nn_rng_split (&self->rng, 1000 + (uint64_t) self->id);
@@ -743,6 +759,7 @@ int
 main (int argc, char **argv)
 {
     pl_blas_setup (argv);
+    pl_memory_setup ();
     cli_t *self = nn_calloc (1, sizeof *self);
     if (s_parse_args (argc, argv, &self->args)) {
         nn_free (self);

@@ -354,6 +354,28 @@ nn_model_new_shared (nn_model_t *base, char *err, size_t err_size)
 }
 
 void
+nn_model_use_slabs (nn_model_t *self, nn_model_t *owner)
+{
+    assert (self && owner);
+    assert (self->unit_begin == owner->unit_begin && self->unit_end == owner->unit_end);
+    assert (self->weights_count == owner->weights_count
+            && self->params_count == owner->params_count);
+    if (self->weights == owner->weights)
+        return;
+    if (!self->shared) {
+        nn_free (self->weights);
+        nn_free (self->grads);
+        nn_free (self->optim);
+        self->shared = true;
+    }
+    self->weights = owner->weights;
+    self->grads = owner->grads;
+    self->optim = owner->optim;
+    self->tensors_count = 0;
+    s_place_params (self);
+}
+
+void
 nn_model_destroy (nn_model_t **self_p)
 {
     if (!self_p || !*self_p)

@@ -109,6 +109,15 @@ void nn_model_destroy (nn_model_t **self_p);
 //  i's forward state survives micro-batch i+1's forward until i's backward.
 nn_model_t *nn_model_new_shared (nn_model_t *base, char *err, size_t err_size);
 
+//  Point self's weights, gradients and optimiser state at owner's slabs
+//  (owner: the same spec and units; it stays their owner and must outlive
+//  self's use of them). Any slabs self owned are freed. Activation memory
+//  stays self's. A server worker keeps one activation context and trains
+//  whichever device's replica (an owner built for batch 1) a step is for,
+//  so activation memory scales with workers, not with devices. Allocates
+//  nothing; call between steps.
+void nn_model_use_slabs (nn_model_t *self, nn_model_t *owner);
+
 //  Xavier-uniform weights, zero biases, BN weight 1 bias 0, running mean 0
 //  var 1. Each layer draws from its own stream split off rng by its global
 //  index in the spec, so the full model and its parts initialise to the

@@ -347,6 +347,13 @@ s_stats_check (const proto_stats_t *s, char *err, size_t err_size)
         if (!isfinite (t[i]) || t[i] < 0)
             return proto_fail (err, err_size, PROTO_E_VALUE,
                                "STATS: %s is %g, must be finite and >= 0", names[i], t[i]);
+    if (!isfinite (s->loss_sum) || s->loss_sum < 0)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "STATS: loss_sum is %g, must be finite and >= 0", s->loss_sum);
+    if (s->correct > s->samples)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "STATS: correct %" PRIu64 " exceeds samples %" PRIu64,
+                           s->correct, s->samples);
     return 0;
 }
 
@@ -725,6 +732,9 @@ proto_msg_encode (proto_msg_t *self, zmq_msg_t frames[PROTO_MAX_FRAMES],
             proto_le_put_u64 (b + 32, s->bytes_up);
             proto_le_put_u64 (b + 40, s->bytes_down);
             proto_le_put_u32 (b + 48, s->epoch);
+            proto_le_put_f64 (b + 52, s->loss_sum);
+            proto_le_put_u64 (b + 60, s->correct);
+            proto_le_put_u64 (b + 68, s->samples);
             break;
         }
         case PROTO_MSG_EVENTS: {
@@ -906,6 +916,9 @@ s_decode_payload (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
             s->bytes_up = proto_le_get_u64 (b + 32);
             s->bytes_down = proto_le_get_u64 (b + 40);
             s->epoch = proto_le_get_u32 (b + 48);
+            s->loss_sum = proto_le_get_f64 (b + 52);
+            s->correct = proto_le_get_u64 (b + 60);
+            s->samples = proto_le_get_u64 (b + 68);
             return s_stats_check (s, err, err_size);
         }
         case PROTO_MSG_EVENTS:

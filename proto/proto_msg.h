@@ -49,7 +49,7 @@
 #define PROTO_SLAB_SIZE        56
 #define PROTO_LOSS_SIZE        12
 #define PROTO_EVAL_RESULT_SIZE 24
-#define PROTO_STATS_SIZE       52
+#define PROTO_STATS_SIZE       76
 #define PROTO_EVENT_SIZE       32           //  one EVENTS record
 #define PROTO_EVENTS_MAX       65536        //  records per EVENTS message, hard cap
 #define PROTO_EVENT_NONE       0xFFFFFFFFu  //  EVENTS iteration / micro_batch: not applicable
@@ -211,6 +211,11 @@ typedef struct {
     double forward_s, backward_s, update_s, idle_s;
     uint64_t bytes_up, bytes_down;
     uint32_t epoch;
+    //  The device's own training loss over the epoch, when it computes one
+    //  (fl: the whole model runs on the device); 0 samples otherwise.
+    double loss_sum;            //  sum of per-sample losses, finite, >= 0
+    uint64_t correct;           //  <= samples
+    uint64_t samples;
 } proto_stats_t;
 
 //  EVENTS: one stage event of the sending device (who is the header's

@@ -3,10 +3,13 @@
     pipelearn-server --config FILE [--bind ENDPOINT] [--results DIR]
                      [--set KEY=VALUE]... [--endpoint-file PATH] [--quiet]
 
-    One reactor thread polls the ROUTER and the worker actors' pipes. Each
-    device gets a worker owning its server replica (units P..U); in sl one
-    worker is shared. ACTIVATIONS go to the worker by pointer, GRADIENTS come
-    back the same way. PARAMS are collected per round and FedAvg'd (device
+    One reactor thread polls the ROUTER and the worker actors' pipes. The
+    reactor owns the server replicas (units P..U): one per device, one
+    shared in sl. Compute runs on a pool of workers, one per core (at most
+    one per replica): ACTIVATIONS wait in their replica's queue until a
+    worker is free and the replica is not already being trained, then go to
+    that worker by pointer with the replica lent to it; GRADIENTS come back
+    the same way. PARAMS are collected per round and FedAvg'd (device
     parts and server replicas); at the end of an epoch the merged model is
     evaluated on the test set. Results: DIR/summary.json, DIR/timeline.csv,
     DIR/model.ckpt.
@@ -37,6 +40,7 @@
 #include "proto_tensor.h"
 #include "srv_worker.h"
 
+#include <assert.h>
 #include <czmq.h>
 #include <getopt.h>
 #include <math.h>
@@ -76,7 +80,7 @@ typedef struct {
     uint8_t rid[PROTO_ROUTING_ID_MAX];
     size_t rid_len;
     proto_state_t state;
-    zactor_t *worker;           //  borrowed from srv_t.workers
+    int replica;                //  index into srv_t.rep
     float *params;              //  last PARAMS slab (weights_count)
     bool params_in;
     uint64_t samples;           //  PARAMS sample_count
@@ -85,6 +89,14 @@ typedef struct {
     size_t events_in;           //  device events kept this epoch
     bool events_capped;         //  warned about SRV_MAX_EVENTS this epoch
 } srv_device_t;
+
+//  A server-side replica and the ACTIVATIONS waiting for it. busy: lent to
+//  a worker; the reactor does not touch model until the worker replies.
+typedef struct {
+    nn_model_t *model;          //  owns the slabs; built for batch 1
+    zlist_t *queue;             //  proto_msg_t * (ACTIVATIONS), oldest first
+    bool busy;
+} srv_replica_t;
 
 typedef struct {
     pl_config_t cfg;
@@ -98,10 +110,13 @@ typedef struct {
     uint8_t spec_hash[NN_SPEC_HASH_SIZE];
     int devices, joined;
     srv_device_t dev[SRV_MAX_DEVICES];
+    srv_replica_t rep[SRV_MAX_DEVICES];
+    int replicas_count;
+    int rr;                     //  replica the next dispatch scan starts at
     zactor_t *workers[SRV_MAX_DEVICES];
+    int worker_rep[SRV_MAX_DEVICES];    //  replica a worker is training, -1 idle
     int workers_count;
     nn_model_t *devpart;        //  current device part (fl: the whole model)
-    nn_model_t *srvpart;        //  server part, for merging (split modes)
     nn_model_t *full;           //  merged, evaluated, saved
     size_t dev_wcount, srv_wcount;
     nn_dataset_t *test;
@@ -116,6 +131,9 @@ typedef struct {
     double loss_sum;            //  sum of micro-batch losses (scaled 1/N)
     long iterations, samples_seen, correct;
     double last_heartbeat;
+    double last_progress;
+    bool progress_shown;        //  a progress line is on the terminal
+    bool tty;                   //  stdout is a terminal: show progress
     double origin;
     bool quiet;
 } srv_t;
@@ -269,15 +287,65 @@ s_send_model (srv_t *self, srv_device_t *d)
 //  Worker requests (synchronous; see srv_worker.h)
 
 static void s_on_grad (srv_t *self, proto_msg_t *grad);
+static void s_progress_clear (srv_t *self);
 
-static void *
-s_worker_call (srv_t *self, zactor_t *w, const char *cmd, void *arg, const char *want)
+//  Give queued ACTIVATIONS to idle workers: replicas in turn from self->rr,
+//  so one device's queue cannot starve the others'; a replica goes to one
+//  worker at a time (its gradients accumulate across micro-batches).
+static void
+s_dispatch (srv_t *self)
 {
-    zsock_send (w, "sp", cmd, arg);
+    for (int w = 0; w < self->workers_count; w++) {
+        if (self->worker_rep[w] >= 0)
+            continue;
+        int pick = -1;
+        for (int k = 0; k < self->replicas_count && pick < 0; k++) {
+            int r = (self->rr + k) % self->replicas_count;
+            if (!self->rep[r].busy && zlist_size (self->rep[r].queue))
+                pick = r;
+        }
+        if (pick < 0)
+            return;
+        self->rr = (pick + 1) % self->replicas_count;
+        srv_replica_t *r = &self->rep[pick];
+        proto_msg_t *act = zlist_pop (r->queue);
+        r->busy = true;
+        self->worker_rep[w] = pick;
+        zsock_send (self->workers[w], "spp", "ACT", act, r->model);
+    }
+}
+
+static int
+s_worker_index (srv_t *self, zactor_t *w)
+{
+    for (int i = 0; i < self->workers_count; i++)
+        if (self->workers[i] == w)
+            return i;
+    return -1;
+}
+
+//  A worker finished a step: its replica and the worker are free again.
+static void
+s_on_worker_grad (srv_t *self, int w, proto_msg_t *grad)
+{
+    int r = self->worker_rep[w];
+    if (r >= 0)
+        self->rep[r].busy = false;
+    self->worker_rep[w] = -1;
+    s_on_grad (self, grad);
+    s_dispatch (self);
+}
+
+//  A synchronous request to an idle worker ("BUSY", "TL"); a GRAD that
+//  is still on its way is handled while waiting.
+static void *
+s_worker_call (srv_t *self, int w, const char *cmd, const char *want)
+{
+    zsock_send (self->workers[w], "spp", cmd, NULL, NULL);
     while (true) {
         char *tag = NULL;
         void *ptr = NULL;
-        if (zsock_recv (w, "sp", &tag, &ptr) || !tag)
+        if (zsock_recv (self->workers[w], "sp", &tag, &ptr) || !tag)
             return NULL;
         bool match = streq (tag, want);
         bool grad = streq (tag, "GRAD");
@@ -285,7 +353,7 @@ s_worker_call (srv_t *self, zactor_t *w, const char *cmd, void *arg, const char 
         if (match)
             return ptr;
         if (grad)
-            s_on_grad (self, ptr);
+            s_on_worker_grad (self, w, ptr);
     }
 }
 
@@ -324,14 +392,9 @@ static void
 s_merge (srv_t *self)
 {
     nn_model_copy_tensors (self->full, self->devpart);
-    if (self->mode != PROTO_MODE_FL) {
-        float *w = s_worker_call (self, self->workers[0], "GETW", NULL, "WGTS");
-        if (w) {
-            memcpy (nn_model_weights (self->srvpart), w, sizeof (float) * self->srv_wcount);
-            nn_free (w);
-        }
-        nn_model_copy_tensors (self->full, self->srvpart);
-    }
+    if (self->mode != PROTO_MODE_FL)
+        //  After aggregation every replica holds the average.
+        nn_model_copy_tensors (self->full, self->rep[0].model);
 }
 
 //  By start, then end, then who and stage: a total order, so the file is
@@ -369,7 +432,7 @@ s_finish (srv_t *self)
 {
     char err[NN_ERR_SIZE], path[1024];
     for (int i = 0; i < self->workers_count; i++) {
-        pl_timeline_t *tl = s_worker_call (self, self->workers[i], "TL", NULL, "TL");
+        pl_timeline_t *tl = s_worker_call (self, i, "TL", "TL");
         if (!tl)
             continue;
         const pl_event_t *ev = pl_timeline_events (tl);
@@ -409,9 +472,19 @@ s_end_epoch (srv_t *self)
     s_merge (self);
     pl_epoch_stats_t st = { .epoch = self->epoch, .wall_s = wall };
     long samples = self->samples_seen;
-    if (self->mode == PROTO_MODE_FL)
-        for (int i = 0; i < self->devices; i++)
+    if (self->mode == PROTO_MODE_FL) {
+        //  The devices trained the whole model: their STATS carry the loss.
+        double loss = 0.0;
+        uint64_t correct = 0, seen = 0;
+        for (int i = 0; i < self->devices; i++) {
             samples += (long) self->dev[i].samples;
+            loss += self->dev[i].stats.loss_sum;
+            correct += self->dev[i].stats.correct;
+            seen += self->dev[i].stats.samples;
+        }
+        st.train_loss = seen ? loss / (double) seen : 0.0;
+        st.train_acc = seen ? (double) correct / (double) seen : 0.0;
+    }
     else {
         st.train_loss = self->iterations ? self->loss_sum / self->iterations : 0.0;
         st.train_acc = samples ? (double) self->correct / samples : 0.0;
@@ -423,7 +496,7 @@ s_end_epoch (srv_t *self)
     cJSON *ej = pl_summary_add_epoch (self->summary, &st);
     double busy = 0.0;
     for (int i = 0; i < self->workers_count; i++) {
-        double *b = s_worker_call (self, self->workers[i], "BUSY", NULL, "BUSY");
+        double *b = s_worker_call (self, i, "BUSY", "BUSY");
         if (b) {
             busy += *b;
             nn_free (b);
@@ -452,6 +525,7 @@ s_end_epoch (srv_t *self)
         self->dev[i].events_capped = false;
     }
     if (!self->quiet) {
+        s_progress_clear (self);
         if (self->epoch == 1)
             printf ("%5s %10s %10s %10s %10s %10s %8s %8s\n", "epoch", "loss", "train_acc",
                     "test_acc", "images/s", "wall_s", "eval_s", "busy_s");
@@ -498,17 +572,18 @@ s_aggregate (srv_t *self)
     }
     nn_fedavg (nn_model_weights (self->devpart), srcs, weights, self->devices,
                self->dev_wcount);
-    if (self->mode != PROTO_MODE_FL && self->workers_count > 1) {
-        float *ws[SRV_MAX_DEVICES];
-        for (int i = 0; i < self->workers_count; i++)
-            ws[i] = s_worker_call (self, self->workers[i], "GETW", NULL, "WGTS");
-        float *avg = nn_malloc (sizeof (float) * self->srv_wcount);
-        nn_fedavg (avg, (const float *const *) ws, weights, self->workers_count,
-                   self->srv_wcount);
-        for (int i = 0; i < self->workers_count; i++) {
-            s_worker_call (self, self->workers[i], "SETW", avg, "OK");
-            nn_free (ws[i]);
+    if (self->mode != PROTO_MODE_FL && self->replicas_count > 1) {
+        //  Every device has all its gradients, so no replica is lent out.
+        const float *ws[SRV_MAX_DEVICES];
+        for (int i = 0; i < self->replicas_count; i++) {
+            assert (!self->rep[i].busy && zlist_size (self->rep[i].queue) == 0);
+            ws[i] = nn_model_weights_const (self->rep[i].model);
         }
+        float *avg = nn_malloc (sizeof (float) * self->srv_wcount);
+        nn_fedavg (avg, ws, weights, self->replicas_count, self->srv_wcount);
+        for (int i = 0; i < self->replicas_count; i++)
+            memcpy (nn_model_weights (self->rep[i].model), avg,
+                    sizeof (float) * self->srv_wcount);
         nn_free (avg);
     }
     if (epoch_end)
@@ -588,7 +663,7 @@ s_on_hello (srv_t *self, proto_msg_t *msg, const uint8_t *rid, size_t rid_len)
     memcpy (d->rid, rid, rid_len);
     d->rid_len = rid_len;
     d->state = proto_state_next (PROTO_STATE_CONNECTING, PROTO_MSG_HELLO, PROTO_UP);
-    d->worker = self->workers[self->mode == PROTO_MODE_SL ? 0 : id];
+    d->replica = self->mode == PROTO_MODE_SL ? 0 : id;
     d->params = nn_malloc (sizeof (float) * self->dev_wcount);
     self->joined++;
 
@@ -631,6 +706,15 @@ s_on_params (srv_t *self, srv_device_t *d, proto_msg_t *msg)
         s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE,
                          "PARAMS for the wrong units, epoch or round");
         s_abort_run (self, d, "unexpected PARAMS");
+        return;
+    }
+    //  A device sends PARAMS once all its gradients came back; with its
+    //  micro-batches still queued or in a worker the round cannot close.
+    if (self->mode != PROTO_MODE_FL
+    &&  (self->rep[d->replica].busy || zlist_size (self->rep[d->replica].queue))) {
+        s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE,
+                         "PARAMS before the gradients of all ACTIVATIONS");
+        s_abort_run (self, d, "PARAMS with ACTIVATIONS pending");
         return;
     }
     memcpy (d->params, proto_msg_tensor_data (msg), sizeof (float) * self->dev_wcount);
@@ -773,9 +857,20 @@ s_on_router (srv_t *self)
                 s_abort_run (self, d, "unexpected ACTIVATIONS");
                 return;
             }
+            //  A device has at most N micro-batches out before it waits for
+            //  their gradients; more is a broken or hostile peer.
+            srv_replica_t *r = &self->rep[d->replica];
+            if (zlist_size (r->queue) >= (size_t) self->micro) {
+                s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE,
+                                 "more ACTIVATIONS in flight than micro-batches");
+                proto_msg_destroy (&msg);
+                s_abort_run (self, d, "ACTIVATIONS flood");
+                return;
+            }
             //  The worker routes GRADIENTS by the header's device id.
             proto_msg_set_route (msg, (uint32_t) id, h->epoch, h->iteration, h->micro_batch);
-            zsock_send (d->worker, "sp", "ACT", msg);
+            zlist_append (r->queue, msg);
+            s_dispatch (self);
             return;
         }
         case PROTO_MSG_PARAMS:
@@ -816,11 +911,43 @@ s_on_worker (srv_t *self, zactor_t *w)
     void *ptr = NULL;
     if (zsock_recv (w, "sp", &tag, &ptr) || !tag)
         return;
-    if (streq (tag, "GRAD"))
-        s_on_grad (self, ptr);
+    int i = s_worker_index (self, w);
+    if (streq (tag, "GRAD") && i >= 0)
+        s_on_worker_grad (self, i, ptr);
     else
         pl_log_error ("server: unexpected worker reply \"%s\" (bug)", tag);
     zstr_free (&tag);
+}
+
+//  One self-overwriting line on a terminal while an epoch trains.
+static void
+s_progress (srv_t *self)
+{
+    double now = pl_monotonic ();
+    if (!self->tty || self->quiet || now - self->last_progress < 0.5)
+        return;
+    self->last_progress = now;
+    double wall = now - self->epoch_start;
+    long images = self->samples_seen;
+    double loss = self->iterations ? self->loss_sum / self->iterations : 0.0;
+    if (self->mode == PROTO_MODE_FL)
+        printf ("\r\033[Kepoch %d/%d  %.1f s  (fl: devices train locally)", self->epoch,
+                self->cfg.epochs, wall);
+    else
+        printf ("\r\033[Kepoch %d/%d  %ld iterations  %ld images  loss %.4f  %.0f images/s"
+                "  %.1f s", self->epoch, self->cfg.epochs, self->iterations, images, loss,
+                wall > 0 ? images / wall : 0.0, wall);
+    fflush (stdout);
+    self->progress_shown = true;
+}
+
+static void
+s_progress_clear (srv_t *self)
+{
+    if (self->progress_shown) {
+        printf ("\r\033[K");
+        self->progress_shown = false;
+    }
 }
 
 static void
@@ -886,30 +1013,43 @@ s_setup (srv_t *self, const s_args_t *args)
     self->limits.slab_count = self->dev_wcount;
     self->limits.spec_hash = self->spec_hash;
     if (self->mode != PROTO_MODE_FL) {
-        self->srvpart = nn_model_new (&self->spec, self->split, self->units, 1, err,
-                                      sizeof err);
-        if (!self->srvpart) {
-            pl_log_error ("%s", err);
-            return -1;
-        }
-        self->srv_wcount = nn_model_weights_count (self->srvpart);
         nn_shape_t s = nn_model_output_shape (self->devpart);
         self->limits.h = (uint32_t) s.h;
         self->limits.w = (uint32_t) s.w;
         self->limits.c = (uint32_t) s.c;
-        self->workers_count = self->mode == PROTO_MODE_SL ? 1 : self->devices;
+        //  Replicas start equal (same seed): FedAvg of equal models is the
+        //  model, and sfl with one device equals the single-process trainer.
+        self->replicas_count = self->mode == PROTO_MODE_SL ? 1 : self->devices;
+        for (int i = 0; i < self->replicas_count; i++) {
+            srv_replica_t *r = &self->rep[i];
+            r->model = nn_model_new (&self->spec, self->split, self->units, 1, err,
+                                     sizeof err);
+            if (!r->model) {
+                pl_log_error ("%s", err);
+                return -1;
+            }
+            nn_rng_t rrng;
+            nn_rng_seed (&rrng, cfg->seed);
+            nn_model_init (r->model, &rrng);
+            r->queue = zlist_new ();
+        }
+        self->srv_wcount = nn_model_weights_count (self->rep[0].model);
+        //  One worker per core: more would only oversubscribe the host
+        //  (OpenBLAS runs one thread inside each worker).
+        int cores = cfg->threads > 0 ? cfg->threads : (int) sysconf (_SC_NPROCESSORS_ONLN);
+        self->workers_count = cores < 1 ? 1 : cores;
+        if (self->workers_count > self->replicas_count)
+            self->workers_count = self->replicas_count;
         for (int i = 0; i < self->workers_count; i++) {
             srv_worker_args_t wa = {
                 .spec = &self->spec, .unit_begin = self->split, .max_batch = mb,
-                .micro_batches = self->micro, .seed = cfg->seed,
+                .micro_batches = self->micro,
                 .sgd = { (float) cfg->learning_rate, (float) cfg->momentum,
                          (float) cfg->weight_decay },
-                .origin = self->origin
+                .origin = self->origin, .replica = self->rep[0].model,
+                .shared_replica = self->mode == PROTO_MODE_SL
             };
-            if (self->mode == PROTO_MODE_SL)
-                snprintf (wa.who, sizeof wa.who, "server");
-            else
-                snprintf (wa.who, sizeof wa.who, "server:d%d", i & 0xffff);
+            self->worker_rep[i] = -1;
             self->workers[i] = zactor_new (srv_worker_actor, &wa);
             if (!self->workers[i]) {
                 pl_log_error ("server: cannot start worker %d", i);
@@ -962,11 +1102,19 @@ s_teardown (srv_t *self)
     zpoller_destroy (&self->poller);
     for (int i = 0; i < self->workers_count; i++)
         zactor_destroy (&self->workers[i]);
+    for (int i = 0; i < self->replicas_count; i++) {
+        srv_replica_t *r = &self->rep[i];
+        while (r->queue && zlist_size (r->queue)) {
+            proto_msg_t *m = zlist_pop (r->queue);
+            proto_msg_destroy (&m);
+        }
+        zlist_destroy (&r->queue);
+        nn_model_destroy (&r->model);
+    }
     zsock_destroy (&self->router);
     for (int i = 0; i < SRV_MAX_DEVICES; i++)
         nn_free (self->dev[i].params);
     nn_model_destroy (&self->devpart);
-    nn_model_destroy (&self->srvpart);
     nn_model_destroy (&self->full);
     nn_dataset_destroy (&self->test);
     pl_summary_destroy (&self->summary);
@@ -977,6 +1125,7 @@ int
 main (int argc, char **argv)
 {
     pl_blas_setup (argv);
+    pl_memory_setup ();
     srv_t *self = nn_calloc (1, sizeof *self);
     pl_config_defaults (&self->cfg);
     s_args_t args = { 0 };
@@ -992,6 +1141,7 @@ main (int argc, char **argv)
     sigaction (SIGINT, &sa, NULL);
     sigaction (SIGTERM, &sa, NULL);
     self->quiet = args.quiet;
+    self->tty = isatty (STDOUT_FILENO);
     self->results = args.results_dir ? args.results_dir : self->cfg.results_dir;
     self->origin = pl_wall_clock ();
     self->timeline = pl_timeline_new (self->origin);
@@ -1017,9 +1167,12 @@ main (int argc, char **argv)
         else
         if (zpoller_terminated (self->poller))
             break;
-        if (self->started && !self->done)
+        if (self->started && !self->done) {
             s_heartbeat (self);
+            s_progress (self);
+        }
     }
+    s_progress_clear (self);
     int rc = self->rc;
     if (s_interrupted && !self->done) {
         pl_log_warn ("server: interrupted");

@@ -1,5 +1,5 @@
-/*  srv_worker.c: the server side of one device's (or, in sl, every
-    device's) split model, run in an actor thread. See srv_worker.h. */
+/*  srv_worker.c: one thread of the server's compute pool: trains the
+    replica each ACTIVATIONS is for. See srv_worker.h. */
 #include "srv_worker.h"
 
 #include "nn_alloc.h"
@@ -12,7 +12,8 @@
 #include <time.h>
 
 typedef struct {
-    nn_model_t *model;
+    nn_model_t *model;          //  activation context; slabs lent per step
+    bool shared_replica;
     int micro_batches;
     int classes;
     nn_sgd_t sgd;
@@ -21,16 +22,16 @@ typedef struct {
     pl_timeline_t *timeline;
     double origin;
     double busy_s;
-    char who[16];
 } s_worker_t;
 
 //  Forward, loss and backward for one micro-batch. The ACTIVATIONS were
 //  validated by proto against the run's limits (rank 4, boundary shape,
 //  batch <= max_batch, labels in range), so no peer value can break this.
 static proto_msg_t *
-s_worker_step (s_worker_t *self, proto_msg_t **act_p)
+s_worker_step (s_worker_t *self, proto_msg_t **act_p, nn_model_t *replica)
 {
     proto_msg_t *act = *act_p;
+    nn_model_use_slabs (self->model, replica);
     const proto_header_t *h = proto_msg_header (act);
     const proto_tensor_desc_t *d = proto_msg_tensor (act);
     int n = (int) d->dims[0];
@@ -54,7 +55,10 @@ s_worker_step (s_worker_t *self, proto_msg_t **act_p)
         nn_model_zero_grad (self->model);
     }
     self->busy_s += pl_monotonic () - t0;
-    pl_timeline_add (self->timeline, self->who, "compute", (int) h->epoch,
+    char who[24] = "server";
+    if (!self->shared_replica)
+        snprintf (who, sizeof who, "server:d%u", h->device_id & 0xffff);
+    pl_timeline_add (self->timeline, who, "compute", (int) h->epoch,
                      (int) h->iteration, (int) h->micro_batch, s0,
                      pl_timeline_now (self->timeline));
 
@@ -81,8 +85,7 @@ srv_worker_actor (zsock_t *pipe, void *args_)
     const srv_worker_args_t *args = args_;
     char err[NN_ERR_SIZE];
     s_worker_t self = { .micro_batches = args->micro_batches, .sgd = args->sgd,
-                        .origin = args->origin };
-    snprintf (self.who, sizeof self.who, "%s", args->who);
+                        .origin = args->origin, .shared_replica = args->shared_replica };
     self.model = nn_model_new (args->spec, args->unit_begin, args->spec->units_count,
                                args->max_batch, err, sizeof err);
     if (!self.model) {
@@ -90,21 +93,19 @@ srv_worker_actor (zsock_t *pipe, void *args_)
         zsock_signal (pipe, 1);
         return;
     }
-    nn_rng_t rng;
-    nn_rng_seed (&rng, args->seed);
-    nn_model_init (self.model, &rng);
+    //  Never use the context's own slabs: free them before they cost RSS.
+    nn_model_use_slabs (self.model, args->replica);
     self.classes = args->spec->classes;
     self.labels = nn_malloc (sizeof (int) * (size_t) args->max_batch);
     self.dlogits = nn_malloc (sizeof (float) * (size_t) args->max_batch
                               * (size_t) self.classes);
     self.timeline = pl_timeline_new (args->origin);
-    size_t wcount = nn_model_weights_count (self.model);
     zsock_signal (pipe, 0);
 
     while (true) {
         char *cmd = NULL;
-        void *ptr = NULL;
-        if (zsock_recv (pipe, "sp", &cmd, &ptr) || !cmd)
+        void *ptr = NULL, *replica = NULL;
+        if (zsock_recv (pipe, "spp", &cmd, &ptr, &replica) || !cmd)
             break;                      //  interrupted
         if (streq (cmd, "$TERM")) {
             zstr_free (&cmd);
@@ -112,19 +113,8 @@ srv_worker_actor (zsock_t *pipe, void *args_)
         }
         if (streq (cmd, "ACT")) {
             proto_msg_t *act = ptr;
-            proto_msg_t *grad = s_worker_step (&self, &act);
+            proto_msg_t *grad = s_worker_step (&self, &act, replica);
             zsock_send (pipe, "sp", "GRAD", grad);
-        }
-        else
-        if (streq (cmd, "GETW")) {
-            float *copy = nn_malloc (sizeof (float) * wcount);
-            memcpy (copy, nn_model_weights (self.model), sizeof (float) * wcount);
-            zsock_send (pipe, "sp", "WGTS", copy);
-        }
-        else
-        if (streq (cmd, "SETW")) {
-            memcpy (nn_model_weights (self.model), ptr, sizeof (float) * wcount);
-            zsock_send (pipe, "sp", "OK", NULL);
         }
         else
         if (streq (cmd, "BUSY")) {

@@ -353,3 +353,63 @@ Test (model, shared_contexts_keep_their_own_forward_state)
     nn_model_destroy (&base);
     nn_model_destroy (&ref);
 }
+
+//  A server worker's context trains two replicas in turn through
+//  nn_model_use_slabs: each replica's weights, gradients and BN running
+//  statistics end as if it had been trained on its own.
+Test (model, use_slabs_trains_whichever_replica_it_points_at)
+{
+    nn_model_spec_t spec;
+    nn_model_spec_vgg5 (&spec, 1, 28, 10, true);
+    nn_rng_t rng;
+    nn_rng_seed (&rng, 11);
+    nn_model_t *rep[2], *ref[2];
+    for (int i = 0; i < 2; i++) {
+        rep[i] = nn_model_new (&spec, 1, spec.units_count, 1, NULL, 0);
+        ref[i] = nn_model_new (&spec, 1, spec.units_count, 4, NULL, 0);
+        nn_model_init (rep[i], &rng);
+        memcpy (nn_model_weights (ref[i]), nn_model_weights (rep[i]),
+                sizeof (float) * nn_model_weights_count (rep[i]));
+    }
+    nn_model_t *ctx = nn_model_new (&spec, 1, spec.units_count, 4, NULL, 0);
+    nn_model_init (ctx, &rng);          //  its own weights: must not be used
+    size_t in = 4 * nn_shape_size (nn_model_input_shape (ctx));
+    size_t out = 4 * nn_shape_size (nn_model_output_shape (ctx));
+    float *x = nn_malloc (sizeof (float) * in), *g = nn_malloc (sizeof (float) * out);
+    //  Steps for replica 0, 1, 0 interleaved on the one context.
+    const int order[3] = { 0, 1, 0 };
+    for (int k = 0; k < 3; k++) {
+        int r = order[k];
+        s_fill (x, in, &rng);
+        s_fill (g, out, &rng);
+        nn_model_use_slabs (ctx, rep[r]);
+        cr_assert_eq (nn_model_weights (ctx), nn_model_weights (rep[r]));
+        nn_model_forward (ctx, x, 4, true, NULL);
+        nn_model_backward (ctx, g, NULL);
+        nn_model_forward (ref[r], x, 4, true, NULL);
+        nn_model_backward (ref[r], g, NULL);
+    }
+    for (int r = 0; r < 2; r++) {
+        const float *ga = nn_model_grads (rep[r]), *gb = nn_model_grads (ref[r]);
+        bool nonzero = false;
+        for (size_t i = 0; i < nn_model_params_count (rep[r]); i++) {
+            cr_assert (fabsf (ga[i] - gb[i]) <= 1e-5f * (1.0f + fabsf (gb[i])),
+                       "replica %d grad %zu: %g vs %g", r, i, ga[i], gb[i]);
+            nonzero = nonzero || ga[i] != 0.0f;
+        }
+        cr_assert (nonzero, "replica %d got no gradient", r);
+        //  BN running statistics (buffers after the parameters) too.
+        const float *wa = nn_model_weights (rep[r]), *wb = nn_model_weights (ref[r]);
+        for (size_t i = nn_model_params_count (rep[r]); i < nn_model_weights_count (rep[r]); i++)
+            cr_assert (fabsf (wa[i] - wb[i]) <= 1e-5f * (1.0f + fabsf (wb[i])),
+                       "replica %d buffer %zu", r, i);
+    }
+    nn_model_destroy (&ctx);
+    //  The replicas still own their slabs after the context is gone.
+    nn_model_zero_grad (rep[0]);
+    nn_free (x), nn_free (g);
+    for (int i = 0; i < 2; i++) {
+        nn_model_destroy (&rep[i]);
+        nn_model_destroy (&ref[i]);
+    }
+}

@@ -636,7 +636,8 @@ Test (proto, roundtrip_stats)
     s_set_route (m);
     proto_stats_t s = { .forward_s = 1.5, .backward_s = 2.75, .update_s = 0.125,
                         .idle_s = 0.0, .bytes_up = ((uint64_t) 1 << 33) + 7,
-                        .bytes_down = 12345, .epoch = 5 };
+                        .bytes_down = 12345, .epoch = 5, .loss_sum = 812.25,
+                        .correct = 700, .samples = 1000 };
     proto_msg_set_stats (m, &s);
     proto_msg_t *got = s_transfer (&p, m, NULL);
     s_assert_route (got, PROTO_MSG_STATS);
@@ -648,6 +649,9 @@ Test (proto, roundtrip_stats)
     cr_assert_eq (g->bytes_up, ((uint64_t) 1 << 33) + 7);
     cr_assert_eq (g->bytes_down, 12345);
     cr_assert_eq (g->epoch, 5);
+    cr_assert_eq (g->loss_sum, 812.25);
+    cr_assert_eq (g->correct, 700);
+    cr_assert_eq (g->samples, 1000);
     proto_msg_destroy (&got);
     s_pair_close (&p);
 }
@@ -1588,8 +1592,21 @@ Test (proto, error_error_stats)
     m = proto_msg_new (PROTO_MSG_STATS);
     proto_msg_set_stats (m, &s);
     r = s_raw_from (m);
-    r.size[1] = 51;
-    s_expect (&r, NULL, PROTO_E_SIZE, "STATS: payload 51 bytes, expected 52");
+    r.size[1] = 75;
+    s_expect (&r, NULL, PROTO_E_SIZE, "STATS: payload 75 bytes, expected 76");
+
+    m = proto_msg_new (PROTO_MSG_STATS);
+    proto_msg_set_stats (m, &s);
+    r = s_raw_from (m);
+    s_raw_bytes (&r, 1)[60] = 11;                  //  correct = 11
+    s_raw_bytes (&r, 1)[68] = 10;                  //  samples = 10
+    s_expect (&r, NULL, PROTO_E_VALUE, "STATS: correct 11 exceeds samples 10");
+
+    m = proto_msg_new (PROTO_MSG_STATS);
+    proto_msg_set_stats (m, &s);
+    r = s_raw_from (m);
+    memset (s_raw_bytes (&r, 1) + 52, 0xFF, 8);    //  loss_sum = NaN
+    s_expect (&r, NULL, PROTO_E_VALUE, "STATS: loss_sum is");
 }
 
 //  An EVENTS message of `count` valid records with field `offset` of

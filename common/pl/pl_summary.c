@@ -7,6 +7,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#if defined (__GLIBC__)
+#   include <malloc.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +66,15 @@ cJSON *
 pl_summary_root (pl_summary_t *self)
 {
     return self->root;
+}
+
+void
+pl_memory_setup (void)
+{
+#if defined (M_MMAP_THRESHOLD) && defined (M_ARENA_MAX)
+    mallopt (M_MMAP_THRESHOLD, 256 * 1024);
+    mallopt (M_ARENA_MAX, 2);
+#endif
 }
 
 long

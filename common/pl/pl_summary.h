@@ -36,6 +36,11 @@ int pl_summary_write (pl_summary_t *self, const char *dir, char *err, size_t err
 
 //  Peak resident set size of this process, in KiB.
 long pl_peak_rss_kb (void);
+//  Make freed large buffers (tensors of MiB, one per message) go back to
+//  the OS instead of staying in glibc's per-thread arenas: a fixed mmap
+//  threshold (glibc otherwise raises it to 32 MiB after the first free of
+//  such a buffer) and at most two arenas. Call first thing in main.
+void pl_memory_setup (void);
 //  mkdir -p; 0 or -1 with a message.
 int pl_mkdirs (const char *path, char *err, size_t err_size);
 //  Write a whole file atomically (temporary file, fsync, rename).
