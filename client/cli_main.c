@@ -35,6 +35,7 @@
 #include "nn_optim.h"
 #include "pl_blas.h"
 #include "pl_config.h"
+#include "pl_curve.h"
 #include "pl_log.h"
 #include "pl_summary.h"
 #include "pl_timeline.h"
@@ -65,6 +66,9 @@ typedef struct {
     const char *data_dir;
     int threads;
     double timeout_s;
+    const char *cert;           //  this device's secret certificate
+    const char *server_cert;    //  the server's public certificate (pinned)
+    bool insecure;
 } s_args_t;
 
 typedef struct {
@@ -104,10 +108,15 @@ static void
 s_usage (FILE *out)
 {
     fprintf (out,
-        "usage: pipelearn-client --connect tcp://HOST:PORT [--device-id N]\n"
-        "                        [--data-dir DIR] [--threads N] [--timeout SECONDS]\n"
+        "usage: pipelearn-client --connect tcp://HOST:PORT\n"
+        "                        (--cert FILE_secret --server-cert FILE | --insecure)\n"
+        "                        [--device-id N] [--data-dir DIR] [--threads N]\n"
+        "                        [--timeout SECONDS]\n"
         "Joins a pipelearn-server run as one device; the run's config comes from\n"
-        "the server. --timeout: give up when the server is silent that long (60).\n");
+        "the server. --cert: this device's secret certificate (its public half must\n"
+        "be in the server's --allow directory); --server-cert: the server's public\n"
+        "certificate, the only server this device will talk to. --insecure: plain\n"
+        "TCP. --timeout: give up when the server is silent that long (60).\n");
 }
 
 static int
@@ -119,6 +128,9 @@ s_parse_args (int argc, char **argv, s_args_t *a)
         { "data-dir", required_argument, NULL, 'd' },
         { "threads", required_argument, NULL, 't' },
         { "timeout", required_argument, NULL, 'T' },
+        { "cert", required_argument, NULL, 'C' },
+        { "server-cert", required_argument, NULL, 'S' },
+        { "insecure", no_argument, NULL, 'I' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
@@ -130,6 +142,9 @@ s_parse_args (int argc, char **argv, s_args_t *a)
         char *end = NULL;
         switch (c) {
             case 'c': a->connect = optarg; break;
+            case 'C': a->cert = optarg; break;
+            case 'S': a->server_cert = optarg; break;
+            case 'I': a->insecure = true; break;
             case 'd': a->data_dir = optarg; break;
             case 'i':
                 a->device_id = (int) strtol (optarg, &end, 10);
@@ -158,6 +173,11 @@ s_parse_args (int argc, char **argv, s_args_t *a)
     }
     if (!a->connect || optind < argc) {
         s_usage (stderr);
+        return -1;
+    }
+    if (a->insecure ? (a->cert || a->server_cert) : !(a->cert && a->server_cert)) {
+        pl_log_error ("security: give --cert FILE_secret and --server-cert FILE "
+                      "(CurveZMQ, the default), or --insecure alone for plain TCP");
         return -1;
     }
     return 0;
@@ -236,6 +256,12 @@ s_recv (cli_t *self, int timeout_ms)
         if (rc < 0 && errno == EINTR)
             continue;
         if (rc <= 0) {
+            if (patient && self->plan.batch_size == 0)
+                pl_log_error ("client: no answer to HELLO in %.0f s; giving up (--timeout). "
+                              "The server is silent: down, a wrong --connect, this "
+                              "device's key not in its --allow list, or a wrong "
+                              "--server-cert", self->args.timeout_s);
+            else
             if (patient)
                 pl_log_error ("client: the server has been silent for %.0f s; giving up "
                               "(--timeout)", self->args.timeout_s);
@@ -781,6 +807,17 @@ main (int argc, char **argv)
     }
     self->dh = zsock_resolve (self->dealer);
     zsock_set_linger (self->dealer, 2000);
+    char err[NN_ERR_SIZE];
+    if (self->args.insecure)
+        pl_log_warn ("client: --insecure: plain TCP; the server is not authenticated");
+    else
+    if (pl_curve_client_apply (self->dealer, self->args.cert, self->args.server_cert, err,
+                               sizeof err)) {
+        pl_log_error ("client: %s", err);
+        zsock_destroy (&self->dealer);
+        nn_free (self);
+        return 1;
+    }
     if (zmq_connect (self->dh, self->args.connect)) {
         pl_log_error ("client: connect %s: %s", self->args.connect, zmq_strerror (errno));
     }

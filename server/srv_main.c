@@ -33,6 +33,7 @@
 #include "nn_optim.h"
 #include "pl_blas.h"
 #include "pl_config.h"
+#include "pl_curve.h"
 #include "pl_log.h"
 #include "pl_summary.h"
 #include "pl_timeline.h"
@@ -59,12 +60,15 @@
 #define SRV_MAX_EVENTS  (4 * PROTO_EVENTS_MAX)
 
 static volatile sig_atomic_t s_interrupted = 0;
+static volatile sig_atomic_t s_reload = 0;
 
 static void
 s_on_signal (int sig)
 {
-    (void) sig;
-    s_interrupted = 1;
+    if (sig == SIGHUP)
+        s_reload = 1;
+    else
+        s_interrupted = 1;
 }
 
 typedef struct {
@@ -72,6 +76,9 @@ typedef struct {
     const char *results_dir;
     const char *bind;
     const char *endpoint_file;
+    const char *cert;           //  server secret certificate
+    const char *allow;          //  directory of allowed device certificates
+    bool insecure;
     bool quiet;
 } s_args_t;
 
@@ -105,6 +112,7 @@ typedef struct {
     int units, split, micro, batch, eval_batch;
     zsock_t *router;
     void *rh;
+    pl_curve_t *curve;          //  NULL with --insecure
     zpoller_t *poller;
     proto_limits_t limits;
     uint8_t spec_hash[NN_SPEC_HASH_SIZE];
@@ -142,12 +150,16 @@ static void
 s_usage (FILE *out)
 {
     fprintf (out,
-        "usage: pipelearn-server --config FILE [--bind tcp://*:PORT] [--results DIR]\n"
+        "usage: pipelearn-server --config FILE (--cert FILE_secret --allow DIR | --insecure)\n"
+        "                        [--bind tcp://*:PORT] [--results DIR]\n"
         "                        [--set KEY=VALUE]... [--endpoint-file PATH] [--quiet]\n"
         "Runs the server side of a pipelearn/sfl/sl/fl run for the configured\n"
         "number of devices and writes DIR/summary.json, DIR/timeline.csv and\n"
-        "DIR/model.ckpt. --endpoint-file writes the bound endpoint (useful with\n"
-        "tcp://127.0.0.1:*).\n");
+        "DIR/model.ckpt. Devices authenticate with CurveZMQ: --cert is this\n"
+        "server's secret certificate, --allow a directory of the devices' public\n"
+        "certificates (pipelearn-keygen makes both); SIGHUP re-reads them.\n"
+        "--insecure: plain TCP, no authentication. --endpoint-file writes the\n"
+        "bound endpoint (useful with tcp://127.0.0.1:*).\n");
 }
 
 static int
@@ -160,6 +172,9 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
         { "set", required_argument, NULL, 's' },
         { "endpoint-file", required_argument, NULL, 'E' },
         { "quiet", no_argument, NULL, 'q' },
+        { "cert", required_argument, NULL, 'C' },
+        { "allow", required_argument, NULL, 'A' },
+        { "insecure", no_argument, NULL, 'I' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
@@ -173,6 +188,9 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
     while ((c = getopt_long (argc, argv, "c:r:b:s:E:qh", opts, NULL)) != -1) {
         switch (c) {
             case 'c': break;
+            case 'C': args->cert = optarg; break;
+            case 'A': args->allow = optarg; break;
+            case 'I': args->insecure = true; break;
             case 'r': args->results_dir = optarg; break;
             case 'b': args->bind = optarg; break;
             case 'E': args->endpoint_file = optarg; break;
@@ -190,6 +208,12 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
     if (optind < argc) {
         pl_log_error ("unexpected argument \"%s\"", argv[optind]);
         s_usage (stderr);
+        return -1;
+    }
+    if (args->insecure ? (args->cert || args->allow) : !(args->cert && args->allow)) {
+        pl_log_error ("security: give --cert FILE_secret and --allow DIR (CurveZMQ, the "
+                      "default; keys from pipelearn-keygen), or --insecure alone for plain "
+                      "TCP");
         return -1;
     }
     const char *src = args->config_path ? args->config_path : "config";
@@ -1071,6 +1095,19 @@ s_setup (srv_t *self, const s_args_t *args)
                                                              self->mode != PROTO_MODE_FL);
     if (proto_socket_limit (self->rh, &self->limits))
         pl_log_warn ("server: ZMQ_MAXMSGSIZE: %s", zmq_strerror (errno));
+    if (args->insecure)
+        pl_log_warn ("server: --insecure: plain TCP; anyone who can reach the port can "
+                     "join and read the model");
+    else {
+        self->curve = pl_curve_server_new (self->router, args->cert, args->allow, err,
+                                           sizeof err);
+        if (!self->curve) {
+            pl_log_error ("server: %s", err);
+            return -1;
+        }
+        pl_log_info ("server: CurveZMQ on; %d device certificate(s) allowed in %s",
+                     pl_curve_allowed (self->curve), args->allow);
+    }
     const char *bind = args->bind ? args->bind : cfg->bind;
     if (zmq_bind (self->rh, bind)) {
         pl_log_error ("server: bind %s: %s", bind, zmq_strerror (errno));
@@ -1112,6 +1149,7 @@ s_teardown (srv_t *self)
         nn_model_destroy (&r->model);
     }
     zsock_destroy (&self->router);
+    pl_curve_destroy (&self->curve);
     for (int i = 0; i < SRV_MAX_DEVICES; i++)
         nn_free (self->dev[i].params);
     nn_model_destroy (&self->devpart);
@@ -1140,6 +1178,7 @@ main (int argc, char **argv)
     sigemptyset (&sa.sa_mask);
     sigaction (SIGINT, &sa, NULL);
     sigaction (SIGTERM, &sa, NULL);
+    sigaction (SIGHUP, &sa, NULL);
     self->quiet = args.quiet;
     self->tty = isatty (STDOUT_FILENO);
     self->results = args.results_dir ? args.results_dir : self->cfg.results_dir;
@@ -1165,8 +1204,20 @@ main (int argc, char **argv)
         if (which)
             s_on_worker (self, (zactor_t *) which);
         else
-        if (zpoller_terminated (self->poller))
-            break;
+        if (zpoller_terminated (self->poller) && s_interrupted)
+            break;          //  other signals (SIGHUP) also end a poll: go on
+        if (s_reload) {
+            s_reload = 0;
+            char err[NN_ERR_SIZE];
+            if (!self->curve)
+                pl_log_info ("server: SIGHUP: --insecure, no keys to reload");
+            else
+            if (pl_curve_server_reload (self->curve, err, sizeof err))
+                pl_log_error ("server: SIGHUP: %s; keeping the previous keys", err);
+            else
+                pl_log_info ("server: SIGHUP: keys reloaded; %d device certificate(s) "
+                             "allowed", pl_curve_allowed (self->curve));
+        }
         if (self->started && !self->done) {
             s_heartbeat (self);
             s_progress (self);

@@ -121,10 +121,11 @@ s_dump_logs (s_run_t *run)
 }
 
 //  Start the server for config_json with results in DIR/sub; returns its
-//  endpoint in endpoint (waits for the endpoint file).
+//  endpoint in endpoint (waits for the endpoint file). cert NULL: --insecure;
+//  else CurveZMQ with that secret certificate and the allow directory.
 static pid_t
-s_start_server (s_run_t *run, const char *sub, const char *config_json, char *endpoint,
-                size_t size)
+s_start_server_sec (s_run_t *run, const char *sub, const char *config_json, char *endpoint,
+                    size_t size, const char *cert, const char *allow)
 {
     char cfg[4096], res[4096], ep[4096], bin[4096];
     char name[64];
@@ -135,8 +136,12 @@ s_start_server (s_run_t *run, const char *sub, const char *config_json, char *en
     snprintf (name, sizeof name, "%s.endpoint", sub);
     s_path (ep, run->dir, name);
     built ("server/pipelearn-server", bin, sizeof bin);
-    char *argv[] = { bin, "--config", cfg, "--bind", "tcp://127.0.0.1:*", "--results", res,
-                     "--endpoint-file", ep, "--quiet", NULL };
+    char *argv[16] = { bin, "--config", cfg, "--bind", "tcp://127.0.0.1:*", "--results", res,
+                       "--endpoint-file", ep, "--quiet", "--insecure", NULL };
+    if (cert) {
+        argv[10] = "--cert", argv[11] = (char *) cert;
+        argv[12] = "--allow", argv[13] = (char *) allow, argv[14] = NULL;
+    }
     pid_t pid = s_spawn (run, "server.log", argv);
     double deadline = pl_monotonic () + 30;
     while (pl_monotonic () < deadline) {
@@ -162,16 +167,37 @@ s_start_server (s_run_t *run, const char *sub, const char *config_json, char *en
     return -1;
 }
 
+static inline pid_t
+s_start_server (s_run_t *run, const char *sub, const char *config_json, char *endpoint,
+                size_t size)
+{
+    return s_start_server_sec (run, sub, config_json, endpoint, size, NULL, NULL);
+}
+
+//  A device; cert NULL: --insecure, else CurveZMQ with this secret
+//  certificate, trusting the server certificate server_cert. Gives up
+//  after timeout seconds of silence.
 static pid_t
-s_start_client (s_run_t *run, int index, const char *endpoint)
+s_start_client_sec (s_run_t *run, int index, const char *endpoint, const char *cert,
+                    const char *server_cert, const char *timeout)
 {
     char bin[4096], log[64], id[16];
     built ("client/pipelearn-client", bin, sizeof bin);
     snprintf (log, sizeof log, "client%d.log", index);
     snprintf (id, sizeof id, "%d", index);
-    char *argv[] = { bin, "--connect", (char *) endpoint, "--device-id", id,
-                     "--timeout", "60", NULL };
+    char *argv[16] = { bin, "--connect", (char *) endpoint, "--device-id", id,
+                       "--timeout", (char *) timeout, "--insecure", NULL };
+    if (cert) {
+        argv[7] = "--cert", argv[8] = (char *) cert;
+        argv[9] = "--server-cert", argv[10] = (char *) server_cert, argv[11] = NULL;
+    }
     return s_spawn (run, log, argv);
+}
+
+static inline pid_t
+s_start_client (s_run_t *run, int index, const char *endpoint)
+{
+    return s_start_client_sec (run, index, endpoint, NULL, NULL, "60");
 }
 
 #endif

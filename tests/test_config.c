@@ -86,6 +86,9 @@ Test (config, defaults_pass_check)
     cr_assert_eq (config.split_point, 1);
     cr_assert_eq (config.micro_batches, 4);
     cr_assert_eq (config.aggregation_frequency, -1);
+    cr_assert_eq (config.min_devices, 1);
+    cr_assert_eq (config.device_timeout_s, 30.0);
+    cr_assert_eq (config.round_timeout_s, 600.0);
     cr_assert_str_eq (config.bind, "tcp://*:5555");
     cr_assert_str_eq (config.results_dir, "results");
 }
@@ -186,7 +189,7 @@ Test (config, to_json_uses_canonical_forms)
     char *text = cJSON_PrintUnformatted (json);
     S_ASSERT_HAS (text, "\"seed\":9007199254740992,");
     cJSON_free (text);
-    cr_assert_eq (cJSON_GetArraySize (json), 24, "one member per canonical key");
+    cr_assert_eq (cJSON_GetArraySize (json), 27, "one member per canonical key");
     cJSON_Delete (json);
 }
 
@@ -297,6 +300,8 @@ Test (config, out_of_range_values_name_field_and_value)
     S_ASSERT_HAS (err, "samples");
     s_parse_fails ("{\"test_samples\": -5}", err, sizeof err);
     S_ASSERT_HAS (err, "test_samples");
+    s_parse_fails ("{\"device_timeout_s\": 0}", err, sizeof err);
+    S_ASSERT_HAS (err, "device_timeout_s");
     s_parse_fails ("{\"aggregation_frequency\": 0}", err, sizeof err);
     S_ASSERT_HAS (err, "-1 for once per epoch");
     s_parse_fails ("{\"split_point\": -1}", err, sizeof err);
@@ -489,6 +494,13 @@ Test (config, check_rejects_bad_combinations)
     cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
     strcpy (config.mode, "sl");
     cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+
+    pl_config_defaults (&config);
+    config.min_devices = 3;
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "min_devices");
+    config.min_devices = 2;
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
 
     pl_config_defaults (&config);
     config.devices = 4;

@@ -163,6 +163,14 @@ static const s_field_t s_fields[] = {
     { .key = "aggregation_frequency", .kind = S_INT, S_AT (aggregation_frequency),
       .min = 1, .max = INT_MAX, .flags = S_MINUS_ONE,
       .expect = "an integer >= 1, or -1 for once per epoch" },
+    { .key = "min_devices", .kind = S_INT, S_AT (min_devices), .min = 1, .max = INT_MAX,
+      .expect = "an integer >= 1 and <= devices" },
+    { .key = "device_timeout_s", .kind = S_DOUBLE, S_AT (device_timeout_s),
+      .min = 0, .max = INFINITY, .min_open = true, .max_open = true,
+      .expect = "seconds > 0" },
+    { .key = "round_timeout_s", .kind = S_DOUBLE, S_AT (round_timeout_s),
+      .min = 0, .max = INFINITY, .min_open = true, .max_open = true,
+      .expect = "seconds > 0" },
     { .key = "bind", .kind = S_STRING, S_AT (bind), .flags = S_NONEMPTY | S_ENDPOINT,
       .expect = "an endpoint like \"tcp://*:5555\" of at most 127 bytes" },
     { .key = "results_dir", .kind = S_STRING, S_AT (results_dir), .flags = S_NONEMPTY,
@@ -633,6 +641,9 @@ pl_config_defaults (pl_config_t *self)
     self->split_point = 1;
     self->micro_batches = 4;
     self->aggregation_frequency = -1;
+    self->min_devices = 1;
+    self->device_timeout_s = 30.0;
+    self->round_timeout_s = 600.0;
     s_store_string (self->bind, sizeof self->bind, "tcp://*:5555");
     s_store_string (self->results_dir, sizeof self->results_dir, "results");
 }
@@ -876,6 +887,11 @@ pl_config_check (const pl_config_t *self, const char *source,
                         "%s: samples, devices: samples %d is fewer than devices %d; each "
                         "device needs at least one sample (or set samples 0 for all)",
                         source, self->samples, self->devices);
+    if (self->min_devices > self->devices)
+        return nn_errf (err, err_size,
+                        "%s: min_devices, devices: min_devices %d exceeds devices %d (a run "
+                        "cannot go on with more devices than it has)",
+                        source, self->min_devices, self->devices);
 
     //  FL trains the whole model on each device: no split point.
     if (splits) {

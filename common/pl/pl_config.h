@@ -44,6 +44,9 @@ typedef struct {
     int split_point;            //  1, or PL_AUTO
     int micro_batches;          //  4, or PL_AUTO
     int aggregation_frequency;  //  -1 = once per epoch
+    int min_devices;            //  1: a round completes with whoever finished
+    double device_timeout_s;    //  30: a training device silent this long is dropped
+    double round_timeout_s;     //  600: a device not done with a round by then is dropped
     char bind[128];             //  "tcp://*:5555"
     char results_dir[512];      //  "results"
 } pl_config_t;

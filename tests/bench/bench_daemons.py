@@ -136,7 +136,7 @@ def run_daemons(args, work, mode, rep):
         sets += ["micro_batches=4", "split_point=1"]
     argv = [os.path.join(args.build, "server", "pipelearn-server"),
             "--config", "configs/%s.json" % mode, "--bind", "tcp://127.0.0.1:*",
-            "--endpoint-file", ep, "--results", res, "--quiet"]
+            "--endpoint-file", ep, "--results", res, "--quiet", "--insecure"]
     for s in sets:
         argv += ["--set", s]
     procs = []
@@ -159,7 +159,7 @@ def run_daemons(args, work, mode, rep):
             clog = open(os.path.join(work, "%s-%d.client%d.log" % (mode, rep, dev)), "w")
             c = subprocess.Popen(time_wrap(ctfile, [
                 os.path.join(args.build, "client", "pipelearn-client"),
-                "--connect", endpoint, "--device-id", str(dev),
+                "--connect", endpoint, "--device-id", str(dev), "--insecure",
                 "--threads", str(args.client_threads)]),
                 stdout=clog, stderr=subprocess.STDOUT)
             procs.append(c)

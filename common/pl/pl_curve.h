@@ -1,0 +1,40 @@
+/*  pl_curve.h: CurveZMQ for the daemons (CZMQ zcert + zauth).
+
+    Keys are CZMQ certificate files as pipelearn-keygen writes them: NAME
+    (public key, shareable) and NAME_secret (both keys, mode 0600). Wherever
+    a certificate path is asked for, NAME and NAME_secret are both accepted.
+
+    The server authenticates devices against an allow-list directory of
+    device public certificates (zauth's CURVE store); a device pins the
+    server's public key. Encryption and authentication are libzmq's CURVE
+    mechanism; nothing here touches crypto itself.
+*/
+#ifndef PL_CURVE_H_INCLUDED
+#define PL_CURVE_H_INCLUDED
+
+#include <czmq.h>
+#include <stddef.h>
+
+typedef struct _pl_curve_t pl_curve_t;
+
+//  Make sock (not yet bound) a CURVE server with the secret certificate at
+//  cert_path, admitting only clients whose public certificate is in
+//  allow_dir. Starts a zauth actor, which the returned object owns. NULL
+//  with a message naming the file or directory on failure.
+pl_curve_t *pl_curve_server_new (zsock_t *sock, const char *cert_path,
+                                 const char *allow_dir, char *err, size_t err_size);
+//  Re-read the allow-list directory and the server certificate (SIGHUP).
+//  A new server key applies to connections made after the call. On failure
+//  the previous keys stay in force; -1 with a message.
+int pl_curve_server_reload (pl_curve_t *self, char *err, size_t err_size);
+//  Number of device certificates in the allow-list at the last (re)load.
+int pl_curve_allowed (const pl_curve_t *self);
+void pl_curve_destroy (pl_curve_t **self_p);
+
+//  Make sock (not yet connected) a CURVE client with its own secret
+//  certificate, trusting only the server whose public certificate is at
+//  server_cert_path. 0, or -1 with a message.
+int pl_curve_client_apply (zsock_t *sock, const char *cert_path,
+                           const char *server_cert_path, char *err, size_t err_size);
+
+#endif

@@ -1,0 +1,193 @@
+/*  test_curve.c: CurveZMQ between the real daemons (suite 'net'): only
+    devices in the server's allow-list join, devices pin the server's key,
+    SIGHUP re-reads the allow-list, and the flags refuse an ambiguous
+    security choice. Keys are written here with CZMQ's zcert, the same
+    format pipelearn-keygen writes. */
+#define TMP_TEMPLATE "/tmp/pl_test_curve_XXXXXX"
+#include "testdir.h"
+#include "daemonrun.h"
+#include "runcmd.h"
+
+#include <czmq.h>
+
+//  One device, small and fast: the run is over in a second or two.
+#define CURVE_CONFIG \
+    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 400, " \
+    "\"test_samples\": 100, \"batch_size\": 50, \"epochs\": 1, \"seed\": 5, " \
+    "\"split_point\": 1, \"threads\": 1, \"devices\": 1, \"mode\": \"pipelearn\", " \
+    "\"micro_batches\": 2}"
+
+//  Write DIR/name and DIR/name_secret (0600), and the public one into
+//  allow_dir too when it is not NULL.
+static void
+s_keygen (const char *dir, const char *name, const char *allow_dir)
+{
+    zcert_t *cert = zcert_new ();
+    char path[4096];
+    s_path (path, dir, name);
+    mode_t old = umask (077);
+    cr_assert_eq (zcert_save (cert, path), 0, "zcert_save %s", path);
+    umask (old);
+    if (allow_dir) {
+        s_path (path, allow_dir, name);
+        cr_assert_eq (zcert_save_public (cert, path), 0);
+    }
+    zcert_destroy (&cert);
+}
+
+typedef struct {
+    s_run_t run;
+    char keys[4096], allow[4096], server_cert[4096], server_secret[4096];
+} s_lab_t;
+
+static void
+s_lab (s_lab_t *lab)
+{
+    s_mkdtemp (lab->run.dir);
+    s_path (lab->keys, lab->run.dir, "keys");
+    s_path (lab->allow, lab->run.dir, "allow");
+    cr_assert_eq (mkdir (lab->keys, 0700), 0);
+    cr_assert_eq (mkdir (lab->allow, 0700), 0);
+    s_keygen (lab->keys, "server", NULL);
+    s_keygen (lab->keys, "device0", lab->allow);
+    s_keygen (lab->keys, "stranger", NULL);
+    s_path (lab->server_cert, lab->keys, "server");
+    s_path (lab->server_secret, lab->keys, "server_secret");
+}
+
+static bool
+s_log_has (s_run_t *run, const char *log, const char *needle)
+{
+    char path[4096];
+    s_path (path, run->dir, log);
+    char *text = s_read (path);
+    bool has = text && strstr (text, needle);
+    free (text);
+    return has;
+}
+
+static void
+s_expect_run_ok (s_run_t *run, pid_t server, pid_t client)
+{
+    int src = s_wait (run, server, pl_monotonic () + 120);
+    int crc = s_wait (run, client, pl_monotonic () + 20);
+    if (src || crc) {
+        s_dump_logs (run);
+        s_kill_all (run);
+    }
+    cr_assert_eq (src, 0, "server exit status %d", src);
+    cr_assert_eq (crc, 0, "client exit status %d", crc);
+}
+
+Test (curve, allowed_device_trains_and_strangers_learn_nothing, .timeout = 300)
+{
+    s_lab_t lab = { 0 };
+    s_lab (&lab);
+    char endpoint[256], cert[4096];
+    pid_t server = s_start_server_sec (&lab.run, "run", CURVE_CONFIG, endpoint,
+                                       sizeof endpoint, lab.server_secret, lab.allow);
+    //  A device whose key is not in the allow-list: the handshake fails, no
+    //  WELCOME ever comes, and it gives up after its --timeout.
+    s_path (cert, lab.keys, "stranger_secret");
+    pid_t stranger = s_start_client_sec (&lab.run, 1, endpoint, cert, lab.server_cert, "3");
+    int rc = s_wait (&lab.run, stranger, pl_monotonic () + 30);
+    cr_assert (rc != 0 && rc != -1, "a device outside the allow-list: exit status %d", rc);
+    cr_assert_not (s_log_has (&lab.run, "client1.log", "joined"),
+                   "a device outside the allow-list joined");
+    cr_assert (s_log_has (&lab.run, "client1.log", "silent"), "no clear message");
+    //  A device that pins another server key: same (it is device0's real
+    //  key, so only the server key is wrong).
+    s_path (cert, lab.keys, "device0_secret");
+    char wrong[4096];
+    s_path (wrong, lab.keys, "stranger");
+    pid_t pinned = s_start_client_sec (&lab.run, 1, endpoint, cert, wrong, "3");
+    rc = s_wait (&lab.run, pinned, pl_monotonic () + 30);
+    cr_assert (rc != 0 && rc != -1, "a device pinning another server key: exit status %d", rc);
+    cr_assert_not (s_log_has (&lab.run, "client1.log", "joined"));
+    //  The allowed device with the right server key trains to the end.
+    pid_t device = s_start_client_sec (&lab.run, 0, endpoint, cert, lab.server_cert, "60");
+    s_expect_run_ok (&lab.run, server, device);
+    cr_assert (s_log_has (&lab.run, "server.log", "CurveZMQ on; 1 device certificate"));
+    s_kill_all (&lab.run);
+    s_rmtree (lab.run.dir);
+}
+
+Test (curve, sighup_rereads_the_allow_list, .timeout = 300)
+{
+    s_lab_t lab = { 0 };
+    s_lab (&lab);
+    //  Start with an empty allow-list, then add device0 and send SIGHUP.
+    char pub[4096];
+    s_path (pub, lab.allow, "device0");
+    cr_assert_eq (unlink (pub), 0);
+    char endpoint[256], cert[4096], path[4096];
+    pid_t server = s_start_server_sec (&lab.run, "run", CURVE_CONFIG, endpoint,
+                                       sizeof endpoint, lab.server_secret, lab.allow);
+    s_path (cert, lab.keys, "device0_secret");
+    s_path (path, lab.keys, "device0");
+    char *text = s_read (path);
+    cr_assert_not_null (text);
+    s_write (pub, text);
+    free (text);
+    cr_assert_eq (kill (server, SIGHUP), 0);
+    double deadline = pl_monotonic () + 20;
+    while (!s_log_has (&lab.run, "server.log", "keys reloaded; 1 device certificate")
+           && pl_monotonic () < deadline)
+        usleep (50000);
+    cr_assert (s_log_has (&lab.run, "server.log", "keys reloaded; 1 device certificate"),
+               "no reload logged after SIGHUP");
+    pid_t device = s_start_client_sec (&lab.run, 0, endpoint, cert, lab.server_cert, "60");
+    s_expect_run_ok (&lab.run, server, device);
+    s_kill_all (&lab.run);
+    s_rmtree (lab.run.dir);
+}
+
+//  pipelearn-server / -client with the given arguments after the binary;
+//  returns the exit status and the output in out.
+static int
+s_run_bin (const char *bin_rel, char *const *args, char *out, size_t size)
+{
+    char cmd[8192];
+    built (bin_rel, cmd, sizeof cmd);
+    //  Temporary paths from mkdtemp: no spaces or quotes to escape.
+    for (int i = 0; args[i]; i++) {
+        size_t used = strlen (cmd);
+        snprintf (cmd + used, sizeof cmd - used, " %s", args[i]);
+    }
+    return runcmd (cmd, out, size);
+}
+
+Test (curve, security_flags_are_required_and_checked, .timeout = 300)
+{
+    s_lab_t lab = { 0 };
+    s_lab (&lab);
+    char out[8192], cfg[4096];
+    s_path (cfg, lab.run.dir, "c.json");
+    s_write (cfg, CURVE_CONFIG);
+    //  Neither CURVE keys nor --insecure: refused, saying what to give.
+    char *a1[] = { "--config", cfg, NULL };
+    cr_assert_eq (s_run_bin ("server/pipelearn-server", a1, out, sizeof out), 2);
+    cr_assert (strstr (out, "--insecure"), "%s", out);
+    char *a2[] = { "--connect", "tcp://127.0.0.1:1", NULL };
+    cr_assert_eq (s_run_bin ("client/pipelearn-client", a2, out, sizeof out), 2);
+    cr_assert (strstr (out, "--server-cert"), "%s", out);
+    //  Both at once is ambiguous: refused.
+    char *a3[] = { "--config", cfg, "--insecure", "--cert", lab.server_secret, "--allow",
+                   lab.allow, NULL };
+    cr_assert_eq (s_run_bin ("server/pipelearn-server", a3, out, sizeof out), 2);
+    //  A secret certificate every user can read is refused, naming it.
+    cr_assert_eq (chmod (lab.server_secret, 0644), 0);
+    char *a4[] = { "--config", cfg, "--bind", "tcp://127.0.0.1:*", "--cert",
+                   lab.server_secret, "--allow", lab.allow, NULL };
+    cr_assert_eq (s_run_bin ("server/pipelearn-server", a4, out, sizeof out), 1);
+    cr_assert (strstr (out, "server_secret is readable by every user"), "%s", out);
+    //  A missing allow-list directory is named.
+    cr_assert_eq (chmod (lab.server_secret, 0600), 0);
+    char missing[4096];
+    s_path (missing, lab.run.dir, "no-such-dir");
+    char *a5[] = { "--config", cfg, "--bind", "tcp://127.0.0.1:*", "--cert",
+                   lab.server_secret, "--allow", missing, NULL };
+    cr_assert_eq (s_run_bin ("server/pipelearn-server", a5, out, sizeof out), 1);
+    cr_assert (strstr (out, "no-such-dir"), "%s", out);
+    s_rmtree (lab.run.dir);
+}
