@@ -101,6 +101,7 @@ typedef struct {
     pl_timeline_t *timeline;            //  this epoch's events, origin from the plan
     char who[16];                       //  "device0", ...
     uint32_t cur_epoch, cur_iter;
+    uint32_t model_epoch, model_iter;   //  where the last MODEL's round starts
     bool bye;                           //  the server said BYE
 } cli_t;
 
@@ -340,6 +341,18 @@ s_wait_model (cli_t *self, uint32_t epoch, int iteration)
         proto_msg_destroy (&msg);
         return -1;
     }
+    const proto_header_t *h = proto_msg_header (msg);
+    if (h->epoch < 1 || h->epoch > (uint32_t) self->cfg.epochs
+    ||  h->iteration >= (uint32_t) self->iterations) {
+        pl_log_error ("client: MODEL for epoch %u, iteration %u: outside the run's %d "
+                      "epoch(s) of %d iteration(s)", h->epoch, h->iteration,
+                      self->cfg.epochs, self->iterations);
+        s_send_error (self, PROTO_ERR_STATE, "MODEL outside the run");
+        proto_msg_destroy (&msg);
+        return -1;
+    }
+    self->model_epoch = h->epoch;
+    self->model_iter = h->iteration;
     //  proto checked count == limits.slab_count == our weights count.
     memcpy (nn_model_weights (self->ctx[0]), proto_msg_tensor_data (msg),
             sizeof (float) * nn_model_weights_count (self->ctx[0]));
@@ -573,18 +586,29 @@ s_train (cli_t *self)
     int *order = nn_malloc (sizeof (int) * (order_count + (size_t) self->shard_count));
     int rc = 0;
     self->cur_epoch = 1;
-    if (self->mode != PROTO_MODE_SL)
-        rc = s_wait_model (self, 1, -1);
-    for (int epoch = 1; rc == 0 && epoch <= self->cfg.epochs; epoch++) {
+    //  The first MODEL says where this device starts: epoch 1, iteration 0
+    //  at the start of a run; later when it (re)joins a running one.
+    int epoch = 1, start_it = 0;
+    if (self->mode != PROTO_MODE_SL && (rc = s_wait_model (self, 1, -1)) == 0) {
+        epoch = (int) self->model_epoch;
+        start_it = (int) self->model_iter;
+    }
+    for (; rc == 0 && epoch <= self->cfg.epochs; epoch++) {
         self->cur_epoch = (uint32_t) epoch;
         self->cur_iter = 0;
-        if (self->mode == PROTO_MODE_SL && (rc = s_wait_model (self, (uint32_t) epoch, -1)) != 0)
-            break;
+        if (self->mode == PROTO_MODE_SL) {
+            if ((rc = s_wait_model (self, (uint32_t) epoch, -1)) != 0)
+                break;
+            epoch = (int) self->model_epoch;
+            self->cur_epoch = (uint32_t) epoch;
+        }
         for (size_t at = 0; at < order_count; at += (size_t) self->shard_count) {
             memcpy (order + at, self->shard, sizeof (int) * (size_t) self->shard_count);
             nn_rng_shuffle_int (&self->data_rng, order + at, self->shard_count);
         }
-        for (int it = 0; rc == 0 && it < self->iterations; it++) {
+        int first = start_it;
+        start_it = 0;
+        for (int it = first; rc == 0 && it < self->iterations; it++) {
             self->cur_iter = (uint32_t) it;
             const int *batch = order + (size_t) it * self->batch;
             if (self->mode == PROTO_MODE_FL)

@@ -82,8 +82,16 @@ typedef struct {
     bool quiet;
 } s_args_t;
 
+//  A device slot. joined: a session exists (WELCOME sent). active: it takes
+//  part in the current round; a device that (re)joins a running run is
+//  joined but not active until the next aggregation point, when it gets
+//  the current model. A dropped device loses its session; its slot can be
+//  taken again by a device asking for that id.
 typedef struct {
     bool joined;
+    bool active;
+    double last_seen;           //  pl_monotonic of its last message
+    uint32_t params_iter;       //  iteration its last PARAMS closed
     uint8_t rid[PROTO_ROUTING_ID_MAX];
     size_t rid_len;
     proto_state_t state;
@@ -135,6 +143,8 @@ typedef struct {
     int rc;
     int epoch;                  //  1-based
     int sl_turn;
+    uint32_t round_iter;        //  iteration the current round starts at
+    double round_start;         //  pl_monotonic when the current round began
     double epoch_start;
     double loss_sum;            //  sum of micro-batch losses (scaled 1/N)
     long iterations, samples_seen, correct;
@@ -277,21 +287,70 @@ s_find (srv_t *self, const uint8_t *rid, size_t rid_len)
     return NULL;
 }
 
-//  A joined device misbehaved or left: the run cannot finish without it.
+//  Too few devices are left to go on: tell the others and stop.
 static void
-s_abort_run (srv_t *self, srv_device_t *culprit, const char *why)
+s_abort_all (srv_t *self, const char *why)
 {
-    pl_log_error ("server: device %d: %s; aborting the run", (int) (culprit - self->dev),
-                  why);
-    culprit->joined = false;
+    pl_log_error ("server: %s; aborting the run", why);
     for (int i = 0; i < self->devices; i++)
         if (self->dev[i].joined) {
             s_send_error_to (self, self->dev[i].rid, self->dev[i].rid_len,
-                             PROTO_ERR_INTERNAL, "run aborted: a device failed");
-            self->dev[i].joined = false;
+                             PROTO_ERR_INTERNAL, "run aborted: too few devices left");
+            self->dev[i].joined = self->dev[i].active = false;
         }
     self->rc = 1;
     self->done = true;
+}
+
+static int
+s_active_count (const srv_t *self)
+{
+    int n = 0;
+    for (int i = 0; i < self->devices; i++)
+        n += self->dev[i].active;
+    return n;
+}
+
+static void s_round_check (srv_t *self);
+
+//  Drop a device from the run: it misbehaved, left, or missed a deadline.
+//  It gets ERROR (code; 0 when the caller already answered ERROR) if it
+//  can still hear; its queued micro-batches are
+//  discarded; the round goes on without it (or ends, if it was the last one
+//  missing), unless fewer than min_devices would be left.
+static void
+s_drop (srv_t *self, srv_device_t *d, uint32_t code, const char *why)
+{
+    int id = (int) (d - self->dev);
+    bool was_active = d->active;
+    pl_log_warn ("server: device %d dropped: %s", id, why);
+    if (d->joined) {
+        if (code) {
+            char text[PROTO_TEXT_MAX];
+            snprintf (text, sizeof text, "dropped from the run: %s", why);
+            s_send_error_to (self, d->rid, d->rid_len, code, text);
+        }
+        self->joined--;
+    }
+    d->joined = d->active = false;
+    d->params_in = d->stats_in = false;
+    if (self->mode != PROTO_MODE_FL) {
+        srv_replica_t *r = &self->rep[d->replica];
+        while (zlist_size (r->queue)) {
+            proto_msg_t *m = zlist_pop (r->queue);
+            proto_msg_destroy (&m);
+        }
+    }
+    if (!self->started || !was_active)
+        return;
+    if (s_active_count (self) < self->cfg.min_devices) {
+        char text[128];
+        snprintf (text, sizeof text, "%d device(s) left, min_devices is %d",
+                  s_active_count (self), self->cfg.min_devices);
+        s_abort_all (self, text);
+        return;
+    }
+    s_round_check (self);
 }
 
 static void
@@ -302,9 +361,59 @@ s_send_model (srv_t *self, srv_device_t *d)
                           .unit_end = (uint32_t) nn_model_unit_end (self->devpart),
                           .count = self->dev_wcount, .sample_count = 0 };
     memcpy (slab.spec_hash, self->spec_hash, PROTO_SPEC_HASH_SIZE);
-    proto_msg_set_route (msg, (uint32_t) (d - self->dev), (uint32_t) self->epoch, 0, 0);
+    //  The header's iteration is where the round starts, so that a device
+    //  joining a running run knows where to pick up.
+    proto_msg_set_route (msg, (uint32_t) (d - self->dev), (uint32_t) self->epoch,
+                         self->round_iter, 0);
     proto_msg_set_slab_copy (msg, &slab, nn_model_weights_const (self->devpart));
+    d->last_seen = pl_monotonic ();
     s_send (self, d, &msg);
+}
+
+//  A round begins: its deadline starts now.
+static void
+s_round_begin (srv_t *self)
+{
+    self->round_start = pl_monotonic ();
+    if (self->mode == PROTO_MODE_SL) {
+        s_send_model (self, &self->dev[self->sl_turn]);
+        return;
+    }
+    for (int i = 0; i < self->devices; i++)
+        if (self->dev[i].active)
+            s_send_model (self, &self->dev[i]);
+}
+
+//  Devices that joined a running run take part from this aggregation point
+//  on: their replica gets the current server part (weights and optimiser
+//  state of an active replica; gradients zeroed). A replica still lent to a
+//  worker (a dropped session's last step) waits for the next point.
+static void
+s_activate_pending (srv_t *self)
+{
+    int from = -1;
+    for (int i = 0; i < self->devices && from < 0; i++)
+        if (self->dev[i].active)
+            from = i;
+    for (int i = 0; i < self->devices; i++) {
+        srv_device_t *d = &self->dev[i];
+        if (!d->joined || d->active)
+            continue;
+        if (self->mode != PROTO_MODE_FL && self->mode != PROTO_MODE_SL && from >= 0) {
+            srv_replica_t *r = &self->rep[d->replica];
+            if (r->busy)
+                continue;
+            const srv_replica_t *src = &self->rep[self->dev[from].replica];
+            memcpy (nn_model_weights (r->model), nn_model_weights_const (src->model),
+                    sizeof (float) * self->srv_wcount);
+            memcpy (nn_model_optim_state (r->model), nn_model_optim_state_const (src->model),
+                    sizeof (float) * nn_model_params_count (r->model));
+            nn_model_zero_grad (r->model);
+        }
+        d->active = true;
+        pl_log_info ("server: device %d rejoins at epoch %d, iteration %u", i, self->epoch,
+                     self->round_iter);
+    }
 }
 
 //  ---------------------------------------------------------------------
@@ -543,7 +652,9 @@ s_end_epoch (srv_t *self)
         cJSON_AddNumberToObject (o, "idle_s", s->idle_s);
         cJSON_AddNumberToObject (o, "bytes_up", (double) s->bytes_up);
         cJSON_AddNumberToObject (o, "bytes_down", (double) s->bytes_down);
+        cJSON_AddBoolToObject (o, "active", self->dev[i].active);
         cJSON_AddItemToArray (devs, o);
+        memset (&self->dev[i].stats, 0, sizeof self->dev[i].stats);
         self->dev[i].stats_in = false;
         self->dev[i].events_in = 0;
         self->dev[i].events_capped = false;
@@ -571,13 +682,14 @@ s_end_epoch (srv_t *self)
     }
     self->epoch++;
     self->epoch_start = pl_monotonic ();
+    self->round_iter = 0;
+    s_activate_pending (self);
     if (self->mode == PROTO_MODE_SL) {
         self->sl_turn = 0;
-        s_send_model (self, &self->dev[0]);
+        while (self->sl_turn < self->devices && !self->dev[self->sl_turn].active)
+            self->sl_turn++;
     }
-    else
-        for (int i = 0; i < self->devices; i++)
-            s_send_model (self, &self->dev[i]);
+    s_round_begin (self);
 }
 
 //  Every device sent PARAMS for this round: FedAvg everything, answer MODEL
@@ -587,34 +699,73 @@ s_aggregate (srv_t *self)
 {
     const float *srcs[SRV_MAX_DEVICES];
     double weights[SRV_MAX_DEVICES];
+    //  Over the devices that finished the round; a dropped device's weight
+    //  goes to the others.
     bool epoch_end = true;
+    int n = 0, act[SRV_MAX_DEVICES];
+    uint32_t next_iter = 0;
     for (int i = 0; i < self->devices; i++) {
-        srcs[i] = self->dev[i].params;
-        weights[i] = (double) self->dev[i].samples;
+        if (!self->dev[i].active)
+            continue;
+        act[n] = i;
+        srcs[n] = self->dev[i].params;
+        weights[n] = (double) self->dev[i].samples;
+        n++;
         self->dev[i].params_in = false;
+        next_iter = self->dev[i].params_iter;
         epoch_end = epoch_end && self->dev[i].stats_in;
     }
-    nn_fedavg (nn_model_weights (self->devpart), srcs, weights, self->devices,
-               self->dev_wcount);
+    nn_fedavg (nn_model_weights (self->devpart), srcs, weights, n, self->dev_wcount);
     if (self->mode != PROTO_MODE_FL && self->replicas_count > 1) {
         //  Every device has all its gradients, so no replica is lent out.
         const float *ws[SRV_MAX_DEVICES];
-        for (int i = 0; i < self->replicas_count; i++) {
-            assert (!self->rep[i].busy && zlist_size (self->rep[i].queue) == 0);
-            ws[i] = nn_model_weights_const (self->rep[i].model);
+        for (int k = 0; k < n; k++) {
+            const srv_replica_t *r = &self->rep[self->dev[act[k]].replica];
+            assert (!r->busy && zlist_size (r->queue) == 0);
+            ws[k] = nn_model_weights_const (r->model);
         }
         float *avg = nn_malloc (sizeof (float) * self->srv_wcount);
-        nn_fedavg (avg, ws, weights, self->replicas_count, self->srv_wcount);
-        for (int i = 0; i < self->replicas_count; i++)
-            memcpy (nn_model_weights (self->rep[i].model), avg,
+        nn_fedavg (avg, ws, weights, n, self->srv_wcount);
+        for (int k = 0; k < n; k++)
+            memcpy (nn_model_weights (self->rep[self->dev[act[k]].replica].model), avg,
                     sizeof (float) * self->srv_wcount);
         nn_free (avg);
     }
     if (epoch_end)
         s_end_epoch (self);
-    else
-        for (int i = 0; i < self->devices; i++)
-            s_send_model (self, &self->dev[i]);
+    else {
+        self->round_iter = next_iter;
+        s_activate_pending (self);
+        s_round_begin (self);
+    }
+}
+
+//  After a PARAMS or a drop: close the round when every active device is
+//  done with it (sl: pass the turn on, skipping devices that left).
+static void
+s_round_check (srv_t *self)
+{
+    if (self->done)
+        return;
+    if (self->mode == PROTO_MODE_SL) {
+        if (self->sl_turn < self->devices && self->dev[self->sl_turn].active
+        &&  !self->dev[self->sl_turn].params_in)
+            return;
+        if (self->sl_turn < self->devices)
+            self->dev[self->sl_turn].params_in = false;
+        do
+            self->sl_turn++;
+        while (self->sl_turn < self->devices && !self->dev[self->sl_turn].active);
+        if (self->sl_turn < self->devices)
+            s_round_begin (self);
+        else
+            s_end_epoch (self);
+        return;
+    }
+    for (int i = 0; i < self->devices; i++)
+        if (self->dev[i].active && !self->dev[i].params_in)
+            return;
+    s_aggregate (self);
 }
 
 //  ---------------------------------------------------------------------
@@ -637,10 +788,11 @@ s_on_grad (srv_t *self, proto_msg_t *grad)
     if (proto_msg_is_last (grad))
         self->iterations++;
     srv_device_t *d = &self->dev[h->device_id];
-    if (!d->joined) {
-        proto_msg_destroy (&grad);
+    if (!d->active) {
+        proto_msg_destroy (&grad);      //  for a session that was dropped
         return;
     }
+    d->last_seen = pl_monotonic ();     //  its silence counts from its work's return
     s_send (self, d, &grad);
 }
 
@@ -653,11 +805,10 @@ s_start (srv_t *self)
     pl_log_info ("server: all %d device(s) joined; training (%s, split %d, %d "
                  "micro-batch(es), batch %d)", self->devices, self->cfg.mode, self->split,
                  self->micro, self->batch);
-    if (self->mode == PROTO_MODE_SL)
-        s_send_model (self, &self->dev[0]);
-    else
-        for (int i = 0; i < self->devices; i++)
-            s_send_model (self, &self->dev[i]);
+    for (int i = 0; i < self->devices; i++)
+        self->dev[i].active = true;
+    self->sl_turn = 0;
+    s_round_begin (self);
 }
 
 static void
@@ -670,7 +821,9 @@ s_on_hello (srv_t *self, proto_msg_t *msg, const uint8_t *rid, size_t rid_len)
                          "capability missing for this run's mode");
         return;
     }
-    if (self->started || self->joined >= self->devices) {
+    //  Before the start any free slot; once running, a slot whose device was
+    //  dropped (a restarted or reconnecting device rejoins there).
+    if (self->joined >= self->devices) {
         s_send_error_to (self, rid, rid_len, PROTO_ERR_REFUSED, "run is full");
         return;
     }
@@ -682,13 +835,17 @@ s_on_hello (srv_t *self, proto_msg_t *msg, const uint8_t *rid, size_t rid_len)
         if (!self->dev[i].joined)
             id = i;
     srv_device_t *d = &self->dev[id];
+    float *params = d->params;          //  kept across sessions of the slot
     memset (d, 0, sizeof *d);
+    d->params = params;
     d->joined = true;
+    d->last_seen = pl_monotonic ();
     memcpy (d->rid, rid, rid_len);
     d->rid_len = rid_len;
     d->state = proto_state_next (PROTO_STATE_CONNECTING, PROTO_MSG_HELLO, PROTO_UP);
     d->replica = self->mode == PROTO_MODE_SL ? 0 : id;
-    d->params = nn_malloc (sizeof (float) * self->dev_wcount);
+    if (!d->params)
+        d->params = nn_malloc (sizeof (float) * self->dev_wcount);
     self->joined++;
 
     proto_msg_t *w = proto_msg_new (PROTO_MSG_WELCOME);
@@ -700,7 +857,7 @@ s_on_hello (srv_t *self, proto_msg_t *msg, const uint8_t *rid, size_t rid_len)
         pl_log_error ("server: cannot encode the config for WELCOME");
         free (text);
         proto_msg_destroy (&w);
-        s_abort_run (self, d, "internal error");
+        s_drop (self, d, PROTO_ERR_STATE, "internal error");
         return;
     }
     free (text);
@@ -715,6 +872,11 @@ s_on_hello (srv_t *self, proto_msg_t *msg, const uint8_t *rid, size_t rid_len)
                           .origin_s = self->origin };
     proto_msg_set_plan (w, &plan);
     s_send (self, d, &w);
+    if (self->started) {
+        pl_log_info ("server: device %d joined the running run (%s); it takes part from "
+                     "the next aggregation point", id, hello->name);
+        return;
+    }
     pl_log_info ("server: device %d joined (%s)", id, hello->name);
     if (self->joined == self->devices)
         s_start (self);
@@ -726,10 +888,10 @@ s_on_params (srv_t *self, srv_device_t *d, proto_msg_t *msg)
     const proto_slab_t *slab = proto_msg_slab (msg);
     const proto_header_t *h = proto_msg_header (msg);
     if (slab->unit_begin != 0 || slab->unit_end != (uint32_t) nn_model_unit_end (self->devpart)
-    ||  h->epoch != (uint32_t) self->epoch || d->params_in) {
+    ||  h->epoch != (uint32_t) self->epoch || d->params_in || !d->active) {
         s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE,
                          "PARAMS for the wrong units, epoch or round");
-        s_abort_run (self, d, "unexpected PARAMS");
+        s_drop (self, d, 0, "unexpected PARAMS");
         return;
     }
     //  A device sends PARAMS once all its gradients came back; with its
@@ -738,32 +900,23 @@ s_on_params (srv_t *self, srv_device_t *d, proto_msg_t *msg)
     &&  (self->rep[d->replica].busy || zlist_size (self->rep[d->replica].queue))) {
         s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE,
                          "PARAMS before the gradients of all ACTIVATIONS");
-        s_abort_run (self, d, "PARAMS with ACTIVATIONS pending");
+        s_drop (self, d, 0, "PARAMS with ACTIVATIONS pending");
+        return;
+    }
+    if (self->mode == PROTO_MODE_SL && (int) (d - self->dev) != self->sl_turn) {
+        s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE, "not your turn");
+        s_drop (self, d, 0, "PARAMS out of turn");
         return;
     }
     memcpy (d->params, proto_msg_tensor_data (msg), sizeof (float) * self->dev_wcount);
     d->samples = slab->sample_count;
+    d->params_iter = h->iteration;
     d->params_in = true;
-    if (self->mode == PROTO_MODE_SL) {
-        int k = (int) (d - self->dev);
-        if (k != self->sl_turn) {
-            s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE, "not your turn");
-            s_abort_run (self, d, "PARAMS out of turn");
-            return;
-        }
-        d->params_in = false;
+    if (self->mode == PROTO_MODE_SL)
+        //  sl hands the device part on as it is: no averaging.
         memcpy (nn_model_weights (self->devpart), d->params,
                 sizeof (float) * self->dev_wcount);
-        if (++self->sl_turn < self->devices)
-            s_send_model (self, &self->dev[self->sl_turn]);
-        else
-            s_end_epoch (self);
-        return;
-    }
-    for (int i = 0; i < self->devices; i++)
-        if (!self->dev[i].params_in)
-            return;
-    s_aggregate (self);
+    s_round_check (self);
 }
 
 //  A device's stage events for the current epoch: checked beyond what proto
@@ -845,10 +998,12 @@ s_on_router (srv_t *self)
                              rc == PROTO_E_VERSION ? PROTO_ERR_VERSION
                                                    : PROTO_ERR_MALFORMED, err);
         if (d)
-            s_abort_run (self, d, "sent a malformed message");
+            s_drop (self, d, 0, "sent a malformed message");
         return;
     }
     int type = proto_msg_type (msg);
+    if (d)
+        d->last_seen = pl_monotonic ();
     if (!d) {
         if (type == PROTO_MSG_HELLO)
             s_on_hello (self, msg, rid, rid_len);
@@ -866,7 +1021,7 @@ s_on_router (srv_t *self)
         snprintf (text, sizeof text, "%s not allowed in this state", proto_type_name (type));
         s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE, text);
         proto_msg_destroy (&msg);
-        s_abort_run (self, d, text);
+        s_drop (self, d, 0, text);
         return;
     }
     int id = (int) (d - self->dev);
@@ -878,7 +1033,7 @@ s_on_router (srv_t *self)
                 s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE,
                                  "ACTIVATIONS for another epoch or out of turn");
                 proto_msg_destroy (&msg);
-                s_abort_run (self, d, "unexpected ACTIVATIONS");
+                s_drop (self, d, 0, "unexpected ACTIVATIONS");
                 return;
             }
             //  A device has at most N micro-batches out before it waits for
@@ -888,7 +1043,7 @@ s_on_router (srv_t *self)
                 s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE,
                                  "more ACTIVATIONS in flight than micro-batches");
                 proto_msg_destroy (&msg);
-                s_abort_run (self, d, "ACTIVATIONS flood");
+                s_drop (self, d, 0, "ACTIVATIONS flood");
                 return;
             }
             //  The worker routes GRADIENTS by the header's device id.
@@ -908,7 +1063,7 @@ s_on_router (srv_t *self)
             char why[256];
             if (s_on_events (self, d, msg, why, sizeof why)) {
                 s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE, why);
-                s_abort_run (self, d, why);
+                s_drop (self, d, 0, why);
             }
             break;
         }
@@ -916,13 +1071,12 @@ s_on_router (srv_t *self)
             break;
         case PROTO_MSG_BYE:
         case PROTO_MSG_ERROR:
-            d->joined = false;
-            s_abort_run (self, d, type == PROTO_MSG_BYE ? "left (BYE)" : "sent ERROR");
+            s_drop (self, d, 0, type == PROTO_MSG_BYE ? "left (BYE)" : "sent ERROR");
             break;
         default:
             s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE,
                              "message type not used by this server");
-            s_abort_run (self, d, "unexpected message type");
+            s_drop (self, d, 0, "unexpected message type");
             break;
     }
     proto_msg_destroy (&msg);
@@ -971,6 +1125,38 @@ s_progress_clear (srv_t *self)
     if (self->progress_shown) {
         printf ("\r\033[K");
         self->progress_shown = false;
+    }
+}
+
+//  Drop devices that hold up the round: silent for device_timeout_s while
+//  they should be sending activations (split modes; an fl device trains on
+//  its own), or not done with the round round_timeout_s after it began.
+static void
+s_check_deadlines (srv_t *self)
+{
+    double now = pl_monotonic ();
+    for (int i = 0; i < self->devices && !self->done; i++) {
+        srv_device_t *d = &self->dev[i];
+        if (!d->active || d->params_in)
+            continue;
+        if (self->mode == PROTO_MODE_SL && i != self->sl_turn)
+            continue;
+        //  Waiting for the server's own work is not silence.
+        const srv_replica_t *r = self->mode != PROTO_MODE_FL ? &self->rep[d->replica] : NULL;
+        if (r && (r->busy || zlist_size (r->queue)))
+            continue;
+        char why[160];
+        if (self->mode != PROTO_MODE_FL && now - d->last_seen > self->cfg.device_timeout_s) {
+            snprintf (why, sizeof why, "silent for %.1f s (device_timeout_s %g)",
+                      now - d->last_seen, self->cfg.device_timeout_s);
+            s_drop (self, d, PROTO_ERR_TIMEOUT, why);
+        }
+        else
+        if (now - self->round_start > self->cfg.round_timeout_s) {
+            snprintf (why, sizeof why, "round not finished after %.1f s (round_timeout_s %g)",
+                      now - self->round_start, self->cfg.round_timeout_s);
+            s_drop (self, d, PROTO_ERR_TIMEOUT, why);
+        }
     }
 }
 
@@ -1191,7 +1377,9 @@ main (int argc, char **argv)
         return 1;
     }
     while (!self->done && !s_interrupted) {
-        void *which = zpoller_wait (self->poller, 1000);
+        //  Wake often enough to notice a deadline within a tenth of it.
+        double tick = self->cfg.device_timeout_s * 100.0;
+        void *which = zpoller_wait (self->poller, tick < 1000.0 ? (int) tick + 1 : 1000);
         if (which == self->router) {
             //  Drain what is queued so one busy device cannot starve others.
             for (int k = 0; k < 64 && !self->done; k++) {
@@ -1218,6 +1406,8 @@ main (int argc, char **argv)
                 pl_log_info ("server: SIGHUP: keys reloaded; %d device certificate(s) "
                              "allowed", pl_curve_allowed (self->curve));
         }
+        if (self->started && !self->done)
+            s_check_deadlines (self);
         if (self->started && !self->done) {
             s_heartbeat (self);
             s_progress (self);

@@ -9,6 +9,8 @@
 #include "pl_timeline.h"
 #include "runcmd.h"
 
+#include <cJSON.h>
+
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -105,10 +107,68 @@ s_read (const char *path)
     return buf;
 }
 
+//  DIR/sub/summary.json, parsed (the caller deletes it).
+static inline cJSON *
+s_summary (const char *dir, const char *sub)
+{
+    char path[4096], name[128];
+    snprintf (name, sizeof name, "%s/summary.json", sub);
+    s_path (path, dir, name);
+    char *text = s_read (path);
+    cr_assert_not_null (text, "no %s", path);
+    cJSON *json = cJSON_Parse (text);
+    free (text);
+    cr_assert_not_null (json, "%s is not JSON", path);
+    return json;
+}
+
+static inline double
+s_num (const cJSON *obj, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive (obj, key);
+    cr_assert (cJSON_IsNumber (v), "summary: field \"%s\" missing or not a number", key);
+    return v->valuedouble;
+}
+
+static inline const cJSON *
+s_last_epoch (const cJSON *summary)
+{
+    const cJSON *epochs = cJSON_GetObjectItemCaseSensitive (summary, "epochs");
+    cr_assert (cJSON_IsArray (epochs) && cJSON_GetArraySize (epochs) > 0,
+               "summary: no epochs");
+    return cJSON_GetArrayItem (epochs, cJSON_GetArraySize (epochs) - 1);
+}
+
+//  Does DIR/log contain needle?
+static inline bool
+s_log_has (s_run_t *run, const char *log, const char *needle)
+{
+    char path[4096];
+    s_path (path, run->dir, log);
+    char *text = s_read (path);
+    bool has = text && strstr (text, needle);
+    free (text);
+    return has;
+}
+
+//  Wait until DIR/log contains needle; false at the deadline.
+static inline bool
+s_wait_log (s_run_t *run, const char *log, const char *needle, double timeout_s)
+{
+    double deadline = pl_monotonic () + timeout_s;
+    while (!s_log_has (run, log, needle)) {
+        if (pl_monotonic () > deadline)
+            return false;
+        usleep (20000);
+    }
+    return true;
+}
+
 static void
 s_dump_logs (s_run_t *run)
 {
-    const char *names[] = { "server.log", "client0.log", "client1.log", "train.log" };
+    const char *names[] = { "server.log", "client0.log", "client1.log", "client2.log",
+                            "train.log" };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char path[4096];
         s_path (path, run->dir, names[i]);

@@ -55,17 +55,6 @@ s_lab (s_lab_t *lab)
     s_path (lab->server_secret, lab->keys, "server_secret");
 }
 
-static bool
-s_log_has (s_run_t *run, const char *log, const char *needle)
-{
-    char path[4096];
-    s_path (path, run->dir, log);
-    char *text = s_read (path);
-    bool has = text && strstr (text, needle);
-    free (text);
-    return has;
-}
-
 static void
 s_expect_run_ok (s_run_t *run, pid_t server, pid_t client)
 {

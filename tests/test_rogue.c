@@ -127,36 +127,6 @@ s_load_model (const char *dir, const char *sub, const char *model_name)
     return m;
 }
 
-static cJSON *
-s_summary (const char *dir, const char *sub)
-{
-    char path[4096], name[128];
-    snprintf (name, sizeof name, "%s/summary.json", sub);
-    s_path (path, dir, name);
-    char *text = s_read (path);
-    cr_assert_not_null (text, "no %s", path);
-    cJSON *json = cJSON_Parse (text);
-    free (text);
-    cr_assert_not_null (json, "%s is not JSON", path);
-    return json;
-}
-
-static double
-s_num (const cJSON *obj, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive (obj, key);
-    cr_assert (cJSON_IsNumber (v), "summary: field \"%s\" missing or not a number", key);
-    return v->valuedouble;
-}
-
-static const cJSON *
-s_last_epoch (const cJSON *summary)
-{
-    const cJSON *epochs = cJSON_GetObjectItemCaseSensitive (summary, "epochs");
-    cr_assert (cJSON_IsArray (epochs) && cJSON_GetArraySize (epochs) > 0,
-               "summary: no epochs");
-    return cJSON_GetArrayItem (epochs, cJSON_GetArraySize (epochs) - 1);
-}
 
 //  ---------------------------------------------------------------------
 //  Peers played by the test

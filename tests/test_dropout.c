@@ -1,0 +1,147 @@
+/*  test_dropout.c: devices that die, stall or come back, against the real
+    daemons (suite 'net'). A device killed mid-epoch is dropped when it
+    goes silent, the round completes with the others, and the device,
+    restarted, rejoins at the next aggregation point and contributes; an fl
+    device that stalls misses the round deadline; too few devices left ends
+    the run with a clear message. */
+#define TMP_TEMPLATE "/tmp/pl_test_dropout_XXXXXX"
+#include "testdir.h"
+#include "daemonrun.h"
+
+#include <signal.h>
+
+//  Three devices, three epochs of a few seconds each (synthetic data).
+#define DROPOUT_CONFIG(mode, extra) \
+    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 3000, " \
+    "\"test_samples\": 300, \"batch_size\": 50, \"epochs\": 3, \"seed\": 9, " \
+    "\"split_point\": 1, \"threads\": 1, \"devices\": 3, \"mode\": \"" mode "\", " \
+    "\"micro_batches\": 2, " extra "}"
+
+static const cJSON *
+s_epoch (const cJSON *summary, int index)
+{
+    const cJSON *epochs = cJSON_GetObjectItemCaseSensitive (summary, "epochs");
+    cr_assert (cJSON_GetArraySize (epochs) > index, "summary: no epoch %d", index + 1);
+    return cJSON_GetArrayItem (epochs, index);
+}
+
+static const cJSON *
+s_device (const cJSON *epoch, int id)
+{
+    const cJSON *devs = cJSON_GetObjectItemCaseSensitive (epoch, "devices");
+    cr_assert (cJSON_GetArraySize (devs) > id);
+    return cJSON_GetArrayItem (devs, id);
+}
+
+static bool
+s_active (const cJSON *device)
+{
+    return cJSON_IsTrue (cJSON_GetObjectItemCaseSensitive (device, "active"));
+}
+
+static void
+s_expect_exit (s_run_t *run, pid_t pid, int want, const char *who)
+{
+    int rc = s_wait (run, pid, pl_monotonic () + 180);
+    if (rc != want) {
+        s_dump_logs (run);
+        s_kill_all (run);
+    }
+    cr_assert_eq (rc, want, "%s: exit status %d, want %d", who, rc, want);
+}
+
+Test (dropout, killed_device_is_dropped_and_rejoins_when_restarted, .timeout = 400)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    char endpoint[256];
+    pid_t server = s_start_server (&run, "run",
+                                   DROPOUT_CONFIG ("pipelearn", "\"device_timeout_s\": 1.5, "
+                                                   "\"min_devices\": 2"),
+                                   endpoint, sizeof endpoint);
+    pid_t c[3];
+    for (int i = 0; i < 3; i++)
+        c[i] = s_start_client (&run, i, endpoint);
+    cr_assert (s_wait_log (&run, "server.log", "all 3 device(s) joined", 60),
+               "the run did not start");
+    usleep (800000);                    //  mid epoch 1
+    cr_assert_eq (kill (c[2], SIGKILL), 0);
+    s_wait (&run, c[2], pl_monotonic () + 5);
+    cr_assert (s_wait_log (&run, "server.log", "device 2 dropped: silent for", 30),
+               "the killed device was not dropped for silence");
+    //  Restarted (as systemd would), it rejoins at the next aggregation point.
+    c[2] = s_start_client (&run, 2, endpoint);
+    s_expect_exit (&run, server, 0, "server");
+    for (int i = 0; i < 3; i++)
+        s_expect_exit (&run, c[i], 0, i < 2 ? "a device that stayed" : "the restarted device");
+    cr_assert (s_log_has (&run, "server.log", "device 2 joined the running run"));
+    cr_assert (s_log_has (&run, "server.log", "device 2 rejoins at epoch"));
+    cJSON *s = s_summary (run.dir, "run");
+    //  Epoch 1 closed without device 2; by the last epoch it is back and its
+    //  parameters were averaged in (its samples are its shard).
+    cr_expect_not (s_active (s_device (s_epoch (s, 0), 2)),
+                   "device 2 active at the end of epoch 1");
+    cr_expect (s_active (s_device (s_epoch (s, 0), 0)));
+    const cJSON *last = s_epoch (s, 2);
+    cr_expect (s_active (s_device (last, 2)), "the restarted device did not rejoin");
+    cr_expect_eq (s_num (s_device (last, 2), "samples"), 1000.0);
+    cr_expect (s_num (s_device (last, 2), "forward_s") > 0.0, "it did not train");
+    cr_expect (s_num (last, "test_acc") > 0.3, "test accuracy %.3f",
+               s_num (last, "test_acc"));
+    cJSON_Delete (s);
+    s_kill_all (&run);
+    s_rmtree (run.dir);
+}
+
+Test (dropout, stalled_fl_device_misses_the_round_deadline, .timeout = 400)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    char endpoint[256];
+    pid_t server = s_start_server (&run, "run",
+                                   DROPOUT_CONFIG ("fl", "\"round_timeout_s\": 6, \"min_devices\": 2"),
+                                   endpoint, sizeof endpoint);
+    pid_t c[3];
+    for (int i = 0; i < 3; i++)
+        c[i] = s_start_client (&run, i, endpoint);
+    cr_assert (s_wait_log (&run, "server.log", "all 3 device(s) joined", 60));
+    //  Frozen, not dead: its connection stays up, it just never answers.
+    cr_assert_eq (kill (c[1], SIGSTOP), 0);
+    s_expect_exit (&run, server, 0, "server");
+    s_expect_exit (&run, c[0], 0, "device 0");
+    s_expect_exit (&run, c[2], 0, "device 2");
+    cr_assert (s_log_has (&run, "server.log", "device 1 dropped: round not finished"),
+               "no deadline drop logged");
+    cJSON *s = s_summary (run.dir, "run");
+    cr_expect_not (s_active (s_device (s_epoch (s, 2), 1)));
+    cr_expect (s_num (s_epoch (s, 2), "test_acc") > 0.3);
+    cJSON_Delete (s);
+    kill (c[1], SIGKILL);
+    s_kill_all (&run);
+    s_rmtree (run.dir);
+}
+
+Test (dropout, too_few_devices_left_ends_the_run, .timeout = 400)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    char endpoint[256];
+    pid_t server = s_start_server (&run, "run",
+                                   DROPOUT_CONFIG ("sfl", "\"device_timeout_s\": 1.5, "
+                                                   "\"min_devices\": 3"),
+                                   endpoint, sizeof endpoint);
+    pid_t c[3];
+    for (int i = 0; i < 3; i++)
+        c[i] = s_start_client (&run, i, endpoint);
+    cr_assert (s_wait_log (&run, "server.log", "all 3 device(s) joined", 60));
+    usleep (500000);
+    cr_assert_eq (kill (c[0], SIGKILL), 0);
+    s_expect_exit (&run, server, 1, "server");
+    cr_assert (s_log_has (&run, "server.log", "2 device(s) left, min_devices is 3"),
+               "no clear reason logged");
+    //  The others are told and stop with an error rather than hang.
+    s_expect_exit (&run, c[1], 1, "device 1");
+    s_expect_exit (&run, c[2], 1, "device 2");
+    s_kill_all (&run);
+    s_rmtree (run.dir);
+}
