@@ -95,6 +95,7 @@ typedef struct {
     int shard_count;
     int iterations;                     //  per epoch, same on every device
     nn_rng_t rng, data_rng;
+    nn_rng_t data_base;                 //  data_rng = split (data_base, epoch)
     nn_sgd_t sgd;
     nn_augment_t aug;
     proto_stats_t stats;
@@ -602,6 +603,9 @@ s_train (cli_t *self)
             epoch = (int) self->model_epoch;
             self->cur_epoch = (uint32_t) epoch;
         }
+        //  An epoch's data order depends on the epoch alone, so a device that
+        //  (re)joins at epoch k draws what it would have drawn anyway.
+        self->data_rng = nn_rng_split (&self->data_base, (uint64_t) epoch);
         for (size_t at = 0; at < order_count; at += (size_t) self->shard_count) {
             memcpy (order + at, self->shard, sizeof (int) * (size_t) self->shard_count);
             nn_rng_shuffle_int (&self->data_rng, order + at, self->shard_count);
@@ -756,7 +760,7 @@ s_prepare (cli_t *self)
                   devices, cfg->samples);
         goto fail;
     }
-    self->data_rng = nn_rng_split (&self->rng, 1000 + (uint64_t) self->id);
+    self->data_base = nn_rng_split (&self->rng, 1000 + (uint64_t) self->id);
     int units = self->mode == PROTO_MODE_FL ? self->spec.units_count
                                             : (int) self->plan.split_point;
     if (units < 1 || units > self->spec.units_count
@@ -831,6 +835,10 @@ main (int argc, char **argv)
     }
     self->dh = zsock_resolve (self->dealer);
     zsock_set_linger (self->dealer, 2000);
+    //  A lost server is reconnected to with back-off (0.1 s doubling to
+    //  5 s) until --timeout says the device has waited long enough.
+    zsock_set_reconnect_ivl (self->dealer, 100);
+    zsock_set_reconnect_ivl_max (self->dealer, 5000);
     char err[NN_ERR_SIZE];
     if (self->args.insecure)
         pl_log_warn ("client: --insecure: plain TCP; the server is not authenticated");
@@ -848,6 +856,18 @@ main (int argc, char **argv)
     else
     if (s_join (self) == 0 && s_prepare (self) == 0 && s_train (self) == 0) {
         pl_log_info ("client: device %d done", self->id);
+        rc = 0;
+    }
+    else
+    if (s_interrupted) {
+        //  Stopped by SIGTERM/SIGINT: leave the run properly (the server
+        //  drops this device and goes on; restarted, it rejoins).
+        proto_msg_t *bye = proto_msg_new (PROTO_MSG_BYE);
+        proto_msg_set_route (bye, (uint32_t) (self->id < 0 ? 0 : self->id), self->cur_epoch,
+                             self->cur_iter, 0);
+        if (proto_msg_send (&bye, self->dh))
+            proto_msg_destroy (&bye);
+        pl_log_info ("client: stopped by a signal; told the server (BYE)");
         rc = 0;
     }
     zsock_destroy (&self->dealer);

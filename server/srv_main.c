@@ -39,6 +39,7 @@
 #include "pl_timeline.h"
 #include "proto_msg.h"
 #include "proto_tensor.h"
+#include "srv_ckpt.h"
 #include "srv_worker.h"
 
 #include <assert.h>
@@ -76,6 +77,7 @@ typedef struct {
     const char *results_dir;
     const char *bind;
     const char *endpoint_file;
+    bool resume;                //  continue from the newest checkpoint
     const char *cert;           //  server secret certificate
     const char *allow;          //  directory of allowed device certificates
     bool insecure;
@@ -140,6 +142,7 @@ typedef struct {
     pl_timeline_t *timeline;
     const char *results;
     bool started, done;
+    bool resumed;               //  epoch / round_iter came from a checkpoint
     int rc;
     int epoch;                  //  1-based
     int sl_turn;
@@ -162,14 +165,17 @@ s_usage (FILE *out)
     fprintf (out,
         "usage: pipelearn-server --config FILE (--cert FILE_secret --allow DIR | --insecure)\n"
         "                        [--bind tcp://*:PORT] [--results DIR]\n"
-        "                        [--set KEY=VALUE]... [--endpoint-file PATH] [--quiet]\n"
+        "                        [--set KEY=VALUE]... [--endpoint-file PATH] [--resume]\n"
+        "                        [--quiet]\n"
         "Runs the server side of a pipelearn/sfl/sl/fl run for the configured\n"
         "number of devices and writes DIR/summary.json, DIR/timeline.csv and\n"
         "DIR/model.ckpt. Devices authenticate with CurveZMQ: --cert is this\n"
         "server's secret certificate, --allow a directory of the devices' public\n"
         "certificates (pipelearn-keygen makes both); SIGHUP re-reads them.\n"
         "--insecure: plain TCP, no authentication. --endpoint-file writes the\n"
-        "bound endpoint (useful with tcp://127.0.0.1:*).\n");
+        "bound endpoint (useful with tcp://127.0.0.1:*). The run is checkpointed in\n"
+        "DIR/checkpoints at every aggregation point; --resume continues it from the\n"
+        "newest valid one (devices rejoin as they connect).\n");
 }
 
 static int
@@ -185,6 +191,7 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
         { "cert", required_argument, NULL, 'C' },
         { "allow", required_argument, NULL, 'A' },
         { "insecure", no_argument, NULL, 'I' },
+        { "resume", no_argument, NULL, 'R' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
@@ -201,6 +208,7 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
             case 'C': args->cert = optarg; break;
             case 'A': args->allow = optarg; break;
             case 'I': args->insecure = true; break;
+            case 'R': args->resume = true; break;
             case 'r': args->results_dir = optarg; break;
             case 'b': args->bind = optarg; break;
             case 'E': args->endpoint_file = optarg; break;
@@ -368,6 +376,23 @@ s_send_model (srv_t *self, srv_device_t *d)
     proto_msg_set_slab_copy (msg, &slab, nn_model_weights_const (self->devpart));
     d->last_seen = pl_monotonic ();
     s_send (self, d, &msg);
+}
+
+#define SRV_CKPT_KEEP 3
+
+//  Checkpoint the round about to begin (crash safety; see srv_ckpt.h).
+static void
+s_checkpoint (srv_t *self)
+{
+    nn_model_t *reps[SRV_MAX_DEVICES];
+    for (int i = 0; i < self->replicas_count; i++)
+        reps[i] = self->rep[i].model;
+    char err[NN_ERR_SIZE];
+    srv_ckpt_point_t pt = { self->epoch, self->round_iter };
+    if (srv_ckpt_save (self->results, SRV_CKPT_KEEP, pt, &self->cfg, self->devpart, reps,
+                       self->replicas_count, pl_summary_epochs (self->summary), err,
+                       sizeof err))
+        pl_log_error ("server: %s (the run goes on without this checkpoint)", err);
 }
 
 //  A round begins: its deadline starts now.
@@ -689,6 +714,7 @@ s_end_epoch (srv_t *self)
         while (self->sl_turn < self->devices && !self->dev[self->sl_turn].active)
             self->sl_turn++;
     }
+    s_checkpoint (self);
     s_round_begin (self);
 }
 
@@ -736,6 +762,7 @@ s_aggregate (srv_t *self)
     else {
         self->round_iter = next_iter;
         s_activate_pending (self);
+        s_checkpoint (self);
         s_round_begin (self);
     }
 }
@@ -800,7 +827,10 @@ static void
 s_start (srv_t *self)
 {
     self->started = true;
-    self->epoch = 1;
+    if (!self->resumed) {
+        self->epoch = 1;
+        self->round_iter = 0;
+    }
     self->epoch_start = pl_monotonic ();
     pl_log_info ("server: all %d device(s) joined; training (%s, split %d, %d "
                  "micro-batch(es), batch %d)", self->devices, self->cfg.mode, self->split,
@@ -808,6 +838,8 @@ s_start (srv_t *self)
     for (int i = 0; i < self->devices; i++)
         self->dev[i].active = true;
     self->sl_turn = 0;
+    if (!self->resumed)
+        s_checkpoint (self);
     s_round_begin (self);
 }
 
@@ -1319,6 +1351,37 @@ s_setup (srv_t *self, const s_args_t *args)
     return 0;
 }
 
+//  --resume: the models, the round and the epochs so far from the newest
+//  valid checkpoint. The run restarts when its devices have joined.
+static int
+s_resume (srv_t *self)
+{
+    nn_model_t *reps[SRV_MAX_DEVICES];
+    for (int i = 0; i < self->replicas_count; i++)
+        reps[i] = self->rep[i].model;
+    srv_ckpt_point_t pt;
+    cJSON *epochs = NULL;
+    char err[NN_ERR_SIZE], chosen[2048];
+    if (srv_ckpt_load (self->results, &self->cfg, self->devpart, reps, self->replicas_count,
+                       &pt, &epochs, chosen, sizeof chosen, err, sizeof err)) {
+        pl_log_error ("server: %s", err);
+        return -1;
+    }
+    if (pt.epoch > self->cfg.epochs) {
+        pl_log_error ("server: --resume: %s is past the run's %d epoch(s)", chosen,
+                      self->cfg.epochs);
+        cJSON_Delete (epochs);
+        return -1;
+    }
+    pl_summary_set_epochs (self->summary, epochs);
+    self->epoch = pt.epoch;
+    self->round_iter = pt.round_iter;
+    self->resumed = true;
+    pl_log_info ("server: resuming from %s: epoch %d, iteration %u", chosen, pt.epoch,
+                 pt.round_iter);
+    return 0;
+}
+
 static void
 s_teardown (srv_t *self)
 {
@@ -1371,7 +1434,7 @@ main (int argc, char **argv)
     self->origin = pl_wall_clock ();
     self->timeline = pl_timeline_new (self->origin);
     self->summary = pl_summary_new (&self->cfg, "pipelearn-server", 1);
-    if (s_setup (self, &args)) {
+    if (s_setup (self, &args) || (args.resume && s_resume (self))) {
         s_teardown (self);
         nn_free (self);
         return 1;
@@ -1416,12 +1479,17 @@ main (int argc, char **argv)
     s_progress_clear (self);
     int rc = self->rc;
     if (s_interrupted && !self->done) {
-        pl_log_warn ("server: interrupted");
-        rc = 1;
+        //  The current round is abandoned; the checkpoint of its start is on
+        //  disk, so the run loses nothing that --resume cannot redo.
+        if (self->started)
+            pl_log_warn ("server: stopped by a signal in epoch %d; the run continues from "
+                         "its last checkpoint with --resume", self->epoch);
+        else
+            pl_log_warn ("server: stopped by a signal before training started");
         for (int i = 0; i < self->devices; i++)
             if (self->dev[i].joined)
                 s_send_error_to (self, self->dev[i].rid, self->dev[i].rid_len,
-                                 PROTO_ERR_INTERNAL, "server interrupted");
+                                 PROTO_ERR_INTERNAL, "server stopping; it can resume the run");
     }
     if (rc == 0)
         pl_log_info ("server: results in %s (peak RSS %ld KiB)", self->results,

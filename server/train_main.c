@@ -186,7 +186,11 @@ main (int argc, char **argv)
     nn_rng_t rng;
     nn_rng_seed (&rng, cfg.seed);
     nn_model_init (t.model, &rng);
-    nn_rng_t data_rng = nn_rng_split (&rng, 1000);
+    //  Each epoch's shuffle and augmentation draw from a stream of their own
+    //  (as on the devices), so an epoch's data does not depend on the ones
+    //  before it.
+    const nn_rng_t data_base = nn_rng_split (&rng, 1000);
+    nn_rng_t data_rng;
     size_t sample = nn_shape_size (nn_model_input_shape (t.model));
     t.x = nn_alloc_aligned (sizeof (float) * sample * (size_t) cfg.batch_size);
     t.y = nn_malloc (sizeof (int) * (size_t) cfg.batch_size);
@@ -214,6 +218,7 @@ main (int argc, char **argv)
     for (int epoch = 1; epoch <= cfg.epochs; epoch++) {
         for (int i = 0; i < train->count; i++)
             order[i] = i;
+        data_rng = nn_rng_split (&data_base, (uint64_t) epoch);
         nn_rng_shuffle_int (&data_rng, order, train->count);
         double start = pl_monotonic (), loss_sum = 0.0;
         int correct = 0;

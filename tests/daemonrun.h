@@ -6,6 +6,8 @@
 #ifndef DAEMONRUN_H_INCLUDED
 #define DAEMONRUN_H_INCLUDED
 
+#include "nn_checkpoint.h"
+#include "nn_model.h"
 #include "pl_timeline.h"
 #include "runcmd.h"
 
@@ -13,6 +15,7 @@
 
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,7 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define MAX_PROCS 8
+#define MAX_PROCS 16
 
 typedef struct {
     char dir[4096];
@@ -139,6 +142,39 @@ s_last_epoch (const cJSON *summary)
     return cJSON_GetArrayItem (epochs, cJSON_GetArraySize (epochs) - 1);
 }
 
+//  DIR/sub/model.ckpt loaded into a model of model_name for 28x28x1 inputs.
+static inline nn_model_t *
+s_load_model (const char *dir, const char *sub, const char *model_name)
+{
+    char path[4096], name[128], err[512];
+    snprintf (name, sizeof name, "%s/model.ckpt", sub);
+    s_path (path, dir, name);
+    nn_model_spec_t spec;
+    cr_assert_eq (nn_model_spec_by_name (&spec, model_name, 1, 28, 28, 10, err, sizeof err), 0,
+                  "%s", err);
+    nn_model_t *m = nn_model_new (&spec, 0, spec.units_count, 1, err, sizeof err);
+    cr_assert_not_null (m, "%s", err);
+    cr_assert_eq (nn_checkpoint_load (path, m, err, sizeof err), 0, "%s", err);
+    return m;
+}
+
+//  Largest |a - b| / (1 + |a|) over the weights, and the largest change
+//  from the initial weights is not compared here (the exactness tests
+//  check training happened through the summary's loss).
+static inline double
+s_max_rel_diff (nn_model_t *a, nn_model_t *b)
+{
+    cr_assert_eq (nn_model_weights_count (a), nn_model_weights_count (b));
+    const float *wa = nn_model_weights_const (a), *wb = nn_model_weights_const (b);
+    double worst = 0.0;
+    for (size_t i = 0; i < nn_model_weights_count (a); i++) {
+        double d = fabs ((double) wa[i] - wb[i]) / (1.0 + fabs ((double) wa[i]));
+        if (!(d <= worst))
+            worst = d;      //  NaN propagates as worst
+    }
+    return worst;
+}
+
 //  Does DIR/log contain needle?
 static inline bool
 s_log_has (s_run_t *run, const char *log, const char *needle)
@@ -184,8 +220,9 @@ s_dump_logs (s_run_t *run)
 //  endpoint in endpoint (waits for the endpoint file). cert NULL: --insecure;
 //  else CurveZMQ with that secret certificate and the allow directory.
 static pid_t
-s_start_server_sec (s_run_t *run, const char *sub, const char *config_json, char *endpoint,
-                    size_t size, const char *cert, const char *allow)
+s_start_server_full (s_run_t *run, const char *sub, const char *config_json, char *endpoint,
+                     size_t size, const char *cert, const char *allow, const char *bind,
+                     bool resume)
 {
     char cfg[4096], res[4096], ep[4096], bin[4096];
     char name[64];
@@ -196,12 +233,18 @@ s_start_server_sec (s_run_t *run, const char *sub, const char *config_json, char
     snprintf (name, sizeof name, "%s.endpoint", sub);
     s_path (ep, run->dir, name);
     built ("server/pipelearn-server", bin, sizeof bin);
-    char *argv[16] = { bin, "--config", cfg, "--bind", "tcp://127.0.0.1:*", "--results", res,
+    char *argv[20] = { bin, "--config", cfg, "--bind",
+                       (char *) (bind ? bind : "tcp://127.0.0.1:*"), "--results", res,
                        "--endpoint-file", ep, "--quiet", "--insecure", NULL };
+    int at = cert ? 10 : 11;        //  keys replace --insecure
     if (cert) {
-        argv[10] = "--cert", argv[11] = (char *) cert;
-        argv[12] = "--allow", argv[13] = (char *) allow, argv[14] = NULL;
+        argv[at++] = "--cert", argv[at++] = (char *) cert;
+        argv[at++] = "--allow", argv[at++] = (char *) allow;
     }
+    if (resume)
+        argv[at++] = "--resume";
+    argv[at] = NULL;
+    unlink (ep);
     pid_t pid = s_spawn (run, "server.log", argv);
     double deadline = pl_monotonic () + 30;
     while (pl_monotonic () < deadline) {
@@ -228,10 +271,19 @@ s_start_server_sec (s_run_t *run, const char *sub, const char *config_json, char
 }
 
 static inline pid_t
+s_start_server_sec (s_run_t *run, const char *sub, const char *config_json, char *endpoint,
+                    size_t size, const char *cert, const char *allow)
+{
+    return s_start_server_full (run, sub, config_json, endpoint, size, cert, allow, NULL,
+                                false);
+}
+
+static inline pid_t
 s_start_server (s_run_t *run, const char *sub, const char *config_json, char *endpoint,
                 size_t size)
 {
-    return s_start_server_sec (run, sub, config_json, endpoint, size, NULL, NULL);
+    return s_start_server_full (run, sub, config_json, endpoint, size, NULL, NULL, NULL,
+                                false);
 }
 
 //  A device; cert NULL: --insecure, else CurveZMQ with this secret

@@ -53,38 +53,6 @@ s_run_daemons (s_run_t *run, const char *sub, const char *config_json, int devic
         cr_assert (crc[i] == 0, "%s: client %d exit status %d", sub, i, crc[i]);
 }
 
-static nn_model_t *
-s_load_model (const char *dir, const char *sub, const char *model_name)
-{
-    char path[4096], name[128], err[512];
-    snprintf (name, sizeof name, "%s/model.ckpt", sub);
-    s_path (path, dir, name);
-    nn_model_spec_t spec;
-    cr_assert_eq (nn_model_spec_by_name (&spec, model_name, 1, 28, 28, 10, err, sizeof err), 0,
-                  "%s", err);
-    nn_model_t *m = nn_model_new (&spec, 0, spec.units_count, 1, err, sizeof err);
-    cr_assert_not_null (m, "%s", err);
-    cr_assert_eq (nn_checkpoint_load (path, m, err, sizeof err), 0, "%s", err);
-    return m;
-}
-
-//  Largest |a - b| / (1 + |a|) over the weights, and the largest change
-//  from the initial weights is not compared here (the exactness tests
-//  check training happened through the summary's loss).
-static double
-s_max_rel_diff (nn_model_t *a, nn_model_t *b)
-{
-    cr_assert_eq (nn_model_weights_count (a), nn_model_weights_count (b));
-    const float *wa = nn_model_weights_const (a), *wb = nn_model_weights_const (b);
-    double worst = 0.0;
-    for (size_t i = 0; i < nn_model_weights_count (a); i++) {
-        double d = fabs ((double) wa[i] - wb[i]) / (1.0 + fabs ((double) wa[i]));
-        if (!(d <= worst))
-            worst = d;      //  NaN propagates as worst
-    }
-    return worst;
-}
-
 //  a moved away from the weights the seed initialises.
 static void
 s_expect_trained (nn_model_t *a, uint64_t seed)

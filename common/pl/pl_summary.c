@@ -37,6 +37,19 @@ pl_summary_new (const pl_config_t *config, const char *binary, int threads)
 }
 
 void
+pl_summary_set_epochs (pl_summary_t *self, cJSON *epochs)
+{
+    cJSON_ReplaceItemInObjectCaseSensitive (self->root, "epochs", epochs);
+    self->epochs = epochs;
+}
+
+const cJSON *
+pl_summary_epochs (const pl_summary_t *self)
+{
+    return self->epochs;
+}
+
+void
 pl_summary_destroy (pl_summary_t **self_p)
 {
     if (!self_p || !*self_p)

@@ -28,6 +28,11 @@ void pl_summary_destroy (pl_summary_t **self_p);
 //  Append an epoch; returns its JSON object (borrowed) so a daemon can add
 //  its own fields (server busy/idle, per-device figures).
 cJSON *pl_summary_add_epoch (pl_summary_t *self, const pl_epoch_stats_t *stats);
+//  Replace the epochs recorded so far with `epochs` (a JSON array; ownership
+//  moves to the summary): a resumed run keeps the epochs before the crash.
+void pl_summary_set_epochs (pl_summary_t *self, cJSON *epochs);
+//  The epochs array so far (borrowed).
+const cJSON *pl_summary_epochs (const pl_summary_t *self);
 //  The top-level object (borrowed), for extra fields.
 cJSON *pl_summary_root (pl_summary_t *self);
 //  Write DIR/summary.json atomically, creating DIR if needed. Updates

@@ -1,0 +1,276 @@
+/*  srv_ckpt.c: the server's run checkpoints. See srv_ckpt.h. */
+#include "srv_ckpt.h"
+
+#include "nn_alloc.h"
+#include "nn_checkpoint.h"
+#include "pl_log.h"
+#include "pl_summary.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define S_PREFIX "round-"
+#define S_MAX_KEPT 256
+
+//  Config fields that make a checkpoint belong to one run.
+static const char *const s_identity[] = {
+    "model", "dataset", "mode", "devices", "split_point", "micro_batches", "batch_size",
+    "seed", "samples"
+};
+
+static int
+s_sync_path (const char *path, char *err, size_t err_size)
+{
+    int fd = open (path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return nn_errf (err, err_size, "checkpoint: cannot open %s: %s", path, strerror (errno));
+    int rc = 0;
+    if (fsync (fd) != 0 && errno != EINVAL)
+        rc = nn_errf (err, err_size, "checkpoint: fsync of %s: %s", path, strerror (errno));
+    close (fd);
+    return rc;
+}
+
+static void
+s_remove_dir (const char *path)
+{
+    DIR *d = opendir (path);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir (d))) {
+            if (strcmp (e->d_name, ".") == 0 || strcmp (e->d_name, "..") == 0)
+                continue;
+            char file[2048];
+            snprintf (file, sizeof file, "%s/%s", path, e->d_name);
+            unlink (file);
+        }
+        closedir (d);
+    }
+    rmdir (path);
+}
+
+static int
+s_cmp_desc (const void *a, const void *b)
+{
+    return strcmp (*(char *const *) b, *(char *const *) a);
+}
+
+//  Names of complete checkpoints in dir, newest first (caller frees each
+//  and the array). Leftover temporary directories are removed.
+static char **
+s_list (const char *dir, int *count)
+{
+    *count = 0;
+    DIR *d = opendir (dir);
+    if (!d)
+        return NULL;
+    char **names = nn_malloc (sizeof (char *) * S_MAX_KEPT);
+    struct dirent *e;
+    while ((e = readdir (d))) {
+        if (strncmp (e->d_name, S_PREFIX, strlen (S_PREFIX)) != 0)
+            continue;
+        if (strstr (e->d_name, ".tmp-")) {
+            char path[2048];
+            snprintf (path, sizeof path, "%s/%s", dir, e->d_name);
+            s_remove_dir (path);
+            continue;
+        }
+        if (*count < S_MAX_KEPT)
+            names[(*count)++] = strdup (e->d_name);
+    }
+    closedir (d);
+    qsort (names, (size_t) *count, sizeof (char *), s_cmp_desc);
+    return names;
+}
+
+static void
+s_list_free (char **names, int count)
+{
+    for (int i = 0; i < count; i++)
+        free (names[i]);
+    nn_free (names);
+}
+
+int
+srv_ckpt_save (const char *results_dir, int keep, srv_ckpt_point_t point,
+               const pl_config_t *cfg, nn_model_t *devpart, nn_model_t **replicas,
+               int replicas_count, const cJSON *epochs, char *err, size_t err_size)
+{
+    char dir[1024], final[1100], tmp[1200], path[1300];
+    snprintf (dir, sizeof dir, "%s/checkpoints", results_dir);
+    if (pl_mkdirs (dir, err, err_size))
+        return -1;
+    snprintf (final, sizeof final, "%s/" S_PREFIX "%06d-%06u", dir, point.epoch,
+              point.round_iter);
+    snprintf (tmp, sizeof tmp, "%s.tmp-%ld", final, (long) getpid ());
+    s_remove_dir (tmp);
+    if (mkdir (tmp, 0750))
+        return nn_errf (err, err_size, "checkpoint: cannot create %s: %s", tmp,
+                        strerror (errno));
+    int rc = 0;
+    snprintf (path, sizeof path, "%s/devpart.ckpt", tmp);
+    rc = nn_checkpoint_save (path, devpart, true, err, err_size);
+    for (int i = 0; rc == 0 && i < replicas_count; i++) {
+        snprintf (path, sizeof path, "%s/replica-%d.ckpt", tmp, i);
+        rc = nn_checkpoint_save (path, replicas[i], true, err, err_size);
+    }
+    if (rc == 0) {
+        cJSON *state = cJSON_CreateObject ();
+        cJSON_AddNumberToObject (state, "format", 1);
+        cJSON_AddNumberToObject (state, "epoch", point.epoch);
+        cJSON_AddNumberToObject (state, "round_iter", point.round_iter);
+        cJSON_AddNumberToObject (state, "replicas", replicas_count);
+        cJSON_AddItemToObject (state, "config", pl_config_to_json (cfg));
+        cJSON_AddItemToObject (state, "epochs", epochs ? cJSON_Duplicate (epochs, 1)
+                                                       : cJSON_CreateArray ());
+        char *text = cJSON_Print (state);
+        cJSON_Delete (state);
+        snprintf (path, sizeof path, "%s/state.json", tmp);
+        rc = text ? pl_write_file_atomic (path, text, strlen (text), err, err_size)
+                  : nn_errf (err, err_size, "checkpoint: out of memory");
+        free (text);
+    }
+    if (rc == 0 && s_sync_path (tmp, err, err_size))
+        rc = -1;
+    if (rc == 0) {
+        //  Same round again (a resumed run passing the same point): replace.
+        s_remove_dir (final);
+        if (rename (tmp, final))
+            rc = nn_errf (err, err_size, "checkpoint: cannot rename %s to %s: %s", tmp, final,
+                          strerror (errno));
+    }
+    if (rc == 0)
+        rc = s_sync_path (dir, err, err_size);
+    if (rc) {
+        s_remove_dir (tmp);
+        return -1;
+    }
+    int count = 0;
+    char **names = s_list (dir, &count);
+    for (int i = keep; i < count; i++) {
+        snprintf (path, sizeof path, "%s/%s", dir, names[i]);
+        s_remove_dir (path);
+    }
+    s_list_free (names, count);
+    return 0;
+}
+
+//  0 if the checkpoint's config is this run's; -1 naming the field if not.
+static int
+s_same_run (const cJSON *saved, const pl_config_t *cfg, const char *name, char *err,
+            size_t err_size)
+{
+    cJSON *now = pl_config_to_json (cfg);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < sizeof s_identity / sizeof s_identity[0]; i++) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive (saved, s_identity[i]);
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive (now, s_identity[i]);
+        if (!a || !b || !cJSON_Compare (a, b, 1)) {
+            char *va = a ? cJSON_PrintUnformatted (a) : NULL;
+            char *vb = b ? cJSON_PrintUnformatted (b) : NULL;
+            rc = nn_errf (err, err_size, "--resume: checkpoint %s is for another run: %s is "
+                          "%s there, %s now", name, s_identity[i], va ? va : "missing",
+                          vb ? vb : "missing");
+            free (va);
+            free (vb);
+        }
+    }
+    cJSON_Delete (now);
+    return rc;
+}
+
+//  Load one checkpoint. 0; -1 corrupt (skip it); -2 another run (stop).
+static int
+s_load_one (const char *path, const char *name, const pl_config_t *cfg, nn_model_t *devpart,
+            nn_model_t **replicas, int replicas_count, srv_ckpt_point_t *point,
+            cJSON **epochs_out, char *err, size_t err_size)
+{
+    char file[2200];
+    snprintf (file, sizeof file, "%s/state.json", path);
+    FILE *f = fopen (file, "rb");
+    if (!f)
+        return nn_errf (err, err_size, "%s: %s", file, strerror (errno));
+    char *text = nn_malloc (1 << 24);
+    size_t n = fread (text, 1, (1 << 24) - 1, f);
+    fclose (f);
+    text[n] = 0;
+    cJSON *state = cJSON_Parse (text);
+    nn_free (text);
+    if (!state)
+        return nn_errf (err, err_size, "%s: not valid JSON", file);
+    const cJSON *epoch = cJSON_GetObjectItemCaseSensitive (state, "epoch");
+    const cJSON *iter = cJSON_GetObjectItemCaseSensitive (state, "round_iter");
+    const cJSON *reps = cJSON_GetObjectItemCaseSensitive (state, "replicas");
+    const cJSON *config = cJSON_GetObjectItemCaseSensitive (state, "config");
+    const cJSON *epochs = cJSON_GetObjectItemCaseSensitive (state, "epochs");
+    int rc = 0;
+    if (!cJSON_IsNumber (epoch) || epoch->valuedouble < 1 || !cJSON_IsNumber (iter)
+    ||  iter->valuedouble < 0 || !cJSON_IsNumber (reps) || !cJSON_IsObject (config)
+    ||  !cJSON_IsArray (epochs))
+        rc = nn_errf (err, err_size, "%s: fields missing or of the wrong type", file);
+    else
+    if (s_same_run (config, cfg, name, err, err_size))
+        rc = -2;
+    else
+    if ((int) reps->valuedouble != replicas_count)
+        rc = nn_errf (err, err_size, "%s: %d replicas, this run has %d", file,
+                      (int) reps->valuedouble, replicas_count);
+    if (rc == 0) {
+        snprintf (file, sizeof file, "%s/devpart.ckpt", path);
+        rc = nn_checkpoint_load (file, devpart, err, err_size);
+    }
+    for (int i = 0; rc == 0 && i < replicas_count; i++) {
+        snprintf (file, sizeof file, "%s/replica-%d.ckpt", path, i);
+        rc = nn_checkpoint_load (file, replicas[i], err, err_size);
+    }
+    if (rc == 0) {
+        point->epoch = (int) epoch->valuedouble;
+        point->round_iter = (unsigned) iter->valuedouble;
+        *epochs_out = cJSON_Duplicate (epochs, 1);
+    }
+    cJSON_Delete (state);
+    return rc;
+}
+
+int
+srv_ckpt_load (const char *results_dir, const pl_config_t *cfg, nn_model_t *devpart,
+               nn_model_t **replicas, int replicas_count, srv_ckpt_point_t *point,
+               cJSON **epochs_out, char *chosen, size_t chosen_size,
+               char *err, size_t err_size)
+{
+    char dir[1024];
+    snprintf (dir, sizeof dir, "%s/checkpoints", results_dir);
+    int count = 0;
+    char **names = s_list (dir, &count);
+    if (count == 0) {
+        s_list_free (names, count);
+        return nn_errf (err, err_size, "--resume: no checkpoint in %s", dir);
+    }
+    int rc = -1;
+    for (int i = 0; i < count; i++) {
+        char path[2048], why[512];
+        snprintf (path, sizeof path, "%s/%s", dir, names[i]);
+        int r = s_load_one (path, names[i], cfg, devpart, replicas, replicas_count, point,
+                            epochs_out, why, sizeof why);
+        if (r == 0) {
+            snprintf (chosen, chosen_size, "%s", path);
+            rc = 0;
+            break;
+        }
+        if (r == -2) {
+            snprintf (err, err_size, "%s", why);
+            break;
+        }
+        pl_log_warn ("server: --resume: skipping checkpoint %s: %s", names[i], why);
+        snprintf (err, err_size, "--resume: no valid checkpoint in %s (last problem: %s)",
+                  dir, why);
+    }
+    s_list_free (names, count);
+    return rc;
+}

@@ -1,0 +1,55 @@
+/*  srv_ckpt.h: the server's run checkpoints, for crash safety and --resume.
+
+    At every aggregation point (and when training starts) the server writes
+    DIR/checkpoints/round-EEEEEE-IIIIII/ (the round that starts at epoch E,
+    iteration I) holding:
+      devpart.ckpt      the device part every device gets next (nn_checkpoint)
+      replica-K.ckpt    server replica K with its optimiser state (split modes)
+      state.json        epoch, round_iter, the run's config, the summary's
+                        epochs so far
+    It is written as round-...tmp-PID, every file fsynced, then renamed into
+    place and the parent directory fsynced: a crash leaves either the whole
+    checkpoint or none. The newest `keep` are kept.
+
+    Loading walks the checkpoints newest first and takes the first whose
+    files all load (nn_checkpoint verifies each file's BLAKE2b checksum and
+    shapes); a corrupt or truncated one is reported and skipped. A
+    checkpoint made for a different run (model, dataset, mode, devices,
+    split, micro-batches, batch size, seed, samples differ) is an error, not
+    skipped: resuming someone else's run is never what the operator meant.
+
+    Devices do not keep optimiser state across a restart: after a resume
+    their momentum starts from zero (the server replicas' is restored).
+*/
+#ifndef SRV_CKPT_H_INCLUDED
+#define SRV_CKPT_H_INCLUDED
+
+#include <cJSON.h>
+#include <stddef.h>
+
+#include "nn_model.h"
+#include "pl_config.h"
+
+typedef struct {
+    int epoch;                  //  the round starts in this epoch (1-based)
+    unsigned round_iter;        //  at this iteration
+} srv_ckpt_point_t;
+
+//  Write a checkpoint of the models for the round at point, with the
+//  summary's epochs array so far (borrowed), then prune to the newest keep.
+//  0, or -1 with a message.
+int srv_ckpt_save (const char *results_dir, int keep, srv_ckpt_point_t point,
+                   const pl_config_t *cfg, nn_model_t *devpart, nn_model_t **replicas,
+                   int replicas_count, const cJSON *epochs, char *err, size_t err_size);
+
+//  Load the newest valid checkpoint into the models. On success fills
+//  point, *epochs_out (the caller owns it; may be an empty array) and
+//  chosen (the checkpoint's directory), and returns 0. -1 with a message
+//  when there is none, none is valid, or the newest readable one belongs
+//  to another run. Skipped (corrupt) checkpoints are logged.
+int srv_ckpt_load (const char *results_dir, const pl_config_t *cfg, nn_model_t *devpart,
+                   nn_model_t **replicas, int replicas_count, srv_ckpt_point_t *point,
+                   cJSON **epochs_out, char *chosen, size_t chosen_size,
+                   char *err, size_t err_size);
+
+#endif

@@ -1,0 +1,131 @@
+/*  test_resume.c: crash safety of the server (suite 'net'). The server is
+    killed with SIGKILL in the middle of a run; `--resume` on the same
+    results directory continues from the newest valid checkpoint (a
+    corrupted one is skipped) and the final model equals an uninterrupted
+    run's. sfl, momentum 0: devices restart with fresh processes and keep no
+    optimiser state, so with momentum the two runs would differ by design. */
+#define TMP_TEMPLATE "/tmp/pl_test_resume_XXXXXX"
+#include "testdir.h"
+#include "daemonrun.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#define RESUME_CONFIG \
+    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 2000, " \
+    "\"test_samples\": 200, \"batch_size\": 50, \"epochs\": 3, \"seed\": 21, " \
+    "\"momentum\": 0, \"split_point\": 1, \"threads\": 1, \"devices\": 2, " \
+    "\"mode\": \"sfl\"}"
+
+//  A TCP port nothing listens on right now.
+static int
+s_free_port (void)
+{
+    int fd = socket (AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
+    cr_assert_eq (bind (fd, (struct sockaddr *) &a, sizeof a), 0);
+    socklen_t len = sizeof a;
+    getsockname (fd, (struct sockaddr *) &a, &len);
+    close (fd);
+    return ntohs (a.sin_port);
+}
+
+static void
+s_expect_exit (s_run_t *run, pid_t pid, int want, const char *who)
+{
+    int rc = s_wait (run, pid, pl_monotonic () + 180);
+    if (rc != want) {
+        s_dump_logs (run);
+        s_kill_all (run);
+    }
+    cr_assert_eq (rc, want, "%s: exit status %d, want %d", who, rc, want);
+}
+
+static void
+s_full_run (s_run_t *run, const char *sub)
+{
+    char endpoint[256];
+    pid_t server = s_start_server (run, sub, RESUME_CONFIG, endpoint, sizeof endpoint);
+    pid_t c0 = s_start_client (run, 0, endpoint), c1 = s_start_client (run, 1, endpoint);
+    s_expect_exit (run, server, 0, "server");
+    s_expect_exit (run, c0, 0, "client 0");
+    s_expect_exit (run, c1, 0, "client 1");
+}
+
+//  Kill the server in epoch 2, optionally corrupt the newest checkpoint,
+//  resume with fresh devices; the result must equal the uninterrupted run.
+static void
+s_crash_and_resume (bool corrupt)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    s_full_run (&run, "whole");
+
+    char bind[64], endpoint[256], summary[4096];
+    snprintf (bind, sizeof bind, "tcp://127.0.0.1:%d", s_free_port ());
+    s_path (summary, run.dir, "crash/summary.json");
+    pid_t server = s_start_server_full (&run, "crash", RESUME_CONFIG, endpoint,
+                                        sizeof endpoint, NULL, NULL, bind, false);
+    pid_t c0 = s_start_client_sec (&run, 0, endpoint, NULL, NULL, "3");
+    pid_t c1 = s_start_client_sec (&run, 1, endpoint, NULL, NULL, "3");
+    //  summary.json appears when epoch 1 ends: then kill it mid epoch 2.
+    double deadline = pl_monotonic () + 120;
+    while (access (summary, F_OK) != 0 && pl_monotonic () < deadline)
+        usleep (10000);
+    cr_assert_eq (access (summary, F_OK), 0, "epoch 1 never ended");
+    usleep (300000);
+    cr_assert_eq (kill (server, SIGKILL), 0);
+    s_wait (&run, server, pl_monotonic () + 5);
+    //  The devices give up on the dead server with an error.
+    s_expect_exit (&run, c0, 1, "client 0 after the crash");
+    s_expect_exit (&run, c1, 1, "client 1 after the crash");
+
+    char ckdir[4096];
+    s_path (ckdir, run.dir, "crash/checkpoints/round-000002-000000");
+    cr_assert_eq (access (ckdir, F_OK), 0, "no checkpoint at the start of epoch 2");
+    if (corrupt) {
+        char file[4200];
+        snprintf (file, sizeof file, "%s/replica-1.ckpt", ckdir);
+        cr_assert_eq (truncate (file, 1000), 0);
+    }
+    server = s_start_server_full (&run, "crash", RESUME_CONFIG, endpoint, sizeof endpoint,
+                                  NULL, NULL, bind, true);
+    c0 = s_start_client (&run, 0, endpoint);
+    c1 = s_start_client (&run, 1, endpoint);
+    s_expect_exit (&run, server, 0, "resumed server");
+    s_expect_exit (&run, c0, 0, "client 0 after the resume");
+    s_expect_exit (&run, c1, 0, "client 1 after the resume");
+    if (corrupt) {
+        cr_assert (s_log_has (&run, "server.log", "skipping checkpoint round-000002-000000"),
+                   "the corrupt checkpoint was not reported");
+        cr_assert (s_log_has (&run, "server.log", "round-000001-000000: epoch 1"));
+    }
+    else
+        cr_assert (s_log_has (&run, "server.log", "round-000002-000000: epoch 2"),
+                   "did not resume from the start of epoch 2");
+
+    nn_model_t *a = s_load_model (run.dir, "whole", "vgg5");
+    nn_model_t *b = s_load_model (run.dir, "crash", "vgg5");
+    double d = s_max_rel_diff (a, b);
+    cr_expect (d < 1e-5, "resumed model differs from the uninterrupted one by %g", d);
+    cJSON *s = s_summary (run.dir, "crash");
+    cr_expect_eq (cJSON_GetArraySize (cJSON_GetObjectItemCaseSensitive (s, "epochs")), 3,
+                  "the resumed summary has not the 3 epochs");
+    cJSON_Delete (s);
+    nn_model_destroy (&a);
+    nn_model_destroy (&b);
+    s_kill_all (&run);
+    s_rmtree (run.dir);
+}
+
+Test (resume, killed_server_resumes_to_the_same_model, .timeout = 400)
+{
+    s_crash_and_resume (false);
+}
+
+Test (resume, corrupt_checkpoint_is_skipped_for_the_previous_one, .timeout = 400)
+{
+    s_crash_and_resume (true);
+}
