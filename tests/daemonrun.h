@@ -175,6 +175,7 @@ s_max_rel_diff (nn_model_t *a, nn_model_t *b)
     return worst;
 }
 
+
 //  Does DIR/log contain needle?
 static inline bool
 s_log_has (s_run_t *run, const char *log, const char *needle)
@@ -214,6 +215,18 @@ s_dump_logs (s_run_t *run)
             free (text);
         }
     }
+}
+
+//  Wait for pid to exit with status want (dumps the logs if not).
+static inline void
+s_expect_exit (s_run_t *run, pid_t pid, int want, const char *who)
+{
+    int rc = s_wait (run, pid, pl_monotonic () + 180);
+    if (rc != want) {
+        s_dump_logs (run);
+        s_kill_all (run);
+    }
+    cr_assert_eq (rc, want, "%s: exit status %d, want %d", who, rc, want);
 }
 
 //  Start the server for config_json with results in DIR/sub; returns its

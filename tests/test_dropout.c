@@ -39,17 +39,6 @@ s_active (const cJSON *device)
     return cJSON_IsTrue (cJSON_GetObjectItemCaseSensitive (device, "active"));
 }
 
-static void
-s_expect_exit (s_run_t *run, pid_t pid, int want, const char *who)
-{
-    int rc = s_wait (run, pid, pl_monotonic () + 180);
-    if (rc != want) {
-        s_dump_logs (run);
-        s_kill_all (run);
-    }
-    cr_assert_eq (rc, want, "%s: exit status %d, want %d", who, rc, want);
-}
-
 Test (dropout, killed_device_is_dropped_and_rejoins_when_restarted, .timeout = 400)
 {
     s_run_t run = { 0 };

@@ -33,17 +33,6 @@ s_free_port (void)
 }
 
 static void
-s_expect_exit (s_run_t *run, pid_t pid, int want, const char *who)
-{
-    int rc = s_wait (run, pid, pl_monotonic () + 180);
-    if (rc != want) {
-        s_dump_logs (run);
-        s_kill_all (run);
-    }
-    cr_assert_eq (rc, want, "%s: exit status %d, want %d", who, rc, want);
-}
-
-static void
 s_full_run (s_run_t *run, const char *sub)
 {
     char endpoint[256];
