@@ -25,7 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define MAX_PROCS 16
+#define MAX_PROCS 40
 
 typedef struct {
     char dir[4096];
