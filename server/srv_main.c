@@ -40,6 +40,7 @@
 #include "proto_msg.h"
 #include "proto_tensor.h"
 #include "srv_ckpt.h"
+#include "srv_run.h"
 #include "srv_worker.h"
 
 #include <assert.h>
@@ -1409,14 +1410,15 @@ s_teardown (srv_t *self)
 }
 
 int
-main (int argc, char **argv)
+srv_run (int argc, char **argv)
 {
-    pl_blas_setup (argv);
-    pl_memory_setup ();
     srv_t *self = nn_calloc (1, sizeof *self);
     pl_config_defaults (&self->cfg);
     s_args_t args = { 0 };
-    if (s_parse_args (argc, argv, &args, &self->cfg)) {
+    pl_args_lock ();
+    int parsed = s_parse_args (argc, argv, &args, &self->cfg);
+    pl_args_unlock ();
+    if (parsed) {
         nn_free (self);
         return 2;
     }

@@ -11,11 +11,12 @@
 #include <signal.h>
 
 //  Three devices, three epochs of a few seconds each (synthetic data).
-#define DROPOUT_CONFIG(mode, extra) \
-    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 3000, " \
+#define DROPOUT_CONFIG_N(mode, samples, extra) \
+    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": " samples ", " \
     "\"test_samples\": 300, \"batch_size\": 50, \"epochs\": 3, \"seed\": 9, " \
     "\"split_point\": 1, \"threads\": 1, \"devices\": 3, \"mode\": \"" mode "\", " \
     "\"micro_batches\": 2, " extra "}"
+#define DROPOUT_CONFIG(mode, extra) DROPOUT_CONFIG_N (mode, "3000", extra)
 
 static const cJSON *
 s_epoch (const cJSON *summary, int index)
@@ -45,7 +46,7 @@ Test (dropout, killed_device_is_dropped_and_rejoins_when_restarted, .timeout = 4
     s_mkdtemp (run.dir);
     char endpoint[256];
     pid_t server = s_start_server (&run, "run",
-                                   DROPOUT_CONFIG ("pipelearn", "\"device_timeout_s\": 1.5, "
+                                   DROPOUT_CONFIG ("pipelearn", "\"device_timeout_s\": 3, "
                                                    "\"min_devices\": 2"),
                                    endpoint, sizeof endpoint);
     pid_t c[3];
@@ -88,7 +89,8 @@ Test (dropout, stalled_fl_device_misses_the_round_deadline, .timeout = 400)
     s_mkdtemp (run.dir);
     char endpoint[256];
     pid_t server = s_start_server (&run, "run",
-                                   DROPOUT_CONFIG ("fl", "\"round_timeout_s\": 6, \"min_devices\": 2"),
+                                   DROPOUT_CONFIG_N ("fl", "600", "\"round_timeout_s\": 8, "
+                                                     "\"min_devices\": 2"),
                                    endpoint, sizeof endpoint);
     pid_t c[3];
     for (int i = 0; i < 3; i++)
@@ -116,7 +118,7 @@ Test (dropout, too_few_devices_left_ends_the_run, .timeout = 400)
     s_mkdtemp (run.dir);
     char endpoint[256];
     pid_t server = s_start_server (&run, "run",
-                                   DROPOUT_CONFIG ("sfl", "\"device_timeout_s\": 1.5, "
+                                   DROPOUT_CONFIG ("sfl", "\"device_timeout_s\": 3, "
                                                    "\"min_devices\": 3"),
                                    endpoint, sizeof endpoint);
     pid_t c[3];

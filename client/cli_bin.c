@@ -1,0 +1,12 @@
+/*  cli_bin.c: pipelearn-client's main. See cli_main.c. */
+#include "cli_run.h"
+#include "pl_blas.h"
+#include "pl_summary.h"
+
+int
+main (int argc, char **argv)
+{
+    pl_blas_setup (argv);
+    pl_memory_setup ();
+    return cli_run (argc, argv);
+}

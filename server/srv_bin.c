@@ -1,0 +1,12 @@
+/*  srv_bin.c: pipelearn-server's main. See srv_main.c. */
+#include "pl_blas.h"
+#include "pl_summary.h"
+#include "srv_run.h"
+
+int
+main (int argc, char **argv)
+{
+    pl_blas_setup (argv);
+    pl_memory_setup ();
+    return srv_run (argc, argv);
+}
