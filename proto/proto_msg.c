@@ -1089,10 +1089,13 @@ s_close_frames (zmq_msg_t *frames, int count)
 
 static int
 s_recv (proto_msg_t **msg_out, void *socket, uint8_t *routing_id, size_t *routing_id_len,
-        const proto_limits_t *limits, char *err, size_t err_size)
+        char *peer, size_t peer_size, const proto_limits_t *limits, char *err,
+        size_t err_size)
 {
     assert (msg_out && socket);
     *msg_out = NULL;
+    if (peer && peer_size)
+        peer[0] = 0;
     if (routing_id_len)
         *routing_id_len = 0;
     //  Slot PROTO_MAX_FRAMES is scratch: frames beyond what any type has
@@ -1119,6 +1122,14 @@ s_recv (proto_msg_t **msg_out, void *socket, uint8_t *routing_id, size_t *routin
             if (e == EAGAIN || e == EINTR || e == ETERM)
                 return proto_fail (err, err_size, PROTO_E_AGAIN, "recv: %s", zmq_strerror (e));
             return proto_fail (err, err_size, PROTO_E_SOCKET, "recv: %s", zmq_strerror (e));
+        }
+        if (peer && peer_size && !peer[0]) {
+            //  libzmq's per-connection metadata: the peer's IP address. A
+            //  ROUTER makes the routing id frame itself, without metadata,
+            //  so take it from the first frame that came off the wire.
+            const char *addr = zmq_msg_gets (part, "Peer-Address");
+            if (addr)
+                snprintf (peer, peer_size, "%s", addr);
         }
         first = false;
         more = zmq_msg_more (part);
@@ -1154,7 +1165,7 @@ int
 proto_msg_recv (proto_msg_t **msg_out, void *socket, const proto_limits_t *limits,
                 char *err, size_t err_size)
 {
-    return s_recv (msg_out, socket, NULL, NULL, limits, err, err_size);
+    return s_recv (msg_out, socket, NULL, NULL, NULL, 0, limits, err, err_size);
 }
 
 int
@@ -1163,7 +1174,18 @@ proto_msg_recv_from (proto_msg_t **msg_out, void *socket, uint8_t *routing_id,
                      char *err, size_t err_size)
 {
     assert (routing_id && routing_id_len);
-    return s_recv (msg_out, socket, routing_id, routing_id_len, limits, err, err_size);
+    return s_recv (msg_out, socket, routing_id, routing_id_len, NULL, 0, limits, err,
+                   err_size);
+}
+
+int
+proto_msg_recv_from_peer (proto_msg_t **msg_out, void *socket, uint8_t *routing_id,
+                          size_t *routing_id_len, char *peer, size_t peer_size,
+                          const proto_limits_t *limits, char *err, size_t err_size)
+{
+    assert (routing_id && routing_id_len && peer && peer_size);
+    return s_recv (msg_out, socket, routing_id, routing_id_len, peer, peer_size, limits, err,
+                   err_size);
 }
 
 int

@@ -421,6 +421,13 @@ int proto_msg_recv_from (proto_msg_t **msg_out, void *socket,
                          uint8_t *routing_id, size_t *routing_id_len,
                          const proto_limits_t *limits, char *err, size_t err_size);
 
+//  proto_msg_recv_from that also gives the sender's IP address (libzmq's
+//  "Peer-Address" metadata; "" when the transport has none, e.g. inproc),
+//  so a server can rate-limit an address that keeps breaking the protocol.
+int proto_msg_recv_from_peer (proto_msg_t **msg_out, void *socket, uint8_t *routing_id,
+                              size_t *routing_id_len, char *peer, size_t peer_size,
+                              const proto_limits_t *limits, char *err, size_t err_size);
+
 //  Set ZMQ_MAXMSGSIZE to the largest frame limits allow, so libzmq drops a
 //  peer that announces a bigger frame before buffering it. Call before
 //  bind/connect (it applies to new connections). 0 or -1 (errno).

@@ -85,6 +85,18 @@ typedef struct {
     bool quiet;
 } s_args_t;
 
+#define SRV_ABUSE_SLOTS    64
+#define SRV_ABUSE_LIMIT    32          //  ERRORs per window before a block
+#define SRV_ABUSE_WINDOW_S 10.0
+#define SRV_ABUSE_BLOCK_S  30.0
+
+typedef struct {
+    char addr[64];              //  "" = free slot
+    double window_start;
+    int count;
+    double blocked_until;
+} srv_abuse_t;
+
 //  A device slot. joined: a session exists (WELCOME sent). active: it takes
 //  part in the current round; a device that (re)joins a running run is
 //  joined but not active until the next aggregation point, when it gets
@@ -129,6 +141,7 @@ typedef struct {
     uint8_t spec_hash[NN_SPEC_HASH_SIZE];
     int devices, joined;
     srv_device_t dev[SRV_MAX_DEVICES];
+    srv_abuse_t abuse[SRV_ABUSE_SLOTS];
     srv_replica_t rep[SRV_MAX_DEVICES];
     int replicas_count;
     int rr;                     //  replica the next dispatch scan starts at
@@ -1007,15 +1020,65 @@ s_on_events (srv_t *self, srv_device_t *d, const proto_msg_t *msg, char *why,
     return 0;
 }
 
+//  Peers that are not devices of the run and keep earning ERRORs (garbage,
+//  refused HELLOs, messages before HELLO) are ignored for a while, by IP
+//  address: no reply, no log line, so a flood costs the server a receive
+//  and a decode per message and nothing more. Joined devices are exempt.
+static srv_abuse_t *
+s_abuse_slot (srv_t *self, const char *peer, bool create)
+{
+    srv_abuse_t *oldest = &self->abuse[0];
+    for (int i = 0; i < SRV_ABUSE_SLOTS; i++) {
+        srv_abuse_t *a = &self->abuse[i];
+        if (a->addr[0] && strcmp (a->addr, peer) == 0)
+            return a;
+        if (a->window_start < oldest->window_start)
+            oldest = a;
+    }
+    if (!create)
+        return NULL;
+    memset (oldest, 0, sizeof *oldest);
+    snprintf (oldest->addr, sizeof oldest->addr, "%s", peer);
+    return oldest;
+}
+
+static bool
+s_abuse_blocked (srv_t *self, const char *peer)
+{
+    if (!peer[0])
+        return false;
+    const srv_abuse_t *a = s_abuse_slot (self, peer, false);
+    return a && pl_monotonic () < a->blocked_until;
+}
+
+static void
+s_abuse_note (srv_t *self, const char *peer)
+{
+    if (!peer[0])
+        return;                         //  inproc: no address to hold against
+    srv_abuse_t *a = s_abuse_slot (self, peer, true);
+    double now = pl_monotonic ();
+    if (now - a->window_start > SRV_ABUSE_WINDOW_S) {
+        a->window_start = now;
+        a->count = 0;
+    }
+    if (++a->count > SRV_ABUSE_LIMIT && now >= a->blocked_until) {
+        a->blocked_until = now + SRV_ABUSE_BLOCK_S;
+        pl_log_warn ("server: rate-limiting %s: %d protocol errors in %.0f s; ignoring its "
+                     "unjoined connections for %.0f s", peer, a->count, SRV_ABUSE_WINDOW_S,
+                     SRV_ABUSE_BLOCK_S);
+    }
+}
+
 static void
 s_on_router (srv_t *self)
 {
     proto_msg_t *msg = NULL;
     uint8_t rid[PROTO_ROUTING_ID_MAX];
     size_t rid_len = 0;
-    char err[NN_ERR_SIZE];
-    int rc = proto_msg_recv_from (&msg, self->rh, rid, &rid_len, &self->limits, err,
-                                  sizeof err);
+    char err[NN_ERR_SIZE], peer[64];
+    int rc = proto_msg_recv_from_peer (&msg, self->rh, rid, &rid_len, peer, sizeof peer,
+                                       &self->limits, err, sizeof err);
     if (rc == PROTO_E_AGAIN)
         return;
     if (rc == PROTO_E_SOCKET) {
@@ -1023,6 +1086,12 @@ s_on_router (srv_t *self)
         return;
     }
     srv_device_t *d = rid_len ? s_find (self, rid, rid_len) : NULL;
+    if (!d && s_abuse_blocked (self, peer)) {
+        proto_msg_destroy (&msg);
+        return;
+    }
+    if (rc != 0 && !d)
+        s_abuse_note (self, peer);
     if (rc != 0) {
         pl_log_warn ("server: malformed message from %s: %s",
                      d ? "a device" : "an unknown peer", err);
@@ -1046,6 +1115,8 @@ s_on_router (srv_t *self)
             s_send_error_to (self, rid, rid_len, PROTO_ERR_STATE,
                              "send HELLO first");
         }
+        if (!s_find (self, rid, rid_len))
+            s_abuse_note (self, peer);  //  refused or out of order
         proto_msg_destroy (&msg);
         return;
     }
