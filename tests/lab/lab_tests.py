@@ -375,6 +375,36 @@ def test_modes(t):
         t.ok(not leftovers(prefix), "nothing left behind", leftovers(prefix))
 
 
+# ------------------------------------------------------------------ lossy
+
+def test_lossy(t):
+    # 1% loss and +-100 ms jitter each way (profiles/lossy.conf): TCP
+    # retransmits, the pipeline stalls and catches up; the run must finish.
+    prefix = "tl" + secrets.token_hex(3)
+    prof = os.path.join(SRC, "deploy", "netem", "profiles", "lossy.conf")
+    with tempfile.TemporaryDirectory() as out:
+        r, secs = run(lab_argv(prefix, out, "--config", os.path.join(SRC, "configs",
+                                                                     "pipelearn.json"),
+                               "--devices", "2", "--profile", prof, "--modes", "pipelearn",
+                               "--repeat", "1", "--set", "samples=400",
+                               "--set", "test_samples=200"), timeout=600)
+        t.note("pipelearn-lab took %.1f s" % secs)
+        t.ok(r.returncode == 0, "pipelearn-lab exits 0 under 1% loss and 100 ms jitter",
+             r.stderr[-4000:])
+        d = os.path.join(out, "runs", "pipelearn-lossy-r1")
+        s = read_json(os.path.join(d, "summary.json")) if os.path.isfile(
+            os.path.join(d, "summary.json")) else {}
+        ep = (s.get("epochs") or [{}])[0]
+        t.ok(len(ep.get("devices", [])) == 2
+             and all(dv.get("samples") == 200 and dv.get("active") for dv in ep["devices"]),
+             "the epoch completed with both devices (%.1f s)" % ep.get("wall_s", -1), s)
+        lab = read_json(os.path.join(d, "lab.json")) if os.path.isfile(
+            os.path.join(d, "lab.json")) else {}
+        t.ok(lab.get("loss_pct") == [1, 1] and lab.get("jitter_ms") == [100, 100],
+             "the lossy profile was applied", lab)
+        t.ok(not leftovers(prefix), "nothing left behind", leftovers(prefix))
+
+
 # ------------------------------------------------------------------ cpu
 
 def device_compute(summary):
@@ -460,7 +490,7 @@ def test_cleanup(t):
 
 def main(argv):
     tests = {"dryrun": test_dryrun, "shaping": test_shaping, "modes": test_modes,
-             "cpu": test_cpu, "cleanup": test_cleanup}
+             "cpu": test_cpu, "cleanup": test_cleanup, "lossy": test_lossy}
     if len(argv) != 1 or argv[0] not in tests:
         print("usage: lab_tests.py %s" % "|".join(tests), file=sys.stderr)
         return 2
