@@ -1,0 +1,222 @@
+/*  nn_plan.h: the planner. Chooses each device's split point P and
+    micro-batch count N from measured costs, and estimates FL, SL, SFL and
+    PipeLearn epoch times for the same inputs.
+
+    Pure: no clock, no I/O, no globals. Costs come in as plain structs
+    (nn_profile measures them; a cost file or a server fills them too).
+
+    The model (docs/planner.md has the formulas and why):
+
+    - A mini-batch of B samples is cut into N micro-batches of B/N samples;
+      N must divide B (the daemons refuse anything else, so no sample is
+      dropped and every micro-batch has the same shape) and B/N must be at
+      least min_micro_batch samples (BatchNorm needs 2 for batch statistics),
+      N at most max_micro_batches.
+    - A unit's compute for m samples is fixed + (total - fixed) * m / B,
+      where total is its time for the whole batch and fixed the per-call part
+      (nn_profile fits it from two batch sizes; 0 gives the reference's
+      total/N). So many small micro-batches cost more compute than one big
+      batch, which is what stops N from growing without bound.
+    - Per micro-batch i: device forward(i) -> upload(i) -> server step(i)
+      (forward + loss + backward) -> download(i) -> device backward(i).
+      Resources are exclusive and FIFO: the device's one compute stream runs
+      forwards and backwards (a backward whose gradient has arrived goes
+      first, as pipelearn-client does, unless forward_first; forwards never
+      wait otherwise), each link sends one message at a time, the device's
+      server replica runs one step at a time. A transfer occupies its link for bytes / rate and
+      arrives RTT/2 later (propagation does not block the next send).
+      Then both sides step SGD. Iteration time = when both have finished.
+    - D devices share a server of W workers: every server duration is
+      multiplied by share = max(1, D / W) (processor sharing when all
+      devices are busy at once). nn_plan_simulate_events with pooled = true
+      simulates the real pool (W workers, round-robin over the replicas as
+      srv_main dispatches) to check that approximation.
+    - Aggregation: every aggregation_frequency iterations (-1: once per
+      epoch, and always at the end of an epoch) each device sends its part's
+      weights up and receives them back: bytes/uplink + bytes/downlink + RTT.
+      Rounds are barriers: an epoch is the sum over rounds of the slowest
+      device's round.
+*/
+#ifndef NN_PLAN_H_INCLUDED
+#define NN_PLAN_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "nn_model.h"
+
+#define NN_PLAN_MAX_DEVICES 64
+
+//  One side's cost of one split unit, all in seconds.
+typedef struct {
+    double fwd_s;           //  forward of the whole mini-batch (B samples)
+    double bwd_s;           //  backward of the whole mini-batch
+    double fwd_fixed_s;     //  per-call part of fwd_s (0 <= fixed <= fwd_s)
+    double bwd_fixed_s;     //  per-call part of bwd_s
+    double upd_s;           //  SGD step of the unit's parameters
+} nn_plan_unit_cost_t;
+
+//  Compute costs of one side (a device or one server worker) for every
+//  unit of the model. units_count equals the model's.
+typedef struct {
+    int units_count;
+    nn_plan_unit_cost_t unit[NN_MAX_UNITS];
+} nn_plan_costs_t;
+
+//  What the model sends, for B samples, in bytes.
+typedef struct {
+    int units_count;                    //  U >= 2
+    double out_bytes[NN_MAX_UNITS];     //  unit u's output activation (float32)
+    double param_bytes[NN_MAX_UNITS];   //  unit u's weights slab (what aggregation sends)
+    double input_bytes;                 //  the model's input (not sent; for reference)
+    double label_bytes;                 //  labels, sent with every activation
+} nn_plan_model_t;
+
+typedef struct {
+    nn_plan_costs_t costs;      //  this device's compute
+    double uplink_Bps;          //  bytes/s device -> server (> 0)
+    double downlink_Bps;        //  bytes/s server -> device (> 0)
+    double rtt_s;               //  round-trip time (>= 0)
+} nn_plan_device_t;
+
+typedef struct {
+    nn_plan_model_t model;
+    nn_plan_costs_t server;         //  one worker (one thread) of the server
+    int server_workers;             //  W >= 1
+    int batch_size;                 //  B >= 1
+    int iterations;                 //  per epoch, the same on every device (>= 1)
+    int aggregation_frequency;      //  iterations per round; -1 (or 0) = once per epoch
+    int max_micro_batches;          //  cap on N; 0 = 100 (the reference's cap)
+    int min_micro_batch;            //  smallest micro-batch in samples; 0 = 2
+    double near_best;               //  relative; 0 = 0.01 (see nn_plan_new)
+    bool forward_first;             //  the device runs all N forwards before any
+                                    //  backward; false = pipelearn-client's order
+                                    //  (an arrived gradient's backward first)
+    int split_point;                //  0 = choose, else P is pinned to this
+    int micro_batches;              //  0 = choose, else N is pinned to this
+    int devices_count;              //  D, 1..NN_PLAN_MAX_DEVICES
+    const nn_plan_device_t *devices;    //  D entries, borrowed
+} nn_plan_input_t;
+
+//  Per-iteration totals of one candidate (sums over the N micro-batches).
+typedef struct {
+    double device_forward_s;
+    double upload_s;            //  time the uplink is busy (bytes / rate)
+    double server_s;            //  server steps, after the share factor
+    double download_s;
+    double device_backward_s;
+    double device_update_s;
+    double server_update_s;     //  after the share factor
+    double latency_s;           //  RTT/2 each way, paid once on the critical path
+    double bytes_up;            //  activations + labels
+    double bytes_down;          //  gradients
+} nn_plan_stages_t;
+
+typedef struct {
+    int split_point;            //  P: units [0, P) on the device
+    int micro_batches;          //  N
+    double iteration_s;         //  estimated time of one iteration
+    double aggregation_s;       //  one round's parameter exchange for this device
+    double epoch_s;             //  iterations * iteration_s + rounds * aggregation_s
+    nn_plan_stages_t stages;
+} nn_plan_candidate_t;
+
+typedef enum {
+    NN_PLAN_FL = 0,
+    NN_PLAN_SL,
+    NN_PLAN_SFL,
+    NN_PLAN_PIPELEARN,
+    NN_PLAN_MODES_COUNT
+} nn_plan_mode_kind_t;
+
+//  A training technique's estimate for the whole set of devices.
+typedef struct {
+    double epoch_s;             //  estimated epoch time
+    double iteration_s;         //  the slowest device's iteration
+    int split_point;            //  P used (FL: U); 0 when devices use different P
+    int micro_batches;          //  N used; 0 when devices use different N
+} nn_plan_mode_t;
+
+typedef struct _nn_plan_t nn_plan_t;
+
+//  Validate an input: ranges, finite non-negative costs, fixed parts
+//  within totals, positive rates, pins that fit. -1 with a message naming
+//  the field.
+int nn_plan_check (const nn_plan_input_t *in, char *err, size_t err_size);
+
+//  Evaluate every candidate (P in 1..U-1, N in the allowed set) for every
+//  device, choose each device's plan and estimate the four modes. A
+//  device's plan: among the candidates whose epoch contribution is within
+//  near_best (relative) of the smallest, the one with the fewest
+//  micro-batches, then the smallest estimate, then the smaller P. Estimates
+//  closer than the costs' measurement noise are ties, and fewer, larger
+//  micro-batches cost less in what the model leaves out (messages, memory,
+//  BatchNorm on tiny batches). The input is copied (devices too). NULL with a
+//  message if nn_plan_check fails.
+nn_plan_t *nn_plan_new (const nn_plan_input_t *in, char *err, size_t err_size);
+void nn_plan_destroy (nn_plan_t **self_p);
+
+//  Candidates of one device in (P, N) order; borrowed until destroy.
+int nn_plan_candidates_count (const nn_plan_t *self, int device);
+const nn_plan_candidate_t *nn_plan_candidate (const nn_plan_t *self, int device, int index);
+//  The device's chosen plan (honours the pins in the input).
+const nn_plan_candidate_t *nn_plan_chosen (const nn_plan_t *self, int device);
+//  The device's candidate for (P, N), or NULL if (P, N) was not evaluated
+//  (N not in the allowed set). For re-planning: compare the running
+//  plan's estimate under new costs with the new choice.
+const nn_plan_candidate_t *nn_plan_find (const nn_plan_t *self, int device,
+                                         int split_point, int micro_batches);
+//  One (P, N) for every device, for a server that cannot run different
+//  plans per device: the allowed (P, N) with the smallest parallel epoch
+//  (rounds as barriers, the slowest device per round), by the same
+//  near-best / fewest-micro-batches rule. Fills split_point, micro_batches
+//  and returns the epoch estimate.
+double nn_plan_common (const nn_plan_t *self, int *split_point, int *micro_batches);
+const nn_plan_mode_t *nn_plan_mode (const nn_plan_t *self, nn_plan_mode_kind_t mode);
+const char *nn_plan_mode_name (nn_plan_mode_kind_t mode);     //  "fl", "sl", ...
+//  max(1, D / W): the factor server durations get.
+double nn_plan_server_share (const nn_plan_input_t *in);
+//  Aggregation rounds per epoch (>= 1).
+int nn_plan_rounds (const nn_plan_input_t *in);
+
+//  The allowed micro-batch counts for the input's B and caps, ascending,
+//  into ns (room for cap entries); returns how many. 1 is always allowed.
+int nn_plan_micro_batch_set (const nn_plan_input_t *in, int *ns, int cap);
+
+//  One device's iteration time at (P, N) under the model above, with
+//  every server duration multiplied by server_share. stages may be NULL.
+//  in must pass nn_plan_check; P in 1..U-1, N >= 1 (programmer errors
+//  otherwise).
+double nn_plan_estimate (const nn_plan_input_t *in, int device, int split_point,
+                         int micro_batches, double server_share,
+                         nn_plan_stages_t *stages);
+
+//  One FL iteration of a device: the whole model, whole batch, plus update.
+double nn_plan_estimate_fl (const nn_plan_input_t *in, int device);
+
+//  One aggregation round's exchange for a device whose part is units
+//  [0, units): its weights up and back down, plus one RTT.
+double nn_plan_aggregation_s (const nn_plan_input_t *in, int device, int units);
+
+//  Brute-force discrete-event simulation of one iteration, independent of
+//  nn_plan_estimate's recurrence (an event queue and explicit resources).
+//  split_points / micro_batches: one per device. pooled false: each device
+//  alone, server durations times nn_plan_server_share (the estimator's
+//  model; equal to nn_plan_estimate up to rounding). pooled true: all D
+//  devices start together against W real workers, a replica on at most one
+//  worker at a time, idle workers taking replicas round-robin (srv_main's
+//  dispatch), no share factor. Writes each device's iteration time.
+void nn_plan_simulate_events (const nn_plan_input_t *in, const int *split_points,
+                              const int *micro_batches, bool pooled,
+                              double *iteration_s);
+
+//  The PipeLearn reference's closed-form N for a split, for comparison:
+//  N = ceil((up + s_fwd + s_bwd + down) / min(d_fwd, d_bwd)) + 1, capped
+//  at min(N, B/2, 100) (at least 1), then N = B / (B / N) in integers.
+//  Times are the whole batch's, in seconds. The result need not divide B
+//  (the reference drops the remainder).
+int nn_plan_reference_micro_batches (double d_fwd_s, double d_bwd_s, double s_fwd_s,
+                                     double s_bwd_s, double up_s, double down_s,
+                                     int batch_size);
+
+#endif

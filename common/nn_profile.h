@@ -1,0 +1,60 @@
+/*  nn_profile.h: measure a model's per-unit compute costs on this host,
+    for the planner (nn_plan.h).
+
+    The core has no clock (it stays pure): the caller passes one. The
+    profile runs the model the way the daemons split it: one nn_model per
+    split unit (u, u+1), chained, on synthetic input, forward then backward
+    (each unit but the first also computes its input gradient, as every
+    unit of a split model does except the device's first), plus an SGD
+    step per unit. Each unit's time is the fastest of the measured
+    iterations (other load on the host only adds time). A second, smaller batch gives each unit's per-call (fixed)
+    cost: t(m) = fixed + (t(B) - fixed) * m / B fitted through both sizes.
+*/
+#ifndef NN_PROFILE_H_INCLUDED
+#define NN_PROFILE_H_INCLUDED
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nn_model.h"
+#include "nn_plan.h"
+
+//  Seconds from any fixed origin (e.g. CLOCK_MONOTONIC).
+typedef double (*nn_profile_now_fn) (void *arg);
+
+typedef struct {
+    int batch_size;         //  B (>= 1)
+    int small_batch;        //  the fit's second size; 0 = B/10 (at least 1);
+                            //  B (or B = 1) skips the fit: fixed parts are 0
+    int threads;            //  nn_model_set_threads; 0 = 1 (the daemons' workers)
+    int warmup;             //  iterations not measured; 0 = 1
+    int iterations;         //  measured iterations at B (3x as many at the
+                            //  small batch); 0 = 5
+    uint64_t seed;          //  weights and synthetic data
+    nn_profile_now_fn now;  //  required
+    void *now_arg;
+} nn_profile_args_t;
+
+//  What the whole (unsplit) model took, for comparison with the sum of
+//  the units (the split's own overhead shows as the difference).
+typedef struct {
+    double whole_fwd_s;     //  forward + loss of the full model, batch B
+    double whole_bwd_s;     //  backward of the full model, batch B
+    double units_fwd_s;     //  sum of the units' fwd_s
+    double units_bwd_s;
+} nn_profile_report_t;
+
+//  Fill model with spec's transfer sizes for batch B: out_bytes from
+//  nn_model_spec_unit_output (float32), param_bytes from each unit's
+//  weights slab (what aggregation sends), input and label (int32) bytes.
+//  -1 with a message if the spec or B is invalid.
+int nn_profile_model_bytes (const nn_model_spec_t *spec, int batch_size,
+                            nn_plan_model_t *model, char *err, size_t err_size);
+
+//  Profile spec (see above) into costs; model and report may be NULL.
+//  -1 with a message if the spec or arguments are invalid.
+int nn_profile_run (const nn_model_spec_t *spec, const nn_profile_args_t *args,
+                    nn_plan_costs_t *costs, nn_plan_model_t *model,
+                    nn_profile_report_t *report, char *err, size_t err_size);
+
+#endif
