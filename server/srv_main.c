@@ -31,6 +31,8 @@
 #include "nn_kernels.h"
 #include "nn_model.h"
 #include "nn_optim.h"
+#include "nn_plan.h"
+#include "nn_profile.h"
 #include "pl_blas.h"
 #include "pl_config.h"
 #include "pl_curve.h"
@@ -253,12 +255,8 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
         pl_log_error ("%s", err);
         return -1;
     }
-    if (cfg->split_point == PL_AUTO || cfg->micro_batches == PL_AUTO) {
-        pl_log_error ("%s: split_point, micro_batches: \"auto\" needs the planner, which "
-                      "this server does not have yet; give numbers", src);
-        return -1;
-    }
-    if (strcmp (cfg->mode, "pipelearn") == 0 && cfg->batch_size % cfg->micro_batches) {
+    if (strcmp (cfg->mode, "pipelearn") == 0 && cfg->micro_batches != PL_AUTO
+    &&  cfg->batch_size % cfg->micro_batches) {
         pl_log_error ("%s: micro_batches, batch_size: %d micro-batches must divide the "
                       "batch of %d samples", src, cfg->micro_batches, cfg->batch_size);
         return -1;
@@ -1280,6 +1278,107 @@ s_heartbeat (srv_t *self)
 
 //  ---------------------------------------------------------------------
 
+static double
+s_plan_now (void *arg)
+{
+    (void) arg;
+    return pl_monotonic ();
+}
+
+//  Worker threads for the run: one per core (config threads, 0 = all),
+//  at most one per replica.
+static int
+s_workers_for (const srv_t *self)
+{
+    int cores = self->cfg.threads > 0 ? self->cfg.threads
+                                      : (int) sysconf (_SC_NPROCESSORS_ONLN);
+    int replicas = self->mode == PROTO_MODE_SL ? 1 : self->devices;
+    if (cores < 1)
+        cores = 1;
+    return cores < replicas ? cores : replicas;
+}
+
+//  split_point / micro_batches "auto": profile this host (docs/planner.md),
+//  plan for the configured link, and put the chosen numbers in the config
+//  the devices get. Devices are assumed to compute as fast as this host
+//  and every device's link to be the configured one: the server does not
+//  measure devices or links yet.
+static int
+s_plan (srv_t *self)
+{
+    pl_config_t *cfg = &self->cfg;
+    char err[NN_ERR_SIZE];
+    nn_plan_input_t in = { 0 };
+    nn_profile_args_t pa = { .batch_size = self->batch, .threads = 1, .seed = cfg->seed,
+                             .now = s_plan_now };
+    double t0 = pl_monotonic ();
+    if (nn_profile_run (&self->spec, &pa, &in.server, &in.model, NULL, err, sizeof err)) {
+        pl_log_error ("server: planner: %s", err);
+        return -1;
+    }
+    double profile_s = pl_monotonic () - t0;
+    //  The training set is not loaded here; with samples 0 (all) the
+    //  epoch estimates assume 10000 samples per device.
+    int per_device = cfg->samples > 0 ? cfg->samples / self->devices : 10000;
+    in.batch_size = self->batch;
+    in.iterations = per_device > self->batch ? (per_device + self->batch - 1) / self->batch : 1;
+    in.aggregation_frequency = cfg->aggregation_frequency;
+    in.server_workers = s_workers_for (self);
+    in.split_point = cfg->split_point == PL_AUTO ? 0 : cfg->split_point;
+    in.micro_batches = self->mode != PROTO_MODE_PIPELEARN ? 1
+                     : cfg->micro_batches == PL_AUTO ? 0 : cfg->micro_batches;
+    in.devices_count = self->devices;
+    nn_plan_device_t *devs = nn_calloc ((size_t) self->devices, sizeof *devs);
+    for (int i = 0; i < self->devices; i++) {
+        devs[i].costs = in.server;
+        devs[i].uplink_Bps = cfg->uplink_mbps * 1e6 / 8.0;
+        devs[i].downlink_Bps = cfg->downlink_mbps * 1e6 / 8.0;
+        devs[i].rtt_s = cfg->rtt_ms / 1000.0;
+    }
+    in.devices = devs;
+    nn_plan_t *plan = nn_plan_new (&in, err, sizeof err);
+    nn_free (devs);
+    if (!plan) {
+        pl_log_error ("server: planner: %s", err);
+        return -1;
+    }
+    int p = 0, n = 1;
+    double epoch_s;
+    if (self->mode == PROTO_MODE_SL) {
+        const nn_plan_mode_t *sl = nn_plan_mode (plan, NN_PLAN_SL);
+        p = sl->split_point;
+        epoch_s = sl->epoch_s;
+    }
+    else
+        epoch_s = nn_plan_common (plan, &p, &n);
+    cfg->split_point = p;
+    if (self->mode == PROTO_MODE_PIPELEARN)
+        cfg->micro_batches = n;
+    cJSON *pj = cJSON_AddObjectToObject (pl_summary_root (self->summary), "plan");
+    cJSON_AddNumberToObject (pj, "split_point", p);
+    cJSON_AddNumberToObject (pj, "micro_batches", self->mode == PROTO_MODE_PIPELEARN ? n : 1);
+    cJSON_AddNumberToObject (pj, "estimated_epoch_s", epoch_s);
+    cJSON_AddNumberToObject (pj, "profile_s", profile_s);
+    cJSON_AddNumberToObject (pj, "uplink_mbps", cfg->uplink_mbps);
+    cJSON_AddNumberToObject (pj, "downlink_mbps", cfg->downlink_mbps);
+    cJSON_AddNumberToObject (pj, "rtt_ms", cfg->rtt_ms);
+    cJSON *modes = cJSON_AddObjectToObject (pj, "modes");
+    for (int m = 0; m < NN_PLAN_MODES_COUNT; m++)
+        cJSON_AddNumberToObject (modes, nn_plan_mode_name ((nn_plan_mode_kind_t) m),
+                                 nn_plan_mode (plan, (nn_plan_mode_kind_t) m)->epoch_s);
+    pl_log_info ("server: planner: split point %d, %d micro-batch(es); estimated epoch %.1f s "
+                 "(fl %.1f, sl %.1f, sfl %.1f, pipelearn %.1f) for %d device(s) on an assumed "
+                 "%g/%g Mbit/s, %g ms link, devices as fast as this host (profiled in %.1f s)",
+                 p, self->mode == PROTO_MODE_PIPELEARN ? n : 1, epoch_s,
+                 nn_plan_mode (plan, NN_PLAN_FL)->epoch_s,
+                 nn_plan_mode (plan, NN_PLAN_SL)->epoch_s,
+                 nn_plan_mode (plan, NN_PLAN_SFL)->epoch_s,
+                 nn_plan_mode (plan, NN_PLAN_PIPELEARN)->epoch_s, self->devices,
+                 cfg->uplink_mbps, cfg->downlink_mbps, cfg->rtt_ms, profile_s);
+    nn_plan_destroy (&plan);
+    return 0;
+}
+
 static int
 s_setup (srv_t *self, const s_args_t *args)
 {
@@ -1287,7 +1386,6 @@ s_setup (srv_t *self, const s_args_t *args)
     pl_config_t *cfg = &self->cfg;
     self->mode = (proto_mode_t) proto_mode_from_name (cfg->mode);
     self->batch = cfg->batch_size;
-    self->micro = self->mode == PROTO_MODE_PIPELEARN ? cfg->micro_batches : 1;
     self->devices = cfg->devices;
     const char *dir = cfg->data_dir[0] ? cfg->data_dir : NULL;
     self->test = nn_dataset_load_named (cfg->dataset, dir, false, cfg->test_samples, err,
@@ -1302,6 +1400,12 @@ s_setup (srv_t *self, const s_args_t *args)
         return -1;
     }
     self->units = self->spec.units_count;
+    bool pipelearn = self->mode == PROTO_MODE_PIPELEARN;
+    if (self->mode != PROTO_MODE_FL
+    &&  (cfg->split_point == PL_AUTO || (pipelearn && cfg->micro_batches == PL_AUTO))
+    &&  s_plan (self))
+        return -1;
+    self->micro = pipelearn ? cfg->micro_batches : 1;
     self->split = self->mode == PROTO_MODE_FL ? self->units : cfg->split_point;
     nn_model_spec_hash (&self->spec, self->spec_hash);
     int mb = self->batch / self->micro;
@@ -1350,10 +1454,7 @@ s_setup (srv_t *self, const s_args_t *args)
         self->srv_wcount = nn_model_weights_count (self->rep[0].model);
         //  One worker per core: more would only oversubscribe the host
         //  (OpenBLAS runs one thread inside each worker).
-        int cores = cfg->threads > 0 ? cfg->threads : (int) sysconf (_SC_NPROCESSORS_ONLN);
-        self->workers_count = cores < 1 ? 1 : cores;
-        if (self->workers_count > self->replicas_count)
-            self->workers_count = self->replicas_count;
+        self->workers_count = s_workers_for (self);
         for (int i = 0; i < self->workers_count; i++) {
             srv_worker_args_t wa = {
                 .spec = &self->spec, .unit_begin = self->split, .max_batch = mb,

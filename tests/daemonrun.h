@@ -27,6 +27,20 @@
 
 #define MAX_PROCS 40
 
+//  Built with AddressSanitizer (gcc's macro; clang's __has_feature): the
+//  daemons' RSS is the sanitizer's (shadow memory, quarantine), so memory
+//  bounds are not checked.
+#if defined (__SANITIZE_ADDRESS__)
+#   define RUN_UNDER_ASAN 1
+#elif defined (__has_feature)
+#   if __has_feature (address_sanitizer)
+#       define RUN_UNDER_ASAN 1
+#   endif
+#endif
+#ifndef RUN_UNDER_ASAN
+#   define RUN_UNDER_ASAN 0
+#endif
+
 typedef struct {
     char dir[4096];
     pid_t pids[MAX_PROCS];

@@ -189,7 +189,7 @@ Test (config, to_json_uses_canonical_forms)
     char *text = cJSON_PrintUnformatted (json);
     S_ASSERT_HAS (text, "\"seed\":9007199254740992,");
     cJSON_free (text);
-    cr_assert_eq (cJSON_GetArraySize (json), 27, "one member per canonical key");
+    cr_assert_eq (cJSON_GetArraySize (json), 30, "one member per canonical key");
     cJSON_Delete (json);
 }
 
@@ -537,41 +537,34 @@ Test (config, check_leaves_divisibility_to_the_server)
     cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
 }
 
-Test (config, check_refuses_auto_until_the_planner_exists)
+Test (config, check_leaves_auto_to_the_planner)
 {
     pl_config_t config;
     char err [NN_ERR_SIZE] = "";
 
-    //  "auto" parses and round-trips, but no run can use it yet.
-    s_parse_ok (&config, "{\"micro_batches\": \"auto\"}");
+    //  "auto" passes the check in every mode (pipelearn-server plans it);
+    //  the range checks apply to numbers.
+    const char *modes [] = { "pipelearn", "sfl", "sl", "fl" };
+    for (size_t i = 0; i < 4; i++) {
+        char text [160];
+        snprintf (text, sizeof text, "{\"split_point\": \"auto\", \"micro_batches\": "
+                  "\"auto\", \"mode\": \"%s\", \"batch_size\": 8}", modes [i]);
+        s_parse_ok (&config, text);
+        cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s: %s",
+                      modes [i], err);
+    }
+    s_parse_ok (&config, "{\"split_point\": \"auto\", \"micro_batches\": 9, "
+                         "\"batch_size\": 8}");
     cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
-    cr_assert_str_eq (err, "run.json: micro_batches: \"auto\" needs the planner, which is "
-                           "not implemented yet; give a number in mode pipelearn");
-    s_parse_ok (&config, "{\"split_point\": \"auto\", \"mode\": \"sfl\"}");
+    S_ASSERT_HAS (err, "micro_batches");
+    s_parse_ok (&config, "{\"split_point\": 7, \"micro_batches\": \"auto\"}");
     cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
-    cr_assert_str_eq (err, "run.json: split_point: \"auto\" needs the planner, which is "
-                           "not implemented yet; give a number in mode sfl");
-    strcpy (config.mode, "sl");
-    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
-    S_ASSERT_HAS (err, "split_point: \"auto\"");
-    //  Both: the first one is named.
-    s_parse_ok (&config, "{\"split_point\": \"auto\", \"micro_batches\": \"auto\"}");
-    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
-    S_ASSERT_HAS (err, "run.json: split_point: \"auto\" needs the planner");
-
-    //  --set is the source when the value came from the command line.
-    pl_config_defaults (&config);
-    cr_assert_eq (pl_config_set (&config, "micro_batches=auto", err, sizeof err), 0, "%s", err);
-    cr_assert_eq (pl_config_check (&config, "--set", err, sizeof err), -1);
-    S_ASSERT_HAS (err, "--set: micro_batches: \"auto\"");
-
-    //  Where the value is not used, "auto" does not stop a run: fl does
-    //  not split, and only pipelearn has micro-batches.
-    s_parse_ok (&config, "{\"split_point\": \"auto\", \"micro_batches\": \"auto\", "
-                         "\"mode\": \"fl\"}");
-    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
-    s_parse_ok (&config, "{\"micro_batches\": \"auto\", \"mode\": \"sfl\"}");
-    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
+    S_ASSERT_HAS (err, "split_point");
+    //  The planner's assumed link.
+    s_parse_ok (&config, "{\"uplink_mbps\": 2.5, \"downlink_mbps\": 8, \"rtt_ms\": 0}");
+    cr_assert_eq (config.uplink_mbps, 2.5);
+    s_parse_fails ("{\"uplink_mbps\": 0}", err, sizeof err);
+    S_ASSERT_HAS (err, "uplink_mbps");
 }
 
 Test (config, load_missing_file_names_the_path)

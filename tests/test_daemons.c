@@ -273,3 +273,43 @@ Test (daemons, rogue_peer_is_refused, .timeout = 600)
     cJSON_Delete (s);
     s_rmtree (run.dir);
 }
+
+//  split_point / micro_batches "auto": the server profiles, plans for the
+//  configured link, tells the devices the numbers and records the plan.
+//  On a slow uplink the planner must not keep the whole batch in one
+//  message when it can overlap transfers (N > 1), and N divides the batch.
+static void
+s_auto_run (const char *mode)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    char config[1024];
+    snprintf (config, sizeof config,
+              "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 800, "
+              "\"test_samples\": 200, \"batch_size\": 40, \"epochs\": 1, \"seed\": 2, "
+              "\"threads\": 1, \"devices\": 2, \"mode\": \"%s\", \"split_point\": \"auto\", "
+              "\"micro_batches\": \"auto\", \"uplink_mbps\": 2, \"downlink_mbps\": 5, "
+              "\"rtt_ms\": 20}", mode);
+    s_run_daemons (&run, "run", config, 2);
+    cJSON *s = s_summary (run.dir, "run");
+    const cJSON *plan = cJSON_GetObjectItemCaseSensitive (s, "plan");
+    cr_assert (cJSON_IsObject (plan), "%s: summary has no plan", mode);
+    int p = (int) s_num (plan, "split_point"), n = (int) s_num (plan, "micro_batches");
+    cr_assert (p >= 1 && p <= 4, "%s: split point %d", mode, p);
+    cr_assert (n >= 1 && 40 % n == 0, "%s: %d micro-batches for a batch of 40", mode, n);
+    if (strcmp (mode, "pipelearn") == 0)
+        cr_expect (n > 1, "pipelearn on a 2 Mbit/s uplink kept one micro-batch");
+    else
+        cr_expect_eq (n, 1);
+    cr_expect (s_num (plan, "estimated_epoch_s") > 0);
+    const cJSON *modes = cJSON_GetObjectItemCaseSensitive (plan, "modes");
+    s_num (modes, "fl"), s_num (modes, "sl"), s_num (modes, "sfl"), s_num (modes, "pipelearn");
+    char line[128];
+    snprintf (line, sizeof line, "planner: split point %d, %d micro-batch", p, n);
+    cr_expect (s_log_has (&run, "server.log", line), "%s: plan not logged", mode);
+    cJSON_Delete (s);
+    s_rmtree (run.dir);
+}
+
+Test (daemons, pipelearn_auto_plan, .timeout = 600) { s_auto_run ("pipelearn"); }
+Test (daemons, sfl_auto_plan, .timeout = 600) { s_auto_run ("sfl"); }

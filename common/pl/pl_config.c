@@ -173,6 +173,15 @@ static const s_field_t s_fields[] = {
     { .key = "round_timeout_s", .kind = S_DOUBLE, S_AT (round_timeout_s),
       .min = 0, .max = INFINITY, .min_open = true, .max_open = true,
       .expect = "seconds > 0" },
+    { .key = "uplink_mbps", .kind = S_DOUBLE, S_AT (uplink_mbps),
+      .min = 0, .max = INFINITY, .min_open = true, .max_open = true,
+      .expect = "Mbit/s > 0" },
+    { .key = "downlink_mbps", .kind = S_DOUBLE, S_AT (downlink_mbps),
+      .min = 0, .max = INFINITY, .min_open = true, .max_open = true,
+      .expect = "Mbit/s > 0" },
+    { .key = "rtt_ms", .kind = S_DOUBLE, S_AT (rtt_ms),
+      .min = 0, .max = INFINITY, .max_open = true,
+      .expect = "milliseconds >= 0" },
     { .key = "bind", .kind = S_STRING, S_AT (bind), .flags = S_NONEMPTY | S_ENDPOINT,
       .expect = "an endpoint like \"tcp://*:5555\" of at most 127 bytes" },
     { .key = "results_dir", .kind = S_STRING, S_AT (results_dir), .flags = S_NONEMPTY,
@@ -210,11 +219,11 @@ static const s_refused_t s_refused[] = {
     { "same_data_size_for_each_client", "\"samples\" is always the total over "
       "all devices; give devices x samples-per-device" },
     { "uplink_bandwidth", "the planner measures bandwidth instead of taking it "
-      "from the config" },
+      "from the config; \"uplink_mbps\" is the link it assumes until then" },
     { "downlink_bandwidth", "the planner measures bandwidth instead of taking it "
-      "from the config" },
-    { "profile_iter_num", "the planner will profile on its own (\"split_point\" and "
-      "\"micro_batches\" \"auto\", not implemented yet); give both as numbers" },
+      "from the config; \"downlink_mbps\" is the link it assumes until then" },
+    { "profile_iter_num", "the planner profiles on its own (\"split_point\" and "
+      "\"micro_batches\" \"auto\")" },
     { "enable_profiler", "the reference's torch profiler trace has no equivalent" },
     { "enable_val", "there is no validation split; \"test_samples\" sizes the test set" },
     { "enable_test", "there is no switch for testing; \"test_samples\" sizes the test set" },
@@ -646,6 +655,9 @@ pl_config_defaults (pl_config_t *self)
     self->min_devices = 1;
     self->device_timeout_s = 30.0;
     self->round_timeout_s = 600.0;
+    self->uplink_mbps = 10.0;
+    self->downlink_mbps = 25.0;
+    self->rtt_ms = 60.0;
     s_store_string (self->bind, sizeof self->bind, "tcp://*:5555");
     s_store_string (self->results_dir, sizeof self->results_dir, "results");
 }
@@ -860,21 +872,14 @@ pl_config_check (const pl_config_t *self, const char *source,
         if (s_check_field (self, &s_fields [i], source, err, err_size))
             return -1;
 
-    //  "auto" parses (a config can be written for the planner) but cannot
-    //  run: refused wherever the value would be used, not where it is ignored.
+    //  "auto": pipelearn-server's planner picks the value (docs/planner.md);
+    //  the range checks below apply to numbers only.
     bool pipelearn = strcmp (self->mode, "pipelearn") == 0;
     bool splits = strcmp (self->mode, "fl") != 0;
-    if ((splits && self->split_point == PL_AUTO) || (pipelearn && self->micro_batches == PL_AUTO))
-        return nn_errf (err, err_size,
-                        "%s: %s: \"auto\" needs the planner, which is not implemented yet; "
-                        "give a number in mode %s",
-                        source, splits && self->split_point == PL_AUTO ? "split_point"
-                                                                       : "micro_batches",
-                        self->mode);
 
     //  Micro-batches only exist in pipelearn mode; elsewhere the value is
     //  unused and must not stop a run.
-    if (pipelearn && self->micro_batches > self->batch_size)
+    if (pipelearn && self->micro_batches != PL_AUTO && self->micro_batches > self->batch_size)
         return nn_errf (err, err_size,
                         "%s: micro_batches, batch_size: %d micro-batches do not fit in "
                         "a batch of %d samples (need micro_batches <= batch_size)",
@@ -899,7 +904,7 @@ pl_config_check (const pl_config_t *self, const char *source,
     if (splits) {
         int units = s_units_of (self->model);
         assert (units > 1);     //  every model s_models accepts is in s_model_units
-        if (self->split_point > units - 1)
+        if (self->split_point != PL_AUTO && self->split_point > units - 1)
             return nn_errf (err, err_size,
                             "%s: split_point, model: %s has %d split units, so split_point "
                             "must be in 1..%d in mode %s, got %d",

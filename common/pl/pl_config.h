@@ -47,6 +47,9 @@ typedef struct {
     int min_devices;            //  1: a round completes with whoever finished
     double device_timeout_s;    //  30: a training device silent this long is dropped
     double round_timeout_s;     //  600: a device not done with a round by then is dropped
+    double uplink_mbps;         //  10: the link the planner assumes ("auto")
+    double downlink_mbps;       //  25
+    double rtt_ms;              //  60
     char bind[128];             //  "tcp://*:5555"
     char results_dir[512];      //  "results"
 } pl_config_t;
