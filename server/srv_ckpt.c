@@ -250,7 +250,8 @@ srv_ckpt_load (const char *results_dir, const pl_config_t *cfg, nn_model_t *devp
     char **names = s_list (dir, &count);
     if (count == 0) {
         s_list_free (names, count);
-        return nn_errf (err, err_size, "--resume: no checkpoint in %s", dir);
+        nn_errf (err, err_size, "--resume: no checkpoint in %s yet", dir);
+        return -2;
     }
     int rc = -1;
     for (int i = 0; i < count; i++) {

@@ -44,9 +44,11 @@ int srv_ckpt_save (const char *results_dir, int keep, srv_ckpt_point_t point,
 
 //  Load the newest valid checkpoint into the models. On success fills
 //  point, *epochs_out (the caller owns it; may be an empty array) and
-//  chosen (the checkpoint's directory), and returns 0. -1 with a message
-//  when there is none, none is valid, or the newest readable one belongs
-//  to another run. Skipped (corrupt) checkpoints are logged.
+//  chosen (the checkpoint's directory), and returns 0. -2 when there is no
+//  checkpoint at all (a first start: nothing to resume); -1 with a message
+//  when none is valid or the newest readable one belongs to another run.
+//  Skipped (corrupt) checkpoints are logged. A point past the run's last
+//  epoch means the run was complete.
 int srv_ckpt_load (const char *results_dir, const pl_config_t *cfg, nn_model_t *devpart,
                    nn_model_t **replicas, int replicas_count, srv_ckpt_point_t *point,
                    cJSON **epochs_out, char *chosen, size_t chosen_size,

@@ -601,6 +601,11 @@ static void
 s_finish (srv_t *self)
 {
     char err[NN_ERR_SIZE], path[1024];
+    //  The point after the last epoch: --resume then knows the run is done.
+    self->epoch = self->cfg.epochs + 1;
+    self->round_iter = 0;
+    s_checkpoint (self);
+    self->epoch = self->cfg.epochs;
     for (int i = 0; i < self->workers_count; i++) {
         pl_timeline_t *tl = s_worker_call (self, i, "TL", "TL");
         if (!tl)
@@ -1525,7 +1530,9 @@ s_setup (srv_t *self, const s_args_t *args)
 }
 
 //  --resume: the models, the round and the epochs so far from the newest
-//  valid checkpoint. The run restarts when its devices have joined.
+//  valid checkpoint; the run restarts when its devices have joined. 0
+//  (resumed, or no checkpoint yet: a new run), 1 when the run was already
+//  complete, -1 on error.
 static int
 s_resume (srv_t *self)
 {
@@ -1535,16 +1542,23 @@ s_resume (srv_t *self)
     srv_ckpt_point_t pt;
     cJSON *epochs = NULL;
     char err[NN_ERR_SIZE], chosen[2048];
-    if (srv_ckpt_load (self->results, &self->cfg, self->devpart, reps, self->replicas_count,
-                       &pt, &epochs, chosen, sizeof chosen, err, sizeof err)) {
+    int rc = srv_ckpt_load (self->results, &self->cfg, self->devpart, reps,
+                            self->replicas_count, &pt, &epochs, chosen, sizeof chosen, err,
+                            sizeof err);
+    if (rc == -2) {
+        //  A supervisor always passes --resume; the first start has none.
+        pl_log_info ("server: %s; starting a new run", err);
+        return 0;
+    }
+    if (rc) {
         pl_log_error ("server: %s", err);
         return -1;
     }
     if (pt.epoch > self->cfg.epochs) {
-        pl_log_error ("server: --resume: %s is past the run's %d epoch(s)", chosen,
-                      self->cfg.epochs);
+        pl_log_info ("server: --resume: the run in %s is complete (%d epoch(s)); nothing to "
+                     "do", self->results, self->cfg.epochs);
         cJSON_Delete (epochs);
-        return -1;
+        return 1;
     }
     pl_summary_set_epochs (self->summary, epochs);
     self->epoch = pt.epoch;
@@ -1559,8 +1573,22 @@ static void
 s_teardown (srv_t *self)
 {
     zpoller_destroy (&self->poller);
-    for (int i = 0; i < self->workers_count; i++)
+    for (int i = 0; i < self->workers_count; i++) {
+        //  A run that ends early (aborted, interrupted) can leave a step in
+        //  a worker: take its GRADIENTS off the pipe before stopping it.
+        if (self->worker_rep[i] >= 0) {
+            char *tag = NULL;
+            void *ptr = NULL;
+            if (zsock_recv (self->workers[i], "sp", &tag, &ptr) == 0 && tag
+            &&  streq (tag, "GRAD") && ptr) {
+                proto_msg_t *grad = ptr;
+                proto_msg_destroy (&grad);
+            }
+            zstr_free (&tag);
+            self->worker_rep[i] = -1;
+        }
         zactor_destroy (&self->workers[i]);
+    }
     for (int i = 0; i < self->replicas_count; i++) {
         srv_replica_t *r = &self->rep[i];
         while (r->queue && zlist_size (r->queue)) {
@@ -1608,10 +1636,16 @@ srv_run (int argc, char **argv)
     self->origin = pl_wall_clock ();
     self->timeline = pl_timeline_new (self->origin);
     self->summary = pl_summary_new (&self->cfg, "pipelearn-server", 1);
-    if (s_setup (self, &args) || (args.resume && s_resume (self))) {
+    int resumed = 0;
+    if (s_setup (self, &args) || (args.resume && (resumed = s_resume (self)) < 0)) {
         s_teardown (self);
         nn_free (self);
         return 1;
+    }
+    if (resumed == 1) {                 //  the run was already complete
+        s_teardown (self);
+        nn_free (self);
+        return 0;
     }
     while (!self->done && !s_interrupted) {
         //  Wake often enough to notice a deadline within a tenth of it.
