@@ -6,6 +6,14 @@
 #include <math.h>
 #include <string.h>
 
+//  gcc's "no loop-carried dependence" hint; clang has no such pragma (and
+//  -Werror would stop it on an unknown one).
+#if defined (__GNUC__) && !defined (__clang__)
+#   define S_IVDEP _Pragma ("GCC ivdep")
+#else
+#   define S_IVDEP
+#endif
+
 //  Scratch for one chunk of im2col rows: big enough to feed sgemm well,
 //  small enough to stay in L2 (2 MiB per core here).
 #define S_COLS_TARGET (384 * 1024)
@@ -456,7 +464,7 @@ nn_batchnorm_normalize (float *out, float *xhat, const float *in,
         const float *x = in + (size_t) r * c;
         float *xh = xhat + (size_t) r * c;
         float *y = out + (size_t) r * c;
-#pragma GCC ivdep
+S_IVDEP
         for (int k = 0; k < c; k++) {
             float v = x[k];
             float z = v * a[k] + b[k];
@@ -494,7 +502,7 @@ nn_batchnorm_forward_eval (float *out, const float *in, const float *gamma,
     for (int r = 0; r < m; r++) {
         const float *x = in + (size_t) r * c;
         float *y = out + (size_t) r * c;
-#pragma GCC ivdep
+S_IVDEP
         for (int k = 0; k < c; k++)
             y[k] = x[k] * scale[k] + shift[k];
     }
@@ -532,7 +540,7 @@ nn_batchnorm_backward_apply (float *din, const float *dout, const float *xhat,
         const float *dy = dout + (size_t) r * c;
         const float *xh = xhat + (size_t) r * c;
         float *dx = din + (size_t) r * c;
-#pragma GCC ivdep
+S_IVDEP
         for (int k = 0; k < c; k++)
             dx[k] = a[k] * (dy[k] - mdy[k] - xh[k] * mdyx[k]);
     }
@@ -558,7 +566,7 @@ nn_batchnorm_backward (float *din, float *dgamma, float *dbeta, const float *dou
 S_CLONES void
 nn_relu_forward (float *out, const float *in, size_t count)
 {
-#pragma GCC ivdep
+S_IVDEP
     for (size_t i = 0; i < count; i++)
         out[i] = in[i] > 0.0f ? in[i] : 0.0f;
 }
@@ -566,7 +574,7 @@ nn_relu_forward (float *out, const float *in, size_t count)
 S_CLONES void
 nn_relu_backward (float *din, const float *dout, const float *out, size_t count)
 {
-#pragma GCC ivdep
+S_IVDEP
     for (size_t i = 0; i < count; i++)
         din[i] = out[i] > 0.0f ? dout[i] : 0.0f;
 }

@@ -64,7 +64,7 @@ proto_limits_frame_bytes (const proto_limits_t *limits, bool tensors)
     uint64_t sizes[] = { tensor, tensors ? (uint64_t) l.max_batch * 4 : 0,
                          l.slab_count > UINT64_MAX / 4 ? UINT64_MAX : l.slab_count * 4,
                          (uint64_t) l.max_events * PROTO_EVENT_SIZE,
-                         (uint64_t) l.max_json_bytes, PROTO_TEXT_MAX,
+                         (uint64_t) l.max_json_bytes, 4 + PROTO_TEXT_MAX,
                          PROTO_HELLO_FIXED_SIZE + PROTO_NAME_MAX };
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (sizes[i] > max)
