@@ -67,6 +67,7 @@ typedef struct {
     const char *data_dir;
     int threads;
     double timeout_s;
+    double heartbeat_s;         //  ZMTP heartbeat interval; timeout 6x
     const char *cert;           //  this device's secret certificate
     const char *server_cert;    //  the server's public certificate (pinned)
     bool insecure;
@@ -115,12 +116,14 @@ s_usage (FILE *out)
         "usage: pipelearn-client --connect tcp://HOST:PORT\n"
         "                        (--cert FILE_secret --server-cert FILE | --insecure)\n"
         "                        [--device-id N] [--data-dir DIR] [--threads N]\n"
-        "                        [--timeout SECONDS]\n"
+        "                        [--timeout SECONDS] [--heartbeat SECONDS]\n"
         "Joins a pipelearn-server run as one device; the run's config comes from\n"
         "the server. --cert: this device's secret certificate (its public half must\n"
         "be in the server's --allow directory); --server-cert: the server's public\n"
         "certificate, the only server this device will talk to. --insecure: plain\n"
-        "TCP. --timeout: give up when the server is silent that long (60).\n");
+        "TCP. --timeout: give up when the server is silent that long (60).\n"
+        "--heartbeat: ZMTP heartbeat interval (5; a connection silent 6x that is\n"
+        "closed and made again).\n");
 }
 
 static int
@@ -132,6 +135,7 @@ s_parse_args (int argc, char **argv, s_args_t *a)
         { "data-dir", required_argument, NULL, 'd' },
         { "threads", required_argument, NULL, 't' },
         { "timeout", required_argument, NULL, 'T' },
+        { "heartbeat", required_argument, NULL, 'H' },
         { "cert", required_argument, NULL, 'C' },
         { "server-cert", required_argument, NULL, 'S' },
         { "insecure", no_argument, NULL, 'I' },
@@ -141,6 +145,7 @@ s_parse_args (int argc, char **argv, s_args_t *a)
     a->device_id = -1;
     a->threads = 1;
     a->timeout_s = 60.0;
+    a->heartbeat_s = 5.0;
     int c;
     while ((c = getopt_long (argc, argv, "c:i:d:t:T:h", opts, NULL)) != -1) {
         char *end = NULL;
@@ -161,6 +166,14 @@ s_parse_args (int argc, char **argv, s_args_t *a)
                 a->threads = (int) strtol (optarg, &end, 10);
                 if (*end || a->threads < 1 || a->threads > 256) {
                     pl_log_error ("--threads: want 1..256, got \"%s\"", optarg);
+                    return -1;
+                }
+                break;
+            case 'H':
+                a->heartbeat_s = strtod (optarg, &end);
+                if (*end || !(a->heartbeat_s > 0) || a->heartbeat_s > 3600) {
+                    pl_log_error ("--heartbeat: want seconds in (0, 3600], got \"%s\"",
+                                  optarg);
                     return -1;
                 }
                 break;
@@ -844,6 +857,10 @@ cli_run (int argc, char **argv)
     //  5 s) until --timeout says the device has waited long enough.
     zsock_set_reconnect_ivl (self->dealer, 100);
     zsock_set_reconnect_ivl_max (self->dealer, 5000);
+    //  ZMTP heartbeats both ways (the server sets its own): a server that
+    //  vanished without closing TCP is noticed and reconnected to.
+    zsock_set_heartbeat_ivl (self->dealer, (int) (self->args.heartbeat_s * 1000.0));
+    zsock_set_heartbeat_timeout (self->dealer, (int) (self->args.heartbeat_s * 6000.0));
     char err[NN_ERR_SIZE];
     if (self->args.insecure)
         pl_log_warn ("client: --insecure: plain TCP; the server is not authenticated");

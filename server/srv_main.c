@@ -57,7 +57,6 @@
 #include <unistd.h>
 
 #define SRV_MAX_DEVICES 64
-#define SRV_HEARTBEAT_S 5.0
 #define SRV_EVAL_BATCH  16
 //  Device events kept per device and epoch; past it the rest is dropped
 //  (with one warning), so a device cannot grow the server without bound.
@@ -1271,7 +1270,7 @@ static void
 s_heartbeat (srv_t *self)
 {
     double now = pl_monotonic ();
-    if (now - self->last_heartbeat < SRV_HEARTBEAT_S)
+    if (now - self->last_heartbeat < self->cfg.heartbeat_s)
         return;
     self->last_heartbeat = now;
     for (int i = 0; i < self->devices; i++)
@@ -1484,6 +1483,13 @@ s_setup (srv_t *self, const s_args_t *args)
     }
     self->rh = zsock_resolve (self->router);
     zsock_set_linger (self->router, 2000);
+    //  ZMTP heartbeats: libzmq pings every connection and closes one whose
+    //  peer stays silent past the timeout (a dead device's TCP connection is
+    //  not kept open forever; NATs see traffic). The training protocol's
+    //  own deadlines (device_timeout_s, round_timeout_s) decide about the
+    //  run; the devices set the same on their side (--heartbeat).
+    zsock_set_heartbeat_ivl (self->router, (int) (cfg->heartbeat_s * 1000.0));
+    zsock_set_heartbeat_timeout (self->router, (int) (cfg->heartbeat_timeout_s * 1000.0));
     //  No legitimate frame is bigger than this run's largest tensor, slab
     //  or EVENTS frame: libzmq drops a peer that announces more before
     //  buffering it (a few MiB here instead of the protocol's 256 MiB cap).

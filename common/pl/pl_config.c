@@ -173,6 +173,12 @@ static const s_field_t s_fields[] = {
     { .key = "round_timeout_s", .kind = S_DOUBLE, S_AT (round_timeout_s),
       .min = 0, .max = INFINITY, .min_open = true, .max_open = true,
       .expect = "seconds > 0" },
+    { .key = "heartbeat_s", .kind = S_DOUBLE, S_AT (heartbeat_s),
+      .min = 0, .max = 3600, .min_open = true,
+      .expect = "seconds > 0 and <= 3600" },
+    { .key = "heartbeat_timeout_s", .kind = S_DOUBLE, S_AT (heartbeat_timeout_s),
+      .min = 0, .max = 86400, .min_open = true,
+      .expect = "seconds > 0 and <= 86400" },
     { .key = "uplink_mbps", .kind = S_DOUBLE, S_AT (uplink_mbps),
       .min = 0, .max = INFINITY, .min_open = true, .max_open = true,
       .expect = "Mbit/s > 0" },
@@ -655,6 +661,8 @@ pl_config_defaults (pl_config_t *self)
     self->min_devices = 1;
     self->device_timeout_s = 30.0;
     self->round_timeout_s = 600.0;
+    self->heartbeat_s = 5.0;
+    self->heartbeat_timeout_s = 30.0;
     self->uplink_mbps = 10.0;
     self->downlink_mbps = 25.0;
     self->rtt_ms = 60.0;

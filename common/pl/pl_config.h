@@ -47,6 +47,8 @@ typedef struct {
     int min_devices;            //  1: a round completes with whoever finished
     double device_timeout_s;    //  30: a training device silent this long is dropped
     double round_timeout_s;     //  600: a device not done with a round by then is dropped
+    double heartbeat_s;         //  5: ZMTP heartbeat and HEARTBEAT message interval
+    double heartbeat_timeout_s; //  30: libzmq closes a connection silent this long
     double uplink_mbps;         //  10: the link the planner assumes ("auto")
     double downlink_mbps;       //  25
     double rtt_ms;              //  60
