@@ -732,6 +732,47 @@ s_join (cli_t *self)
 }
 
 //  Data and models for the plan.
+//  What the shard selection needs and finds (see s_select_shard).
+typedef struct {
+    const pl_config_t *cfg;
+    nn_rng_t rng;                       //  the run's seed stream
+    int devices, id;
+    int min_count, max_count;           //  over every device's shard
+} s_shards_t;
+
+//  Every device's shard is computed (from the labels alone) to know the
+//  smallest and largest; this device keeps its own. The loader then reads
+//  only those images: a device never holds the whole training set.
+static int *
+s_select_shard (const nn_dataset_t *unloaded, int *count_out, void *arg, char *err,
+                size_t err_size)
+{
+    s_shards_t *sh = arg;
+    nn_rng_t shard_rng = nn_rng_split (&sh->rng, 2000);
+    int *mine = NULL;
+    for (int d = 0; d < sh->devices; d++) {
+        int count = 0;
+        int *s = nn_dataset_shard (unloaded, sh->cfg->partition, sh->devices, d,
+                                   sh->cfg->samples, sh->cfg->dirichlet_alpha, &shard_rng,
+                                   &count, err, err_size);
+        if (!s) {
+            nn_free (mine);
+            return NULL;
+        }
+        if (d == 0 || count < sh->min_count)
+            sh->min_count = count;
+        if (count > sh->max_count)
+            sh->max_count = count;
+        if (d == sh->id) {
+            mine = s;
+            *count_out = count;
+        }
+        else
+            nn_free (s);
+    }
+    return mine;
+}
+
 static int
 s_prepare (cli_t *self)
 {
@@ -739,35 +780,23 @@ s_prepare (cli_t *self)
     const pl_config_t *cfg = &self->cfg;
     const char *dir = self->args.data_dir ? self->args.data_dir
                     : cfg->data_dir[0] ? cfg->data_dir : NULL;
-    self->train = nn_dataset_load_named (cfg->dataset, dir, true, cfg->samples, err,
-                                         sizeof err);
+    nn_rng_seed (&self->rng, cfg->seed);
+    s_shards_t sh = { .cfg = cfg, .rng = self->rng, .devices = (int) self->plan.devices,
+                      .id = self->id };
+    self->train = nn_dataset_load_named_select (cfg->dataset, dir, true, cfg->samples,
+                                                s_select_shard, &sh, err, sizeof err);
     if (!self->train)
         goto fail;
     if (nn_model_spec_by_name (&self->spec, cfg->model, self->train->c, self->train->h,
                                self->train->w, self->train->classes, err, sizeof err))
         goto fail;
     nn_model_spec_hash (&self->spec, self->spec_hash);
-    nn_rng_seed (&self->rng, cfg->seed);
-    nn_rng_t shard_rng = nn_rng_split (&self->rng, 2000);
-    int devices = (int) self->plan.devices, min_count = 0, max_count = 0;
-    for (int d = 0; d < devices; d++) {
-        int count = 0;
-        int *s = nn_dataset_shard (self->train, cfg->partition, devices, d, cfg->samples,
-                                   cfg->dirichlet_alpha, &shard_rng, &count, err,
-                                   sizeof err);
-        if (!s)
-            goto fail;
-        if (d == 0 || count < min_count)
-            min_count = count;
-        if (count > max_count)
-            max_count = count;
-        if (d == self->id) {
-            self->shard = s;
-            self->shard_count = count;
-        }
-        else
-            nn_free (s);
-    }
+    //  The loaded set is the shard, in shard order.
+    self->shard_count = self->train->count;
+    self->shard = nn_malloc (sizeof (int) * (size_t) (self->shard_count + 1));
+    for (int i = 0; i < self->shard_count; i++)
+        self->shard[i] = i;
+    int min_count = sh.min_count, max_count = sh.max_count, devices = sh.devices;
     //  Every device runs as many iterations as the largest shard needs (the
     //  rounds must line up), so every sample of every shard is used each
     //  epoch; an empty shard cannot fill a batch.

@@ -68,7 +68,7 @@ s_find_idx_file (char *out, const char *dir, const char *name,
 
 static nn_dataset_t *
 s_load_idx_named (const char *dir, bool train, int limit, float mean, float std,
-                  char *err, size_t err_size)
+                  nn_dataset_select_fn select, void *arg, char *err, size_t err_size)
 {
     char images[DS_PATH_MAX], labels[DS_PATH_MAX];
     const char *split = train ? "train" : "t10k";
@@ -79,7 +79,8 @@ s_load_idx_named (const char *dir, bool train, int limit, float mean, float std,
     snprintf (name, sizeof name, "%s-labels-idx1-ubyte", split);
     if (s_find_idx_file (labels, dir, name, err, err_size))
         return NULL;
-    nn_dataset_t *ds = nn_dataset_load_idx (images, labels, limit, err, err_size);
+    nn_dataset_t *ds = nn_dataset_load_idx_select (images, labels, limit, select, arg, err,
+                                                   err_size);
     if (ds) {
         ds->mean[0] = mean;
         ds->std[0] = std;
@@ -116,26 +117,82 @@ nn_dataset_t *
 nn_dataset_load_named (const char *name, const char *dir, bool train, int limit,
                        char *err, size_t err_size)
 {
+    return nn_dataset_load_named_select (name, dir, train, limit, NULL, NULL, err, err_size);
+}
+
+//  ds cut down to the samples select picks, in its order (in place).
+static int
+s_select (nn_dataset_t *ds, nn_dataset_select_fn select, void *arg, char *err,
+          size_t err_size)
+{
+    int n = 0;
+    int *picks = select (ds, &n, arg, err, err_size);
+    if (!picks)
+        return -1;
+    size_t sample = (size_t) ds->h * ds->w * ds->c;
+    uint8_t *pixels = nn_malloc (sample * (size_t) (n > 0 ? n : 1));
+    uint8_t *labels = nn_malloc ((size_t) (n > 0 ? n : 1));
+    uint8_t *seen = nn_calloc ((size_t) ds->count + 1, 1);
+    int rc = 0;
+    for (int k = 0; k < n && rc == 0; k++) {
+        int i = picks[k];
+        if (i < 0 || i >= ds->count || seen[i])
+            rc = nn_errf (err, err_size, "dataset: selection: index %d %s", i,
+                          i < 0 || i >= ds->count ? "out of range" : "picked twice");
+        else {
+            seen[i] = 1;
+            memcpy (pixels + (size_t) k * sample, ds->pixels + (size_t) i * sample, sample);
+            labels[k] = ds->labels[i];
+        }
+    }
+    nn_free (seen);
+    nn_free (picks);
+    if (rc) {
+        nn_free (pixels);
+        nn_free (labels);
+        return -1;
+    }
+    nn_free (ds->pixels);
+    nn_free (ds->labels);
+    ds->pixels = pixels;
+    ds->labels = labels;
+    ds->count = n;
+    return 0;
+}
+
+nn_dataset_t *
+nn_dataset_load_named_select (const char *name, const char *dir, bool train, int limit,
+                              nn_dataset_select_fn select, void *arg,
+                              char *err, size_t err_size)
+{
     assert (name);
+    nn_dataset_t *ds = NULL;
     char fallback[DS_PATH_MAX];
     if (!dir || !*dir) {
         snprintf (fallback, sizeof fallback, "%s/%s", DS_DEFAULT_ROOT, name);
         dir = fallback;
     }
     if (strcmp (name, "fashion-mnist") == 0)
-        return s_load_idx_named (dir, train, limit, 0.2860f, 0.3530f, err, err_size);
+        return s_load_idx_named (dir, train, limit, 0.2860f, 0.3530f, select, arg, err,
+                                 err_size);
     if (strcmp (name, "mnist") == 0)
-        return s_load_idx_named (dir, train, limit, 0.1307f, 0.3081f, err, err_size);
+        return s_load_idx_named (dir, train, limit, 0.1307f, 0.3081f, select, arg, err,
+                                 err_size);
     if (strcmp (name, "cifar10") == 0)
-        return s_load_cifar_named (dir, train, limit, err, err_size);
+        ds = s_load_cifar_named (dir, train, limit, err, err_size);
+    else
     if (strcmp (name, "synthetic") == 0) {
         int count = limit > 0 ? limit : train ? DS_SYNTH_TRAIN : DS_SYNTH_TEST;
-        return nn_dataset_synthetic (count, 28, 28, 1, 10,
-                                     DS_SYNTH_SEED + (train ? 0 : 1));
+        ds = nn_dataset_synthetic (count, 28, 28, 1, 10, DS_SYNTH_SEED + (train ? 0 : 1));
     }
-    nn_errf (err, err_size, "dataset: unknown name '%s' (valid: %s)", name,
-             DS_VALID_NAMES);
-    return NULL;
+    else {
+        nn_errf (err, err_size, "dataset: unknown name '%s' (valid: %s)", name,
+                 DS_VALID_NAMES);
+        return NULL;
+    }
+    if (ds && select && s_select (ds, select, arg, err, err_size))
+        nn_dataset_destroy (&ds);
+    return ds;
 }
 
 //  ---------------------------------------------------------------------

@@ -27,6 +27,15 @@ typedef struct {
 
 void nn_dataset_destroy (nn_dataset_t **self_p);
 
+//  Chooses the samples a load keeps, given the dataset before its pixels
+//  are read (count, shape, classes, labels, mean/std set; pixels NULL for
+//  IDX files, which stream, already loaded for the others). Uses labels only.
+//  Returns an owned (nn_malloc) array of distinct indices in [0, count), in
+//  the order wanted, and its length in *count_out; NULL with a message in
+//  err fails the load.
+typedef int *(*nn_dataset_select_fn) (const nn_dataset_t *unloaded, int *count_out,
+                                      void *arg, char *err, size_t err_size);
+
 //  MNIST IDX pair (idx3 ubyte images, idx1 ubyte labels), plain or gzip
 //  (detected by content, not name). limit > 0 keeps the first `limit`
 //  samples. classes is 10. Checks magic, dimensions, truncation, label
@@ -34,6 +43,13 @@ void nn_dataset_destroy (nn_dataset_t **self_p);
 nn_dataset_t *nn_dataset_load_idx (const char *images_path,
                                    const char *labels_path, int limit,
                                    char *err, size_t err_size);
+//  The same keeping only the samples select picks (in its order): the
+//  labels are read first, then the images stream past and only the picked
+//  ones are kept, so a device holds its shard, not the whole file.
+nn_dataset_t *nn_dataset_load_idx_select (const char *images_path,
+                                          const char *labels_path, int limit,
+                                          nn_dataset_select_fn select, void *arg,
+                                          char *err, size_t err_size);
 
 //  CIFAR-10 binary batches (records of 1 label byte + 3072 CHW bytes),
 //  one or more files concatenated in order; converted to HWC on load.
@@ -48,6 +64,13 @@ nn_dataset_t *nn_dataset_load_cifar10 (const char *const *paths, int paths_count
 nn_dataset_t *nn_dataset_load_named (const char *name, const char *dir,
                                      bool train, int limit,
                                      char *err, size_t err_size);
+//  nn_dataset_load_named keeping only the samples select picks, in its
+//  order. IDX datasets never hold the others in memory; the others are
+//  loaded whole, then cut down.
+nn_dataset_t *nn_dataset_load_named_select (const char *name, const char *dir,
+                                            bool train, int limit,
+                                            nn_dataset_select_fn select, void *arg,
+                                            char *err, size_t err_size);
 
 //  Deterministic synthetic dataset: `count` samples of (h, w, c) with
 //  `classes` classes, learnable (each class has a distinct pattern plus

@@ -219,6 +219,85 @@ s_dataset_new (int count, int h, int w, uint8_t *pixels, uint8_t *labels)
     return ds;
 }
 
+//  Where each sample goes in the selection (-1: not picked), checking the
+//  picks are distinct and in range. NULL with a message.
+static int *
+s_positions (const int *picks, int picks_count, int count, char *err, size_t err_size)
+{
+    int *pos = nn_malloc (sizeof (int) * (size_t) (count > 0 ? count : 1));
+    for (int i = 0; i < count; i++)
+        pos[i] = -1;
+    for (int k = 0; k < picks_count; k++) {
+        int i = picks[k];
+        if (i < 0 || i >= count || pos[i] >= 0) {
+            nn_errf (err, err_size, "dataset: selection: index %d %s", i,
+                     i < 0 || i >= count ? "out of range" : "picked twice");
+            nn_free (pos);
+            return NULL;
+        }
+        pos[i] = k;
+    }
+    return pos;
+}
+
+nn_dataset_t *
+nn_dataset_load_idx_select (const char *images_path, const char *labels_path, int limit,
+                            nn_dataset_select_fn select, void *arg,
+                            char *err, size_t err_size)
+{
+    if (!select)
+        return nn_dataset_load_idx (images_path, labels_path, limit, err, err_size);
+    s_idx_file_t img = { 0 }, lbl = { 0 };
+    uint8_t *labels = NULL, *chunk = NULL;
+    int *picks = NULL, *pos = NULL;
+    nn_dataset_t *ds = NULL, *all = NULL;
+    if (s_open_pair (&img, &lbl, images_path, labels_path, err, err_size))
+        goto done;
+    int count = (int) img.dims[0];
+    if (limit > 0 && limit < count)
+        count = limit;
+    labels = s_read_payload (&lbl, (size_t) count, "labels", err, err_size);
+    if (!labels || s_check_labels (labels, count, labels_path, err, err_size))
+        goto done;
+    all = s_dataset_new (count, (int) img.dims[1], (int) img.dims[2], NULL, labels);
+    labels = NULL;
+    int n = 0;
+    picks = select (all, &n, arg, err, err_size);
+    if (!picks || !(pos = s_positions (picks, n, count, err, err_size)))
+        goto done;
+    size_t image_bytes = (size_t) img.dims[1] * img.dims[2];
+    uint8_t *pixels = nn_malloc (image_bytes * (size_t) (n > 0 ? n : 1));
+    uint8_t *kept = nn_malloc ((size_t) (n > 0 ? n : 1));
+    ds = s_dataset_new (n, all->h, all->w, pixels, kept);
+    //  Stream the images past in chunks, keeping the picked ones.
+    int per_chunk = (int) (IDX_READ_CHUNK / image_bytes) + 1;
+    chunk = nn_malloc (image_bytes * (size_t) per_chunk);
+    for (int at = 0; at < count; at += per_chunk) {
+        int m = count - at < per_chunk ? count - at : per_chunk;
+        if (s_read_exact (&img, chunk, image_bytes * (size_t) m, "pixels", err, err_size)) {
+            nn_dataset_destroy (&ds);
+            goto done;
+        }
+        for (int j = 0; j < m; j++) {
+            int k = pos[at + j];
+            if (k >= 0) {
+                memcpy (pixels + (size_t) k * image_bytes, chunk + (size_t) j * image_bytes,
+                        image_bytes);
+                kept[k] = all->labels[at + j];
+            }
+        }
+    }
+done:
+    nn_free (chunk);
+    nn_free (labels);
+    nn_free (picks);
+    nn_free (pos);
+    nn_dataset_destroy (&all);
+    s_close (&img);
+    s_close (&lbl);
+    return ds;
+}
+
 nn_dataset_t *
 nn_dataset_load_idx (const char *images_path, const char *labels_path, int limit,
                      char *err, size_t err_size)

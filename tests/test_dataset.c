@@ -175,6 +175,113 @@ Test (idx, limit_keeps_first_samples)
     s_rmtree (dir);
 }
 
+//  A selection callback for the tests: picks from a fixed list, after
+//  checking that it was called before any pixel was read.
+typedef struct {
+    const int *picks;
+    int count;
+    int calls;
+    int seen_count;
+    bool streams;           //  IDX: called before any pixel is read
+} s_pick_t;
+
+static int *
+s_pick (const nn_dataset_t *unloaded, int *count_out, void *arg, char *err, size_t err_size)
+{
+    s_pick_t *p = arg;
+    p->calls++;
+    p->seen_count = unloaded->count;
+    if (p->streams)
+        cr_assert_null (unloaded->pixels, "pixels read before the selection");
+    cr_assert_not_null (unloaded->labels);
+    if (p->count < 0) {
+        snprintf (err, err_size, "no thanks");
+        return NULL;
+    }
+    int *out = nn_malloc (sizeof (int) * (size_t) (p->count + 1));
+    memcpy (out, p->picks, sizeof (int) * (size_t) p->count);
+    *count_out = p->count;
+    return out;
+}
+
+//  A device's shard: only the picked samples, in the picked order, equal
+//  to the same samples of a full load; bad picks are refused.
+static void
+s_idx_select (bool gz)
+{
+    char dir[64], images[4096], labels[4096], err[NN_ERR_SIZE] = "";
+    s_mkdtemp (dir);
+    s_path (images, dir, gz ? "images.gz" : "images");
+    s_path (labels, dir, gz ? "labels.gz" : "labels");
+    s_write_idx_pair (images, labels, gz);
+    const int picks[] = { IDX_N - 1, 0, 2 };
+    s_pick_t p = { .picks = picks, .count = 3, .streams = true };
+    nn_dataset_t *ds = nn_dataset_load_idx_select (images, labels, 0, s_pick, &p, err,
+                                                   sizeof err);
+    cr_assert_not_null (ds, "%s", err);
+    cr_assert_eq (p.calls, 1);
+    cr_assert_eq (p.seen_count, IDX_N);
+    cr_assert_eq (ds->count, 3);
+    for (int k = 0; k < 3; k++) {
+        int i = picks[k];
+        cr_assert_eq (ds->labels[k], s_idx_label (i), "label of pick %d", k);
+        for (int y = 0; y < IDX_H; y++)
+            for (int x = 0; x < IDX_W; x++)
+                cr_assert_eq (ds->pixels[(k * IDX_H + y) * IDX_W + x], s_idx_pixel (i, y, x));
+    }
+    nn_dataset_destroy (&ds);
+    //  With a limit the selection sees only the first samples.
+    const int first[] = { 1 };
+    p = (s_pick_t) { .picks = first, .count = 1 };
+    ds = nn_dataset_load_idx_select (images, labels, 2, s_pick, &p, err, sizeof err);
+    cr_assert_not_null (ds, "%s", err);
+    cr_assert_eq (p.seen_count, 2);
+    cr_assert_eq (ds->labels[0], s_idx_label (1));
+    nn_dataset_destroy (&ds);
+    //  Out of range, twice, or the callback's own failure: no dataset.
+    const int bad_range[] = { 0, IDX_N };
+    p = (s_pick_t) { .picks = bad_range, .count = 2 };
+    ds = nn_dataset_load_idx_select (images, labels, 0, s_pick, &p, err, sizeof err);
+    cr_assert_null (ds);
+    cr_assert_not_null (strstr (err, "out of range"), "%s", err);
+    const int twice[] = { 1, 1 };
+    p = (s_pick_t) { .picks = twice, .count = 2 };
+    ds = nn_dataset_load_idx_select (images, labels, 0, s_pick, &p, err, sizeof err);
+    cr_assert_null (ds);
+    cr_assert_not_null (strstr (err, "picked twice"), "%s", err);
+    p = (s_pick_t) { .count = -1 };
+    ds = nn_dataset_load_idx_select (images, labels, 0, s_pick, &p, err, sizeof err);
+    cr_assert_null (ds);
+    cr_assert_str_eq (err, "no thanks");
+    s_rmtree (dir);
+}
+
+Test (idx, select_keeps_only_the_picks_plain) { s_idx_select (false); }
+Test (idx, select_keeps_only_the_picks_gzip) { s_idx_select (true); }
+
+//  Datasets without streaming (synthetic, cifar10) are cut down after the
+//  load, with the same result.
+Test (named, select_on_synthetic)
+{
+    char err[NN_ERR_SIZE] = "";
+    nn_dataset_t *all = nn_dataset_load_named ("synthetic", NULL, true, 50, err, sizeof err);
+    cr_assert_not_null (all, "%s", err);
+    const int picks[] = { 7, 3, 49 };
+    s_pick_t p = { .picks = picks, .count = 3 };
+    nn_dataset_t *ds = nn_dataset_load_named_select ("synthetic", NULL, true, 50, s_pick, &p,
+                                                     err, sizeof err);
+    cr_assert_not_null (ds, "%s", err);
+    cr_assert_eq (ds->count, 3);
+    size_t sample = (size_t) all->h * all->w * all->c;
+    for (int k = 0; k < 3; k++) {
+        cr_assert_eq (ds->labels[k], all->labels[picks[k]]);
+        cr_assert_eq (memcmp (ds->pixels + k * sample, all->pixels + picks[k] * sample,
+                              sample), 0);
+    }
+    nn_dataset_destroy (&ds);
+    nn_dataset_destroy (&all);
+}
+
 Test (idx, truncated_images)
 {
     char dir[64], images[4096], labels[4096], err[NN_ERR_SIZE] = "";
