@@ -19,6 +19,8 @@ struct _nn_model_t {
     float *acts;                //  activation slab (layer outputs, saved state)
     float *grad_a, *grad_b;     //  ping-pong input-gradient buffers
     float *transient;           //  BN outputs only a max-pool reads (s_fuse)
+    size_t transient_count;     //  floats it needs
+    bool transient_shared;      //  it is one of the gradient buffers
     float *scratch;
     float *grad_parts;          //  per-thread partial parameter gradients
     double *bn_parts;           //  per-thread BN partial sums
@@ -201,6 +203,7 @@ s_carve (nn_model_t *self)
         if (pass == 0) {
             self->acts = nn_alloc_aligned (sizeof (float) * (total ? total : 1));
             self->transient = nn_alloc_aligned (sizeof (float) * (transient + 16));
+            self->transient_count = transient;
         }
     }
 }
@@ -222,6 +225,20 @@ s_place_grad_buffers (nn_model_t *self)
     }
     self->grad_a = nn_alloc_aligned (sizeof (float) * s_align (need[0] + 1));
     self->grad_b = nn_alloc_aligned (sizeof (float) * s_align (need[1] + 1));
+    //  The transient BN outputs are dead once the max-pool after them has
+    //  run (its backward needs only its winners), and the gradient buffers
+    //  are written by backward only: one memory serves both (10 MB of a
+    //  VGG5 context at batch 100).
+    float *big = need[0] >= need[1] ? self->grad_a : self->grad_b;
+    size_t big_count = need[0] >= need[1] ? need[0] : need[1];
+    if (self->transient_count && self->transient_count <= big_count) {
+        nn_free (self->transient);
+        self->transient = big;
+        self->transient_shared = true;
+        for (int i = 0; i < self->layers_count; i++)
+            if (self->layers[i].bn_transient)
+                self->layers[i].out = big;
+    }
 }
 
 //  Per-thread buffers: conv scratch, partial gradients, BN partial sums.
@@ -388,7 +405,8 @@ nn_model_destroy (nn_model_t **self_p)
         nn_free (self->optim);
     }
     nn_free (self->acts);
-    nn_free (self->transient);
+    if (!self->transient_shared)
+        nn_free (self->transient);
     nn_free (self->grad_a);
     nn_free (self->grad_b);
     nn_free (self->scratch);
