@@ -339,4 +339,40 @@ s_start_client (s_run_t *run, int index, const char *endpoint)
     return s_start_client_sec (run, index, endpoint, NULL, NULL, "60");
 }
 
+//  How long a whole test run of the daemons may take.
+#define RUN_TIMEOUT_S 240
+
+//  Wait for the server and `devices` clients; asserts every exit status 0
+//  (dumps the logs and kills what is left first if not).
+static inline void
+s_finish_run (s_run_t *run, const char *sub, pid_t server, const pid_t *clients, int devices)
+{
+    int src = s_wait (run, server, pl_monotonic () + RUN_TIMEOUT_S);
+    int crc[MAX_PROCS];
+    bool ok = src == 0;
+    for (int i = 0; i < devices; i++) {
+        crc[i] = s_wait (run, clients[i], pl_monotonic () + 20);
+        ok = ok && crc[i] == 0;
+    }
+    if (!ok) {
+        s_dump_logs (run);
+        s_kill_all (run);
+    }
+    cr_assert (src == 0, "%s: server exit status %d", sub, src);
+    for (int i = 0; i < devices; i++)
+        cr_assert (crc[i] == 0, "%s: client %d exit status %d", sub, i, crc[i]);
+}
+
+//  Server + `devices` real clients (--insecure), run to the end.
+static inline void
+s_run_daemons (s_run_t *run, const char *sub, const char *config_json, int devices)
+{
+    char endpoint[256];
+    pid_t server = s_start_server (run, sub, config_json, endpoint, sizeof endpoint);
+    pid_t clients[MAX_PROCS];
+    for (int i = 0; i < devices; i++)
+        clients[i] = s_start_client (run, i, endpoint);
+    s_finish_run (run, sub, server, clients, devices);
+}
+
 #endif

@@ -39,45 +39,12 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#define RUN_TIMEOUT_S 240
 #define REPLY_TIMEOUT_MS 10000
 #define FLOOD_HELLOS 2000
 #define SERVER_RSS_LIMIT_KB (128L * 1024)
 
 //  ---------------------------------------------------------------------
 //  Processes (as in test_daemons.c)
-
-//  Wait for the server and `devices` clients; asserts every exit status 0.
-static void
-s_finish_run (s_run_t *run, const char *sub, pid_t server, const pid_t *clients, int devices)
-{
-    int src = s_wait (run, server, pl_monotonic () + RUN_TIMEOUT_S);
-    int crc[MAX_PROCS];
-    bool ok = src == 0;
-    for (int i = 0; i < devices; i++) {
-        crc[i] = s_wait (run, clients[i], pl_monotonic () + 20);
-        ok = ok && crc[i] == 0;
-    }
-    if (!ok) {
-        s_dump_logs (run);
-        s_kill_all (run);
-    }
-    cr_assert (src == 0, "%s: server exit status %d", sub, src);
-    for (int i = 0; i < devices; i++)
-        cr_assert (crc[i] == 0, "%s: client %d exit status %d", sub, i, crc[i]);
-}
-
-//  Server + `devices` real clients, run to the end.
-static void
-s_run_daemons (s_run_t *run, const char *sub, const char *config_json, int devices)
-{
-    char endpoint[256];
-    pid_t server = s_start_server (run, sub, config_json, endpoint, sizeof endpoint);
-    pid_t clients[MAX_PROCS];
-    for (int i = 0; i < devices; i++)
-        clients[i] = s_start_client (run, i, endpoint);
-    s_finish_run (run, sub, server, clients, devices);
-}
 
 //  Wait until the server log says every device joined (training started).
 static void

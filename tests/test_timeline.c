@@ -37,38 +37,11 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#define RUN_TIMEOUT_S 240
 #define DEVICES 2
 #define EPS_S 0.001             //  clock and rounding slack (CSV has 1 us)
 
 //  ---------------------------------------------------------------------
 //  Processes (as in test_daemons.c)
-
-//  Run server + `devices` clients to the end; asserts every exit status 0.
-static void
-s_run_daemons (s_run_t *run, const char *sub, const char *config_json, int devices)
-{
-    char endpoint[256];
-    pid_t server = s_start_server (run, sub, config_json, endpoint, sizeof endpoint);
-    pid_t clients[MAX_PROCS];
-    for (int i = 0; i < devices; i++)
-        clients[i] = s_start_client (run, i, endpoint);
-    double deadline = pl_monotonic () + RUN_TIMEOUT_S;
-    int src = s_wait (run, server, deadline);
-    int crc[MAX_PROCS];
-    for (int i = 0; i < devices; i++)
-        crc[i] = s_wait (run, clients[i], pl_monotonic () + 20);
-    bool ok = src == 0;
-    for (int i = 0; i < devices; i++)
-        ok = ok && crc[i] == 0;
-    if (!ok) {
-        s_dump_logs (run);
-        s_kill_all (run);
-    }
-    cr_assert (src == 0, "%s: server exit status %d", sub, src);
-    for (int i = 0; i < devices; i++)
-        cr_assert (crc[i] == 0, "%s: client %d exit status %d", sub, i, crc[i]);
-}
 
 //  ---------------------------------------------------------------------
 //  timeline.csv
