@@ -62,7 +62,6 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
         { NULL, 0, NULL, 0 }
     };
     char err[NN_ERR_SIZE];
-    //  First pass: the config file, so that every other flag overrides it.
     //  The config file first, so that every other flag overrides it.
     if (pl_config_load_args (cfg, argc, argv, &args->config_path, err, sizeof err)) {
         pl_log_error ("%s", err);
