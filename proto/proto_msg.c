@@ -36,12 +36,12 @@
 #define S_OFF_RESERVED   28
 #define S_OFF_SEQUENCE   32
 
-#define S_FLAGS_KNOWN    (PROTO_FLAG_EVAL_RESULT | PROTO_FLAG_LAST)
-#define S_TYPE_MAX       PROTO_MSG_EVENTS
+#define S_FLAGS_KNOWN    (PROTO_FLAG_EVAL_RESULT | PROTO_FLAG_LAST | PROTO_FLAG_PROFILE)
+#define S_TYPE_MAX       PROTO_MSG_PLAN
 
 static const char *const s_type_names[S_TYPE_MAX + 1] = {
     NULL, "HELLO", "WELCOME", "MODEL", "ACTIVATIONS", "GRADIENTS", "PARAMS",
-    "EVAL", "STATS", "HEARTBEAT", "BYE", "ERROR", "EVENTS"
+    "EVAL", "STATS", "HEARTBEAT", "BYE", "ERROR", "EVENTS", "PROFILE", "PROBE", "PLAN"
 };
 
 static const char *const s_stage_names[PROTO_STAGE_MAX + 1] = {
@@ -133,6 +133,9 @@ s_frames_for (int type, uint32_t flags)
         case PROTO_MSG_STATS:       return 2;
         case PROTO_MSG_EVENTS:      return 2;
         case PROTO_MSG_ERROR:       return 2;
+        case PROTO_MSG_PROFILE:     return 2;
+        case PROTO_MSG_PROBE:       return 3;
+        case PROTO_MSG_PLAN:        return 2;
         default:                    return 1;   //  HEARTBEAT, BYE
     }
 }
@@ -175,6 +178,9 @@ s_header_check (const proto_header_t *h, char *err, size_t err_size)
     if ((h->flags & PROTO_FLAG_EVAL_RESULT) && h->type != PROTO_MSG_EVAL)
         return proto_fail (err, err_size, PROTO_E_VALUE,
                            "%s: header: flag EVAL_RESULT set on a non-EVAL message", tn);
+    if ((h->flags & PROTO_FLAG_PROFILE) && h->type != PROTO_MSG_WELCOME)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: header: flag PROFILE set on a non-WELCOME message", tn);
     if ((h->flags & PROTO_FLAG_LAST) && !proto_type_is_tensor (h->type))
         return proto_fail (err, err_size, PROTO_E_VALUE,
                            "%s: header: flag LAST set on a message without a sequence", tn);
@@ -292,10 +298,10 @@ s_hello_check (const proto_hello_t *h, char *err, size_t err_size)
     return s_name_check (h->name, strnlen (h->name, sizeof h->name), err, err_size);
 }
 
-static int
-s_plan_check (const proto_plan_t *p, const proto_limits_t *l, char *err, size_t err_size)
+int
+proto_plan_check (const proto_plan_t *p, const proto_limits_t *l, const char *w,
+                  char *err, size_t err_size)
 {
-    const char *w = "WELCOME: plan";
     if (p->mode < PROTO_MODE_FL || p->mode > PROTO_MODE_PIPELEARN)
         return proto_fail (err, err_size, PROTO_E_VALUE,
                            "%s: mode %" PRIu32 " not in 1..4 (fl, sl, sfl, pipelearn)",
@@ -326,6 +332,37 @@ s_plan_check (const proto_plan_t *p, const proto_limits_t *l, char *err, size_t 
         return proto_fail (err, err_size, PROTO_E_TIME,
                            "%s: origin_s is %g, must be finite and >= 0", w, p->origin_s);
     return 0;
+}
+
+//  PROTOCOL.md, "WELCOME" frame 2 (also PLAN frame 1).
+void
+proto_plan_put (uint8_t *b, const proto_plan_t *p)
+{
+    proto_le_put_u32 (b, p->device_id);
+    proto_le_put_u32 (b + 4, p->split_point);
+    proto_le_put_u32 (b + 8, p->micro_batches);
+    proto_le_put_u32 (b + 12, p->batch_size);
+    proto_le_put_u32 (b + 16, p->devices);
+    proto_le_put_u32 (b + 20, p->mode);
+    proto_le_put_u64 (b + 24, p->shard_begin);
+    proto_le_put_u64 (b + 32, p->shard_count);
+    proto_le_put_u64 (b + 40, p->seed);
+    proto_le_put_f64 (b + 48, p->origin_s);
+}
+
+void
+proto_plan_get (proto_plan_t *p, const uint8_t *b)
+{
+    p->device_id = proto_le_get_u32 (b);
+    p->split_point = proto_le_get_u32 (b + 4);
+    p->micro_batches = proto_le_get_u32 (b + 8);
+    p->batch_size = proto_le_get_u32 (b + 12);
+    p->devices = proto_le_get_u32 (b + 16);
+    p->mode = proto_le_get_u32 (b + 20);
+    p->shard_begin = proto_le_get_u64 (b + 24);
+    p->shard_count = proto_le_get_u64 (b + 32);
+    p->seed = proto_le_get_u64 (b + 40);
+    p->origin_s = proto_le_get_f64 (b + 48);
 }
 
 static int
@@ -436,6 +473,7 @@ proto_msg_destroy (proto_msg_t **self_p)
     nn_free (self->labels);
     nn_free (self->error_text);
     nn_free (self->events);
+    nn_free (self->profile);
     nn_free (self);
     *self_p = NULL;
 }
@@ -534,15 +572,34 @@ proto_msg_config (const proto_msg_t *self, size_t *len_out)
 void
 proto_msg_set_plan (proto_msg_t *self, const proto_plan_t *plan)
 {
-    assert (self && plan && self->header.type == PROTO_MSG_WELCOME);
+    assert (self && plan && (self->header.type == PROTO_MSG_WELCOME
+                             || self->header.type == PROTO_MSG_PLAN));
     self->plan = *plan;
 }
 
 const proto_plan_t *
 proto_msg_plan (const proto_msg_t *self)
 {
-    assert (self && self->header.type == PROTO_MSG_WELCOME);
+    assert (self && (self->header.type == PROTO_MSG_WELCOME
+                     || self->header.type == PROTO_MSG_PLAN));
     return &self->plan;
+}
+
+void
+proto_msg_set_profile_request (proto_msg_t *self, bool request)
+{
+    assert (self && self->header.type == PROTO_MSG_WELCOME);
+    if (request)
+        self->header.flags |= PROTO_FLAG_PROFILE;
+    else
+        self->header.flags &= ~PROTO_FLAG_PROFILE;
+}
+
+bool
+proto_msg_profile_requested (const proto_msg_t *self)
+{
+    assert (self && self->header.type == PROTO_MSG_WELCOME);
+    return (self->header.flags & PROTO_FLAG_PROFILE) != 0;
 }
 
 void
@@ -656,7 +713,7 @@ proto_msg_check (const proto_msg_t *self, char *err, size_t err_size)
         case PROTO_MSG_WELCOME:
             if (!self->config)
                 return proto_fail (err, err_size, PROTO_E_VALUE, "WELCOME: no config set");
-            return s_plan_check (&self->plan, &l, err, err_size);
+            return proto_plan_check (&self->plan, &l, "WELCOME: plan", err, err_size);
         case PROTO_MSG_MODEL:
         case PROTO_MSG_PARAMS:
             return proto_msg_slab_check (self, err, err_size);
@@ -670,6 +727,10 @@ proto_msg_check (const proto_msg_t *self, char *err, size_t err_size)
         case PROTO_MSG_HEARTBEAT:
         case PROTO_MSG_BYE:
             return 0;
+        case PROTO_MSG_PROFILE:
+        case PROTO_MSG_PROBE:
+        case PROTO_MSG_PLAN:
+            return proto_msg_planning_check (self, err, err_size);
         default:
             break;
     }
@@ -704,18 +765,7 @@ proto_msg_encode (proto_msg_t *self, zmq_msg_t frames[PROTO_MAX_FRAMES],
         case PROTO_MSG_WELCOME: {
             b = proto_frame_alloc (&frames[1], self->config_len);
             memcpy (b, self->config, self->config_len);
-            const proto_plan_t *p = &self->plan;
-            b = proto_frame_alloc (&frames[2], PROTO_PLAN_SIZE);
-            proto_le_put_u32 (b, p->device_id);
-            proto_le_put_u32 (b + 4, p->split_point);
-            proto_le_put_u32 (b + 8, p->micro_batches);
-            proto_le_put_u32 (b + 12, p->batch_size);
-            proto_le_put_u32 (b + 16, p->devices);
-            proto_le_put_u32 (b + 20, p->mode);
-            proto_le_put_u64 (b + 24, p->shard_begin);
-            proto_le_put_u64 (b + 32, p->shard_count);
-            proto_le_put_u64 (b + 40, p->seed);
-            proto_le_put_f64 (b + 48, p->origin_s);
+            proto_plan_put (proto_frame_alloc (&frames[2], PROTO_PLAN_SIZE), &self->plan);
             break;
         }
         case PROTO_MSG_MODEL:
@@ -760,6 +810,11 @@ proto_msg_encode (proto_msg_t *self, zmq_msg_t frames[PROTO_MAX_FRAMES],
         }
         case PROTO_MSG_HEARTBEAT:
         case PROTO_MSG_BYE:
+            break;
+        case PROTO_MSG_PROFILE:
+        case PROTO_MSG_PROBE:
+        case PROTO_MSG_PLAN:
+            proto_msg_encode_planning (self, frames);
             break;
         default:
             if (proto_msg_is_eval_result (self)) {
@@ -829,18 +884,8 @@ s_decode_welcome (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
     if (plen != PROTO_PLAN_SIZE)
         return proto_fail (err, err_size, PROTO_E_SIZE,
                            "WELCOME: plan %zu bytes, expected %d", plen, PROTO_PLAN_SIZE);
-    proto_plan_t *plan = &self->plan;
-    plan->device_id = proto_le_get_u32 (p);
-    plan->split_point = proto_le_get_u32 (p + 4);
-    plan->micro_batches = proto_le_get_u32 (p + 8);
-    plan->batch_size = proto_le_get_u32 (p + 12);
-    plan->devices = proto_le_get_u32 (p + 16);
-    plan->mode = proto_le_get_u32 (p + 20);
-    plan->shard_begin = proto_le_get_u64 (p + 24);
-    plan->shard_count = proto_le_get_u64 (p + 32);
-    plan->seed = proto_le_get_u64 (p + 40);
-    plan->origin_s = proto_le_get_f64 (p + 48);
-    rc = s_plan_check (plan, l, err, err_size);
+    proto_plan_get (&self->plan, p);
+    rc = proto_plan_check (&self->plan, l, "WELCOME: plan", err, err_size);
     if (rc)
         return rc;
     self->config = nn_malloc (len + 1);
@@ -945,6 +990,10 @@ s_decode_payload (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
         case PROTO_MSG_HEARTBEAT:
         case PROTO_MSG_BYE:
             return 0;
+        case PROTO_MSG_PROFILE:
+        case PROTO_MSG_PROBE:
+        case PROTO_MSG_PLAN:
+            return proto_msg_decode_planning (self, frames, l, err, err_size);
         default:
             break;
     }
@@ -1210,13 +1259,19 @@ proto_type_allowed (proto_mode_t mode, proto_state_t state, int type, proto_dir_
     //  Session control, allowed both ways once HELLO has been sent.
     const bool control = type == PROTO_MSG_HEARTBEAT || type == PROTO_MSG_BYE
                       || type == PROTO_MSG_ERROR;
+    //  Planning, split modes only: a PROFILE once, before the first MODEL;
+    //  PROBEs both ways and a PLAN before any MODEL.
+    const bool split_mode = mode >= PROTO_MODE_SL && mode <= PROTO_MODE_PIPELEARN;
+    const bool planning = split_mode && (type == PROTO_MSG_PROBE
+                                         || (!up && type == PROTO_MSG_PLAN));
     switch (state) {
         case PROTO_STATE_CONNECTING:
             return up && type == PROTO_MSG_HELLO;
         case PROTO_STATE_JOINING:
             return control || (!up && type == PROTO_MSG_WELCOME);
         case PROTO_STATE_JOINED:
-            return control || (!up && type == PROTO_MSG_MODEL);
+            return control || planning || (!up && type == PROTO_MSG_MODEL)
+                || (split_mode && up && type == PROTO_MSG_PROFILE);
         case PROTO_STATE_TRAINING: {
             if (mode < PROTO_MODE_FL || mode > PROTO_MODE_PIPELEARN)
                 return false;
@@ -1229,7 +1284,7 @@ proto_type_allowed (proto_mode_t mode, proto_state_t state, int type, proto_dir_
                 case PROTO_MSG_STATS:       return up;
                 case PROTO_MSG_EVENTS:      return up;
                 case PROTO_MSG_MODEL:       return !up;
-                default:                    return control;
+                default:                    return control || planning;
             }
         }
         default:

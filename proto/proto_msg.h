@@ -31,7 +31,7 @@
 #include <zmq.h>
 
 #define PROTO_MAGIC            0x4E524C50u  //  "PLRN" as little-endian bytes
-#define PROTO_VERSION          1
+#define PROTO_VERSION          2            //  2: PROFILE, PROBE, PLAN
 #define PROTO_HEADER_SIZE      40
 #define PROTO_MAX_FRAMES       4            //  header + at most 3 payload frames
 #define PROTO_MAX_RANK         4
@@ -53,10 +53,18 @@
 #define PROTO_EVENT_SIZE       32           //  one EVENTS record
 #define PROTO_EVENTS_MAX       65536        //  records per EVENTS message, hard cap
 #define PROTO_EVENT_NONE       0xFFFFFFFFu  //  EVENTS iteration / micro_batch: not applicable
+#define PROTO_PROFILE_UNITS_MAX 64          //  split units in a PROFILE
+#define PROTO_UNIT_COST_SIZE   40           //  one PROFILE unit record
+#define PROTO_PROFILE_FIXED_SIZE 8          //  + units * PROTO_UNIT_COST_SIZE
+#define PROTO_PROBE_SIZE       8            //  PROBE frame 1
+#define PROTO_PROBE_MAX_BYTES  ((uint32_t) 16 << 20)  //  PROBE reply_bytes cap
+#define PROTO_COST_MAX_S       3600.0       //  a unit's cost beyond this is nonsense
 
 //  Header flags. Bits not defined here are rejected.
 #define PROTO_FLAG_EVAL_RESULT 0x1u         //  EVAL only: results, not activations
 #define PROTO_FLAG_LAST        0x2u         //  ACTIVATIONS/GRADIENTS/EVAL: last of its sequence
+#define PROTO_FLAG_PROFILE     0x4u         //  WELCOME only: the server plans from this
+                                            //  device's costs: send PROFILE before MODEL
 
 //  HELLO capabilities. Unknown bits are ignored (a newer client may offer more).
 #define PROTO_CAP_FL           0x1u         //  can train the whole model
@@ -74,7 +82,10 @@ typedef enum {
     PROTO_MSG_HEARTBEAT = 9,
     PROTO_MSG_BYE = 10,
     PROTO_MSG_ERROR = 11,
-    PROTO_MSG_EVENTS = 12
+    PROTO_MSG_EVENTS = 12,
+    PROTO_MSG_PROFILE = 13,     //  device -> server: its per-unit compute costs
+    PROTO_MSG_PROBE = 14,       //  both ways: link measurement (PROTOCOL.md)
+    PROTO_MSG_PLAN = 15         //  server -> device: a new plan from the next MODEL on
 } proto_type_t;
 
 //  Return codes. -1 is "no message" (timeout, signal, context terminated):
@@ -228,6 +239,29 @@ typedef struct {
     double start_s, end_s;
 } proto_event_t;
 
+//  PROFILE: what one split unit costs on the device, in seconds, for a
+//  whole mini-batch of the run's batch size (nn_profile measures it; the
+//  fields mirror nn_plan_unit_cost_t). Finite, 0 <= fixed <= total <=
+//  PROTO_COST_MAX_S.
+typedef struct {
+    double fwd_s, bwd_s, fwd_fixed_s, bwd_fixed_s, upd_s;
+} proto_unit_cost_t;
+
+typedef struct {
+    uint32_t units;             //  1..PROTO_PROFILE_UNITS_MAX: every unit of the model
+    uint32_t threads;           //  compute threads it was measured with, >= 1
+    proto_unit_cost_t unit[PROTO_PROFILE_UNITS_MAX];
+} proto_profile_t;
+
+//  PROBE frame 1. Frame 2 is probe payload: any bytes, only its length
+//  counts. The server sends a PROBE; the device answers at once with a
+//  PROBE of the same probe_id, reply_bytes 0 and a payload of the asked
+//  reply_bytes. The server times the round trip (PROTOCOL.md, "Probing").
+typedef struct {
+    uint32_t probe_id;
+    uint32_t reply_bytes;       //  <= PROTO_PROBE_MAX_BYTES; 0 in an answer
+} proto_probe_t;
+
 //  What a receiver accepts. A zeroed struct (or NULL) takes the defaults:
 //  every field's 0 means "the protocol maximum" or "any".
 typedef struct {
@@ -339,6 +373,23 @@ int proto_msg_set_config (proto_msg_t *self, const char *json, size_t len);
 const char *proto_msg_config (const proto_msg_t *self, size_t *len_out);
 void proto_msg_set_plan (proto_msg_t *self, const proto_plan_t *plan);
 const proto_plan_t *proto_msg_plan (const proto_msg_t *self);
+
+//  PLAN: the same fields as WELCOME's plan, checked the same way.
+
+//  WELCOME: ask for a PROFILE (sets / clears PROTO_FLAG_PROFILE).
+void proto_msg_set_profile_request (proto_msg_t *self, bool request);
+bool proto_msg_profile_requested (const proto_msg_t *self);
+
+//  PROFILE. The setter copies; -1 (nothing set) if a field is out of range.
+int proto_msg_set_profile (proto_msg_t *self, const proto_profile_t *profile);
+const proto_profile_t *proto_msg_profile (const proto_msg_t *self);
+
+//  PROBE: frame 1 plus payload_bytes bytes of payload (zeros). -1 if
+//  reply_bytes exceeds PROTO_PROBE_MAX_BYTES.
+int proto_msg_set_probe (proto_msg_t *self, const proto_probe_t *probe,
+                         size_t payload_bytes);
+const proto_probe_t *proto_msg_probe (const proto_msg_t *self);
+size_t proto_msg_probe_payload_bytes (const proto_msg_t *self);
 
 //  MODEL / PARAMS: desc plus desc->count floats, copied or handed over.
 //  -1 if desc->count is 0 or too large; then *data_p is kept.

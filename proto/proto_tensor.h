@@ -138,6 +138,9 @@ struct _proto_msg_t {
     size_t events_count;
     uint32_t error_code;
     char *error_text;           //  NULL until set
+    proto_profile_t *profile;   //  PROFILE: NULL until set
+    proto_probe_t probe;
+    size_t probe_bytes;         //  PROBE payload length
 };
 
 static inline bool
@@ -245,5 +248,19 @@ int proto_msg_decode_slab (proto_msg_t *self, zmq_msg_t *frames,
                            const proto_limits_t *limits, char *err, size_t err_size);
 int proto_msg_decode_tensor (proto_msg_t *self, zmq_msg_t *frames,
                              const proto_limits_t *limits, char *err, size_t err_size);
+
+//  The plan (WELCOME frame 2, PLAN frame 1), PROTO_PLAN_SIZE bytes, and its
+//  checks; what names the message in errors (proto_msg.c).
+void proto_plan_put (uint8_t *b, const proto_plan_t *p);
+void proto_plan_get (proto_plan_t *p, const uint8_t *b);
+int proto_plan_check (const proto_plan_t *p, const proto_limits_t *l, const char *what,
+                      char *err, size_t err_size);
+
+//  Planning messages: PROFILE, PROBE, PLAN (proto_plan.c), in the same
+//  shape as the float-carrying ones above.
+int proto_msg_planning_check (const proto_msg_t *self, char *err, size_t err_size);
+void proto_msg_encode_planning (proto_msg_t *self, zmq_msg_t *frames);
+int proto_msg_decode_planning (proto_msg_t *self, zmq_msg_t *frames,
+                               const proto_limits_t *limits, char *err, size_t err_size);
 
 #endif

@@ -396,7 +396,8 @@ s_rand (uint64_t *state)
 
 Test (proto, header_layout_is_little_endian_at_fixed_offsets)
 {
-    proto_header_t h = { .magic = PROTO_MAGIC, .version = 1, .type = PROTO_MSG_GRADIENTS,
+    proto_header_t h = { .magic = PROTO_MAGIC, .version = PROTO_VERSION,
+                         .type = PROTO_MSG_GRADIENTS,
                          .flags = PROTO_FLAG_LAST, .device_id = 0x01020304u,
                          .epoch = 0x05060708u, .iteration = 0x090A0B0Cu,
                          .micro_batch = 0x0D0E0F10u, .reserved = 0,
@@ -404,7 +405,7 @@ Test (proto, header_layout_is_little_endian_at_fixed_offsets)
     uint8_t b[PROTO_HEADER_SIZE];
     proto_header_encode (b, &h);
     const uint8_t want[PROTO_HEADER_SIZE] = {
-        'P', 'L', 'R', 'N', 1, 0, 5, 0, 2, 0, 0, 0, 4, 3, 2, 1, 8, 7, 6, 5,
+        'P', 'L', 'R', 'N', 2, 0, 5, 0, 2, 0, 0, 0, 4, 3, 2, 1, 8, 7, 6, 5,
         0x0C, 0x0B, 0x0A, 0x09, 0x10, 0x0F, 0x0E, 0x0D, 0, 0, 0, 0,
         0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11 };
     cr_assert_arr_eq (b, want, sizeof want);
@@ -1200,8 +1201,8 @@ Test (proto, error_header_magic)
 Test (proto, error_header_version_names_it)
 {
     s_raw_t r = s_raw_from (proto_msg_new (PROTO_MSG_HEARTBEAT));
-    s_raw_bytes (&r, 0)[4] = 2;
-    s_expect (&r, NULL, PROTO_E_VERSION, "version 2 not supported (this build speaks 1)");
+    s_raw_bytes (&r, 0)[4] = 1;
+    s_expect (&r, NULL, PROTO_E_VERSION, "version 1 not supported (this build speaks 2)");
 
     //  A future version with a longer header is still told "version", not "size".
     r = s_raw_from (proto_msg_new (PROTO_MSG_HEARTBEAT));
@@ -1214,8 +1215,8 @@ Test (proto, error_header_version_names_it)
 
 Test (proto, error_header_type_reserved_flags)
 {
-    const uint16_t bad_types[3] = { 0, 13, 0xFFFF };
-    const char *needles[3] = { "unknown type 0", "unknown type 13", "unknown type 65535" };
+    const uint16_t bad_types[3] = { 0, 16, 0xFFFF };
+    const char *needles[3] = { "unknown type 0", "unknown type 16", "unknown type 65535" };
     for (int i = 0; i < 3; i++) {
         s_raw_t r = s_raw_from (proto_msg_new (PROTO_MSG_HEARTBEAT));
         s_raw_bytes (&r, 0)[6] = (uint8_t) bad_types[i];
@@ -1829,7 +1830,8 @@ Test (proto, names_and_codes)
     cr_assert_str_eq (proto_type_name (PROTO_MSG_ACTIVATIONS), "ACTIVATIONS");
     cr_assert_str_eq (proto_type_name (0), "UNKNOWN");
     cr_assert_str_eq (proto_type_name (PROTO_MSG_EVENTS), "EVENTS");
-    cr_assert_str_eq (proto_type_name (13), "UNKNOWN");
+    cr_assert_str_eq (proto_type_name (PROTO_MSG_PLAN), "PLAN");
+    cr_assert_str_eq (proto_type_name (16), "UNKNOWN");
     for (int a = PROTO_E_TIME; a <= PROTO_OK; a++) {
         cr_assert_str_neq (proto_strerror (a), "unknown error code");
         for (int b = a + 1; b <= PROTO_OK; b++)

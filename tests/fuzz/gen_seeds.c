@@ -199,6 +199,28 @@ s_proto_seeds (void)
         fuzz_die ("events");
     s_proto_seed ("events-server", FUZZ_PATH_SERVER, FUZZ_PROFILE_SERVER_FL, NULL, msg);
 
+    //  Planning (protocol 2): a device's profile, a probe each way, a new plan.
+    msg = proto_msg_new (PROTO_MSG_PROFILE);
+    proto_profile_t profile = { .units = 5, .threads = 1 };
+    for (int u = 0; u < 5; u++)
+        profile.unit[u] = (proto_unit_cost_t) { 0.02 * (u + 1), 0.04 * (u + 1), 0.001,
+                                                0.002, 0.0001 };
+    if (proto_msg_set_profile (msg, &profile))
+        fuzz_die ("profile");
+    s_proto_seed ("profile-server", FUZZ_PATH_SERVER, FUZZ_PROFILE_SERVER, NULL, msg);
+    msg = proto_msg_new (PROTO_MSG_PROBE);
+    proto_probe_t probe = { .probe_id = 3, .reply_bytes = 0 };
+    proto_msg_set_probe (msg, &probe, 64);
+    s_proto_seed ("probe-server", FUZZ_PATH_SERVER, FUZZ_PROFILE_SERVER, NULL, msg);
+    msg = proto_msg_new (PROTO_MSG_PROBE);
+    probe.reply_bytes = 65536;
+    proto_msg_set_probe (msg, &probe, 16);
+    s_proto_seed ("probe-client", FUZZ_PATH_CLIENT, FUZZ_PROFILE_CLIENT, NULL, msg);
+    msg = proto_msg_new (PROTO_MSG_PLAN);
+    plan.micro_batches = 10;
+    proto_msg_set_plan (msg, &plan);
+    s_proto_seed ("plan-client", FUZZ_PATH_CLIENT, FUZZ_PROFILE_CLIENT, NULL, msg);
+
     msg = proto_msg_new (PROTO_MSG_ERROR);
     proto_msg_set_error (msg, PROTO_ERR_MALFORMED, "ACTIVATIONS: batch 26 exceeds limit 25");
     s_proto_seed ("error-client", FUZZ_PATH_CLIENT, FUZZ_PROFILE_NONE, NULL, msg);

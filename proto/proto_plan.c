@@ -1,0 +1,222 @@
+/*  proto_plan.c: the planning messages (proto/PROTOCOL.md, "Planning").
+
+    PROFILE  device -> server, after a WELCOME flagged PROFILE: what every
+             split unit costs on the device (nn_profile's measurement).
+    PROBE    both ways: the server times round trips of probes of chosen
+             sizes to measure a device's RTT, downlink and uplink.
+    PLAN     server -> device: the plan the device follows from the next
+             MODEL on (a re-planned micro-batch count or split point).
+
+    Same rules as the rest of proto/: every count is checked against the
+    frame it came in before anything is read through it; one check serves
+    the encoder and the decoder.
+*/
+#include <assert.h>
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "nn_alloc.h"
+#include "proto_msg.h"
+#include "proto_tensor.h"
+
+static int
+s_profile_check (const proto_profile_t *p, char *err, size_t err_size)
+{
+    if (p->units < 1 || p->units > PROTO_PROFILE_UNITS_MAX)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "PROFILE: units %" PRIu32 " not in 1..%d", p->units,
+                           PROTO_PROFILE_UNITS_MAX);
+    if (p->threads < 1)
+        return proto_fail (err, err_size, PROTO_E_VALUE, "PROFILE: threads is 0");
+    static const char *const names[5] = { "fwd_s", "bwd_s", "fwd_fixed_s", "bwd_fixed_s",
+                                          "upd_s" };
+    for (uint32_t u = 0; u < p->units; u++) {
+        const proto_unit_cost_t *c = &p->unit[u];
+        const double v[5] = { c->fwd_s, c->bwd_s, c->fwd_fixed_s, c->bwd_fixed_s, c->upd_s };
+        for (int k = 0; k < 5; k++)
+            if (!isfinite (v[k]) || v[k] < 0 || v[k] > PROTO_COST_MAX_S)
+                return proto_fail (err, err_size, PROTO_E_VALUE,
+                                   "PROFILE: unit %" PRIu32 ": %s is %g, must be in 0..%g",
+                                   u, names[k], v[k], PROTO_COST_MAX_S);
+        if (c->fwd_fixed_s > c->fwd_s || c->bwd_fixed_s > c->bwd_s)
+            return proto_fail (err, err_size, PROTO_E_VALUE,
+                               "PROFILE: unit %" PRIu32 ": a fixed part exceeds its total", u);
+    }
+    return 0;
+}
+
+static int
+s_probe_check (const proto_probe_t *p, char *err, size_t err_size)
+{
+    if (p->reply_bytes > PROTO_PROBE_MAX_BYTES)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "PROBE: reply_bytes %" PRIu32 " exceeds %" PRIu32,
+                           p->reply_bytes, PROTO_PROBE_MAX_BYTES);
+    return 0;
+}
+
+//  ---------------------------------------------------------------------
+//  Setters and accessors
+
+int
+proto_msg_set_profile (proto_msg_t *self, const proto_profile_t *profile)
+{
+    assert (self && profile && self->header.type == PROTO_MSG_PROFILE);
+    if (s_profile_check (profile, NULL, 0))
+        return -1;
+    if (!self->profile)
+        self->profile = nn_malloc (sizeof *self->profile);
+    *self->profile = *profile;
+    return 0;
+}
+
+const proto_profile_t *
+proto_msg_profile (const proto_msg_t *self)
+{
+    assert (self && self->header.type == PROTO_MSG_PROFILE);
+    return self->profile;
+}
+
+int
+proto_msg_set_probe (proto_msg_t *self, const proto_probe_t *probe, size_t payload_bytes)
+{
+    assert (self && probe && self->header.type == PROTO_MSG_PROBE);
+    if (s_probe_check (probe, NULL, 0))
+        return -1;
+    self->probe = *probe;
+    self->probe_bytes = payload_bytes;
+    return 0;
+}
+
+const proto_probe_t *
+proto_msg_probe (const proto_msg_t *self)
+{
+    assert (self && self->header.type == PROTO_MSG_PROBE);
+    return &self->probe;
+}
+
+size_t
+proto_msg_probe_payload_bytes (const proto_msg_t *self)
+{
+    assert (self && self->header.type == PROTO_MSG_PROBE);
+    return self->probe_bytes;
+}
+
+//  ---------------------------------------------------------------------
+//  Codec hooks (proto_msg.c calls these for the three types)
+
+int
+proto_msg_planning_check (const proto_msg_t *self, char *err, size_t err_size)
+{
+    const proto_limits_t l = proto_limits_resolve (NULL);
+    switch (self->header.type) {
+        case PROTO_MSG_PROFILE:
+            if (!self->profile)
+                return proto_fail (err, err_size, PROTO_E_VALUE, "PROFILE: no profile set");
+            return s_profile_check (self->profile, err, err_size);
+        case PROTO_MSG_PROBE:
+            return s_probe_check (&self->probe, err, err_size);
+        default:
+            return proto_plan_check (&self->plan, &l, "PLAN", err, err_size);
+    }
+}
+
+void
+proto_msg_encode_planning (proto_msg_t *self, zmq_msg_t *frames)
+{
+    uint8_t *b;
+    switch (self->header.type) {
+        case PROTO_MSG_PROFILE: {
+            const proto_profile_t *p = self->profile;
+            b = proto_frame_alloc (&frames[1], PROTO_PROFILE_FIXED_SIZE
+                                               + p->units * PROTO_UNIT_COST_SIZE);
+            proto_le_put_u32 (b, p->units);
+            proto_le_put_u32 (b + 4, p->threads);
+            b += PROTO_PROFILE_FIXED_SIZE;
+            for (uint32_t u = 0; u < p->units; u++, b += PROTO_UNIT_COST_SIZE) {
+                const proto_unit_cost_t *c = &p->unit[u];
+                proto_le_put_f64 (b, c->fwd_s);
+                proto_le_put_f64 (b + 8, c->bwd_s);
+                proto_le_put_f64 (b + 16, c->fwd_fixed_s);
+                proto_le_put_f64 (b + 24, c->bwd_fixed_s);
+                proto_le_put_f64 (b + 32, c->upd_s);
+            }
+            break;
+        }
+        case PROTO_MSG_PROBE:
+            b = proto_frame_alloc (&frames[1], PROTO_PROBE_SIZE);
+            proto_le_put_u32 (b, self->probe.probe_id);
+            proto_le_put_u32 (b + 4, self->probe.reply_bytes);
+            b = proto_frame_alloc (&frames[2], self->probe_bytes);
+            if (self->probe_bytes)
+                memset (b, 0, self->probe_bytes);
+            break;
+        default:
+            proto_plan_put (proto_frame_alloc (&frames[1], PROTO_PLAN_SIZE), &self->plan);
+            break;
+    }
+}
+
+int
+proto_msg_decode_planning (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
+                           char *err, size_t err_size)
+{
+    size_t len;
+    const uint8_t *b = proto_frame_bytes (&frames[1], &len);
+    switch (self->header.type) {
+        case PROTO_MSG_PROFILE: {
+            if (len < PROTO_PROFILE_FIXED_SIZE)
+                return proto_fail (err, err_size, PROTO_E_SIZE,
+                                   "PROFILE: payload %zu bytes, need at least %d",
+                                   len, PROTO_PROFILE_FIXED_SIZE);
+            uint32_t units = proto_le_get_u32 (b);
+            if (units < 1 || units > PROTO_PROFILE_UNITS_MAX)
+                return proto_fail (err, err_size, PROTO_E_VALUE,
+                                   "PROFILE: units %" PRIu32 " not in 1..%d", units,
+                                   PROTO_PROFILE_UNITS_MAX);
+            size_t need = PROTO_PROFILE_FIXED_SIZE + (size_t) units * PROTO_UNIT_COST_SIZE;
+            if (len != need)
+                return proto_fail (err, err_size, PROTO_E_SIZE,
+                                   "PROFILE: payload %zu bytes, %" PRIu32 " units need %zu",
+                                   len, units, need);
+            proto_profile_t *p = nn_calloc (1, sizeof *p);
+            p->units = units;
+            p->threads = proto_le_get_u32 (b + 4);
+            const uint8_t *r = b + PROTO_PROFILE_FIXED_SIZE;
+            for (uint32_t u = 0; u < units; u++, r += PROTO_UNIT_COST_SIZE) {
+                proto_unit_cost_t *c = &p->unit[u];
+                c->fwd_s = proto_le_get_f64 (r);
+                c->bwd_s = proto_le_get_f64 (r + 8);
+                c->fwd_fixed_s = proto_le_get_f64 (r + 16);
+                c->bwd_fixed_s = proto_le_get_f64 (r + 24);
+                c->upd_s = proto_le_get_f64 (r + 32);
+            }
+            int rc = s_profile_check (p, err, err_size);
+            if (rc) {
+                nn_free (p);
+                return rc;
+            }
+            self->profile = p;
+            return 0;
+        }
+        case PROTO_MSG_PROBE: {
+            if (len != PROTO_PROBE_SIZE)
+                return proto_fail (err, err_size, PROTO_E_SIZE,
+                                   "PROBE: payload %zu bytes, expected %d",
+                                   len, PROTO_PROBE_SIZE);
+            self->probe.probe_id = proto_le_get_u32 (b);
+            self->probe.reply_bytes = proto_le_get_u32 (b + 4);
+            //  The payload was sized against max_frame_bytes with every
+            //  frame; only its length is kept.
+            self->probe_bytes = zmq_msg_size (&frames[2]);
+            return s_probe_check (&self->probe, err, err_size);
+        }
+        default:
+            if (len != PROTO_PLAN_SIZE)
+                return proto_fail (err, err_size, PROTO_E_SIZE,
+                                   "PLAN: payload %zu bytes, expected %d", len, PROTO_PLAN_SIZE);
+            proto_plan_get (&self->plan, b);
+            return proto_plan_check (&self->plan, l, "PLAN", err, err_size);
+    }
+}
