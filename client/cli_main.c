@@ -36,6 +36,7 @@
 #include "pl_blas.h"
 #include "pl_config.h"
 #include "cli_run.h"
+#include "cli_state.h"
 #include "pl_curve.h"
 #include "pl_log.h"
 #include "pl_summary.h"
@@ -50,8 +51,6 @@
 #include <string.h>
 #include <time.h>
 
-#define CLI_MAX_MICRO 256
-
 static volatile sig_atomic_t s_interrupted = 0;
 
 static void
@@ -61,53 +60,6 @@ s_on_signal (int sig)
     s_interrupted = 1;
 }
 
-typedef struct {
-    const char *connect;
-    int device_id;
-    const char *data_dir;
-    int threads;
-    double timeout_s;
-    double heartbeat_s;         //  ZMTP heartbeat interval; timeout 6x
-    const char *cert;           //  this device's secret certificate
-    const char *server_cert;    //  the server's public certificate (pinned)
-    bool insecure;
-} s_args_t;
-
-typedef struct {
-    s_args_t args;
-    zsock_t *dealer;
-    void *dh;
-    pl_config_t cfg;
-    proto_plan_t plan;
-    proto_mode_t mode;
-    int id;
-    proto_limits_t limits;
-    nn_model_spec_t spec;
-    uint8_t spec_hash[NN_SPEC_HASH_SIZE];
-    nn_model_t *ctx[CLI_MAX_MICRO];     //  ctx[0] owns the weights
-    int micro, mb, batch;
-    float *x[CLI_MAX_MICRO];
-    int *y[CLI_MAX_MICRO];
-    int32_t *labels;
-    float *dlogits;                     //  fl only
-    bool awaiting[CLI_MAX_MICRO];
-    int pending;
-    nn_dataset_t *train;
-    int *shard;
-    int shard_count;
-    int iterations;                     //  per epoch, same on every device
-    nn_rng_t rng, data_rng;
-    nn_rng_t data_base;                 //  data_rng = split (data_base, epoch)
-    nn_sgd_t sgd;
-    nn_augment_t aug;
-    proto_stats_t stats;
-    pl_timeline_t *timeline;            //  this epoch's events, origin from the plan
-    char who[16];                       //  "device0", ...
-    uint32_t cur_epoch, cur_iter;
-    uint32_t model_epoch, model_iter;   //  where the last MODEL's round starts
-    bool params_prepaid;                //  the epoch-end PARAMS is in its STATS
-    bool bye;                           //  the server said BYE
-} cli_t;
 
 static void
 s_usage (FILE *out)
@@ -127,7 +79,7 @@ s_usage (FILE *out)
 }
 
 static int
-s_parse_args (int argc, char **argv, s_args_t *a)
+s_parse_args (int argc, char **argv, cli_args_t *a)
 {
     static const struct option opts[] = {
         { "connect", required_argument, NULL, 'c' },
@@ -233,8 +185,8 @@ s_tl_now (const cli_t *self)
     return pl_timeline_now (self->timeline);
 }
 
-static int
-s_send (cli_t *self, proto_msg_t **msg_p)
+int
+cli_send (cli_t *self, proto_msg_t **msg_p)
 {
     size_t bytes = s_msg_bytes (*msg_p);
     int type = proto_msg_type (*msg_p);
@@ -251,12 +203,12 @@ s_send (cli_t *self, proto_msg_t **msg_p)
     return 0;
 }
 
-static void
-s_send_error (cli_t *self, uint32_t code, const char *text)
+void
+cli_send_error (cli_t *self, uint32_t code, const char *text)
 {
     proto_msg_t *msg = proto_msg_new (PROTO_MSG_ERROR);
     proto_msg_set_error (msg, code, text);
-    s_send (self, &msg);
+    cli_send (self, &msg);
 }
 
 //  Next message from the server that is not a HEARTBEAT, waiting at most
@@ -296,14 +248,19 @@ s_recv (cli_t *self, int timeout_ms)
             pl_log_error ("client: from the server: %s", rc == PROTO_E_SOCKET
                           ? zmq_strerror (errno) : err);
             if (proto_code_is_malformed (rc))
-                s_send_error (self, rc == PROTO_E_VERSION ? PROTO_ERR_VERSION
+                cli_send_error (self, rc == PROTO_E_VERSION ? PROTO_ERR_VERSION
                                                           : PROTO_ERR_MALFORMED, err);
             return NULL;
         }
         self->stats.bytes_down += s_msg_bytes (msg);
         int type = proto_msg_type (msg);
-        if (type == PROTO_MSG_HEARTBEAT) {
+        if (type == PROTO_MSG_HEARTBEAT || type == PROTO_MSG_PROBE) {
+            //  A probe is answered at once, whatever the device is doing:
+            //  the server times the round trip.
+            rc = type == PROTO_MSG_PROBE ? cli_plan_probe_answer (self, msg) : 0;
             proto_msg_destroy (&msg);
+            if (rc)
+                return NULL;
             if (patient)
                 deadline = pl_monotonic () + self->args.timeout_s;
             continue;
@@ -332,7 +289,7 @@ s_unexpected (cli_t *self, proto_msg_t **msg_p, const char *waiting_for)
     snprintf (text, sizeof text, "client: got %s while waiting for %s",
               proto_type_name (proto_msg_type (*msg_p)), waiting_for);
     pl_log_error ("%s", text);
-    s_send_error (self, PROTO_ERR_STATE, text);
+    cli_send_error (self, PROTO_ERR_STATE, text);
     proto_msg_destroy (msg_p);
 }
 
@@ -343,6 +300,14 @@ s_wait_model (cli_t *self, uint32_t epoch, int iteration)
 {
     double t0 = pl_monotonic (), s0 = s_tl_now (self);
     proto_msg_t *msg = s_recv (self, -1);
+    //  A PLAN comes just before the MODEL it holds for.
+    while (msg && proto_msg_type (msg) == PROTO_MSG_PLAN && self->mode != PROTO_MODE_FL) {
+        int rc = cli_plan_apply (self, proto_msg_plan (msg));
+        proto_msg_destroy (&msg);
+        if (rc)
+            return -1;
+        msg = s_recv (self, -1);
+    }
     self->stats.idle_s += pl_monotonic () - t0;
     s_event (self, PROTO_STAGE_WAIT, epoch, iteration, -1, s0, s_tl_now (self));
     if (!msg)
@@ -356,7 +321,7 @@ s_wait_model (cli_t *self, uint32_t epoch, int iteration)
     ||  slab->unit_end != (uint32_t) nn_model_unit_end (self->ctx[0])) {
         pl_log_error ("client: MODEL holds units %u..%u, want 0..%d", slab->unit_begin,
                       slab->unit_end, nn_model_unit_end (self->ctx[0]));
-        s_send_error (self, PROTO_ERR_SPEC, "MODEL for the wrong units");
+        cli_send_error (self, PROTO_ERR_SPEC, "MODEL for the wrong units");
         proto_msg_destroy (&msg);
         return -1;
     }
@@ -366,7 +331,7 @@ s_wait_model (cli_t *self, uint32_t epoch, int iteration)
         pl_log_error ("client: MODEL for epoch %u, iteration %u: outside the run's %d "
                       "epoch(s) of %d iteration(s)", h->epoch, h->iteration,
                       self->cfg.epochs, self->iterations);
-        s_send_error (self, PROTO_ERR_STATE, "MODEL outside the run");
+        cli_send_error (self, PROTO_ERR_STATE, "MODEL outside the run");
         proto_msg_destroy (&msg);
         return -1;
     }
@@ -390,7 +355,7 @@ s_send_params (cli_t *self)
     memcpy (slab.spec_hash, self->spec_hash, PROTO_SPEC_HASH_SIZE);
     proto_msg_set_route (msg, (uint32_t) self->id, self->cur_epoch, self->cur_iter, 0);
     proto_msg_set_slab_copy (msg, &slab, nn_model_weights_const (self->ctx[0]));
-    return s_send (self, &msg);
+    return cli_send (self, &msg);
 }
 
 //  This epoch's events, in as many EVENTS messages as they need, then
@@ -415,7 +380,7 @@ s_send_events (cli_t *self)
                 rc = -1;
                 break;
             }
-            rc = s_send (self, &msg);
+            rc = cli_send (self, &msg);
             used = 0;
         }
         if (i == n)
@@ -450,7 +415,7 @@ s_send_stats (cli_t *self)
     self->params_prepaid = true;
     proto_msg_set_route (msg, (uint32_t) self->id, self->cur_epoch, self->cur_iter, 0);
     proto_msg_set_stats (msg, &self->stats);
-    int rc = s_send (self, &msg);
+    int rc = cli_send (self, &msg);
     memset (&self->stats, 0, sizeof self->stats);
     return rc;
 }
@@ -534,7 +499,7 @@ s_split_iteration (cli_t *self, const int *order)
         for (int k = 0; k < self->mb; k++)
             self->labels[k] = self->y[i][k];
         proto_msg_set_labels (msg, self->labels, (size_t) self->mb);
-        if (s_send (self, &msg))
+        if (cli_send (self, &msg))
             return -1;
         self->awaiting[i] = true;
         self->pending++;
@@ -685,7 +650,7 @@ s_join (cli_t *self)
                         .sample_count = 0 };
     snprintf (h.name, sizeof h.name, "pipelearn-client");
     proto_msg_set_hello (hello, &h);
-    if (s_send (self, &hello))
+    if (cli_send (self, &hello))
         return -1;
     proto_msg_t *msg = s_recv (self, -1);
     if (!msg)
@@ -695,6 +660,7 @@ s_join (cli_t *self)
         return -1;
     }
     self->plan = *proto_msg_plan (msg);
+    self->profile_requested = proto_msg_profile_requested (msg);
     pl_config_defaults (&self->cfg);
     int rc = pl_config_parse (&self->cfg, proto_msg_config (msg, NULL), "WELCOME", err,
                               sizeof err);
@@ -714,7 +680,7 @@ s_join (cli_t *self)
     }
     if (rc) {
         pl_log_error ("client: %s", err);
-        s_send_error (self, PROTO_ERR_REFUSED, err);
+        cli_send_error (self, PROTO_ERR_REFUSED, err);
         return -1;
     }
     self->mode = (proto_mode_t) p->mode;
@@ -728,6 +694,81 @@ s_join (cli_t *self)
     pl_log_info ("client: joined as device %d of %u (%s, split %u, %d micro-batch(es))",
                  self->id, p->devices, proto_mode_name ((int) self->mode), p->split_point,
                  self->micro);
+    return 0;
+}
+
+void
+cli_contexts_free (cli_t *self)
+{
+    for (int i = CLI_MAX_MICRO - 1; i >= 0; i--) {
+        nn_model_destroy (&self->ctx[i]);       //  shared contexts before ctx[0]
+        nn_free (self->x[i]);
+        nn_free (self->y[i]);
+        self->x[i] = NULL;
+        self->y[i] = NULL;
+    }
+    nn_free (self->labels);
+    nn_free (self->dlogits);
+    self->labels = NULL;
+    self->dlogits = NULL;
+}
+
+int
+cli_contexts_build (cli_t *self, int units, int micro, char *err, size_t err_size)
+{
+    bool fl = self->mode == PROTO_MODE_FL;
+    if (units < 1 || units > self->spec.units_count
+    ||  (!fl && units >= self->spec.units_count)) {
+        snprintf (err, err_size, "split point %d does not fit %s (%d units)", units,
+                  self->cfg.model, self->spec.units_count);
+        return -1;
+    }
+    if (micro < 1 || micro > CLI_MAX_MICRO || self->batch % micro) {
+        snprintf (err, err_size, "%d micro-batches do not divide the batch of %d (at most "
+                  "%d)", micro, self->batch, CLI_MAX_MICRO);
+        return -1;
+    }
+    int max_batch = fl ? self->batch : self->batch / micro;
+    nn_model_t *base = nn_model_new (&self->spec, 0, units, max_batch, err, err_size);
+    if (!base)
+        return -1;
+    nn_model_init (base, &self->rng);
+    nn_model_t *old = self->ctx[0];
+    if (old) {
+        //  A re-plan: keep what this device has learnt. Momentum carries
+        //  over only when the part is the same (a new micro-batch count).
+        nn_model_copy_tensors (base, old);
+        if (nn_model_unit_end (old) == units)
+            memcpy (nn_model_optim_state (base), nn_model_optim_state_const (old),
+                    sizeof (float) * nn_model_params_count (base));
+    }
+    cli_contexts_free (self);
+    self->ctx[0] = base;
+    for (int i = 1; i < micro && !fl; i++)
+        if (!(self->ctx[i] = nn_model_new_shared (base, err, err_size)))
+            return -1;
+    size_t sample = nn_shape_size (nn_model_input_shape (base));
+    int contexts = fl ? 1 : micro;
+    for (int i = 0; i < contexts; i++) {
+        nn_model_set_threads (self->ctx[i], self->args.threads);
+        self->x[i] = nn_alloc_aligned (sizeof (float) * sample * (size_t) max_batch);
+        self->y[i] = nn_malloc (sizeof (int) * (size_t) max_batch);
+    }
+    self->labels = nn_malloc (sizeof (int32_t) * (size_t) max_batch);
+    self->dlogits = nn_malloc (sizeof (float) * (size_t) max_batch
+                               * (size_t) self->spec.classes);
+    self->micro = micro;
+    self->mb = self->batch / micro;
+    self->limits.max_batch = (uint32_t) max_batch;
+    self->limits.classes = (uint32_t) self->spec.classes;
+    self->limits.slab_count = nn_model_weights_count (base);
+    self->limits.spec_hash = self->spec_hash;
+    if (!fl) {
+        nn_shape_t s = nn_model_output_shape (base);
+        self->limits.h = (uint32_t) s.h;
+        self->limits.w = (uint32_t) s.w;
+        self->limits.c = (uint32_t) s.c;
+    }
     return 0;
 }
 
@@ -809,49 +850,18 @@ s_prepare (cli_t *self)
     self->data_base = nn_rng_split (&self->rng, 1000 + (uint64_t) self->id);
     int units = self->mode == PROTO_MODE_FL ? self->spec.units_count
                                             : (int) self->plan.split_point;
-    if (units < 1 || units > self->spec.units_count
-    ||  (self->mode != PROTO_MODE_FL && units >= self->spec.units_count)) {
-        snprintf (err, sizeof err, "split point %d does not fit %s", units, cfg->model);
+    if (cli_contexts_build (self, units, self->micro, err, sizeof err))
         goto fail;
-    }
-    int max_batch = self->mode == PROTO_MODE_FL ? self->batch : self->mb;
-    self->ctx[0] = nn_model_new (&self->spec, 0, units, max_batch, err, sizeof err);
-    if (!self->ctx[0])
-        goto fail;
-    nn_model_init (self->ctx[0], &self->rng);
-    for (int i = 1; i < self->micro && self->mode != PROTO_MODE_FL; i++)
-        if (!(self->ctx[i] = nn_model_new_shared (self->ctx[0], err, sizeof err)))
-            goto fail;
-    size_t sample = nn_shape_size (nn_model_input_shape (self->ctx[0]));
-    int contexts = self->mode == PROTO_MODE_FL ? 1 : self->micro;
-    for (int i = 0; i < contexts; i++) {
-        nn_model_set_threads (self->ctx[i], self->args.threads);
-        self->x[i] = nn_alloc_aligned (sizeof (float) * sample * (size_t) max_batch);
-        self->y[i] = nn_malloc (sizeof (int) * (size_t) max_batch);
-    }
-    self->labels = nn_malloc (sizeof (int32_t) * (size_t) max_batch);
-    self->dlogits = nn_malloc (sizeof (float) * (size_t) max_batch
-                               * (size_t) self->spec.classes);
     self->sgd = (nn_sgd_t) { (float) cfg->learning_rate, (float) cfg->momentum,
                              (float) cfg->weight_decay };
     self->aug = (nn_augment_t) { .augment = cfg->augment, .crop_pad = 4,
                                  .flip = cfg->flip };
-    self->limits.max_batch = (uint32_t) max_batch;
-    self->limits.classes = (uint32_t) self->spec.classes;
-    self->limits.slab_count = nn_model_weights_count (self->ctx[0]);
-    self->limits.spec_hash = self->spec_hash;
-    if (self->mode != PROTO_MODE_FL) {
-        nn_shape_t s = nn_model_output_shape (self->ctx[0]);
-        self->limits.h = (uint32_t) s.h;
-        self->limits.w = (uint32_t) s.w;
-        self->limits.c = (uint32_t) s.c;
-    }
     pl_log_info ("client: device %d: %d samples, %d iteration(s) per epoch", self->id,
                  self->shard_count, self->iterations);
     return 0;
 fail:
     pl_log_error ("client: %s", err);
-    s_send_error (self, PROTO_ERR_INTERNAL, err);
+    cli_send_error (self, PROTO_ERR_INTERNAL, err);
     return -1;
 }
 
@@ -905,7 +915,8 @@ cli_run (int argc, char **argv)
         pl_log_error ("client: connect %s: %s", self->args.connect, zmq_strerror (errno));
     }
     else
-    if (s_join (self) == 0 && s_prepare (self) == 0 && s_train (self) == 0) {
+    if (s_join (self) == 0 && s_prepare (self) == 0
+    &&  (!self->profile_requested || cli_plan_profile (self) == 0) && s_train (self) == 0) {
         pl_log_info ("client: device %d done", self->id);
         rc = 0;
     }
@@ -922,13 +933,7 @@ cli_run (int argc, char **argv)
         rc = 0;
     }
     zsock_destroy (&self->dealer);
-    for (int i = CLI_MAX_MICRO - 1; i >= 0; i--) {
-        nn_model_destroy (&self->ctx[i]);
-        nn_free (self->x[i]);
-        nn_free (self->y[i]);
-    }
-    nn_free (self->labels);
-    nn_free (self->dlogits);
+    cli_contexts_free (self);
     nn_free (self->shard);
     nn_dataset_destroy (&self->train);
     pl_timeline_destroy (&self->timeline);

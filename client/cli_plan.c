@@ -1,0 +1,111 @@
+/*  cli_plan.c: the device's side of planning (proto/PROTOCOL.md,
+    "Planning"; docs/planner.md).
+
+    - PROFILE: when WELCOME asks, the device times every split unit of the
+      model on its own hardware at the run's batch size (nn_profile, the
+      same measurement pipelearn-plan makes) and sends the costs, so the
+      server plans from what this device really does, not from its own
+      speed.
+    - PROBE: answered at once, with the payload size the server asked
+      for; the server times the round trips.
+    - PLAN: a new split point or micro-batch count from the next MODEL on;
+      the contexts are rebuilt for it.
+*/
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli_state.h"
+#include "nn_alloc.h"
+#include "nn_profile.h"
+#include "pl_log.h"
+
+static double
+s_now (void *arg)
+{
+    (void) arg;
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+int
+cli_plan_profile (cli_t *self)
+{
+    char err[NN_ERR_SIZE];
+    nn_profile_args_t args = { .batch_size = self->batch, .threads = self->args.threads,
+                               .seed = self->plan.seed, .now = s_now };
+    nn_plan_costs_t costs;
+    double t0 = s_now (NULL);
+    if (nn_profile_run (&self->spec, &args, &costs, NULL, NULL, err, sizeof err)) {
+        pl_log_error ("client: profiling: %s", err);
+        cli_send_error (self, PROTO_ERR_INTERNAL, err);
+        return -1;
+    }
+    proto_profile_t p = { .units = (uint32_t) costs.units_count,
+                          .threads = (uint32_t) (self->args.threads > 0 ? self->args.threads
+                                                                        : 1) };
+    double fwd = 0.0, bwd = 0.0;
+    for (int u = 0; u < costs.units_count; u++) {
+        const nn_plan_unit_cost_t *c = &costs.unit[u];
+        p.unit[u] = (proto_unit_cost_t) { c->fwd_s, c->bwd_s, c->fwd_fixed_s, c->bwd_fixed_s,
+                                          c->upd_s };
+        fwd += c->fwd_s;
+        bwd += c->bwd_s;
+    }
+    proto_msg_t *msg = proto_msg_new (PROTO_MSG_PROFILE);
+    proto_msg_set_route (msg, (uint32_t) self->id, 0, 0, 0);
+    if (proto_msg_set_profile (msg, &p)) {
+        proto_msg_destroy (&msg);
+        pl_log_error ("client: profiling gave costs out of range");
+        cli_send_error (self, PROTO_ERR_INTERNAL, "profile out of range");
+        return -1;
+    }
+    pl_log_info ("client: profiled %d units at batch %d in %.1f s: forward %.3f s, "
+                 "backward %.3f s per batch (whole model)", costs.units_count, self->batch,
+                 s_now (NULL) - t0, fwd, bwd);
+    return cli_send (self, &msg);
+}
+
+int
+cli_plan_probe_answer (cli_t *self, const proto_msg_t *probe)
+{
+    const proto_probe_t *p = proto_msg_probe (probe);
+    proto_msg_t *msg = proto_msg_new (PROTO_MSG_PROBE);
+    proto_probe_t answer = { .probe_id = p->probe_id, .reply_bytes = 0 };
+    proto_msg_set_route (msg, (uint32_t) self->id, 0, 0, 0);
+    //  proto checked reply_bytes <= PROTO_PROBE_MAX_BYTES.
+    proto_msg_set_probe (msg, &answer, p->reply_bytes);
+    return cli_send (self, &msg);
+}
+
+int
+cli_plan_apply (cli_t *self, const proto_plan_t *plan)
+{
+    const proto_plan_t *cur = &self->plan;
+    char err[NN_ERR_SIZE];
+    if (plan->device_id != cur->device_id || plan->batch_size != cur->batch_size
+    ||  plan->devices != cur->devices || plan->mode != cur->mode) {
+        snprintf (err, sizeof err, "PLAN changes the session (device %u of %u, batch %u, "
+                  "mode %u; this session: device %u of %u, batch %u, mode %u)",
+                  plan->device_id, plan->devices, plan->batch_size, plan->mode,
+                  cur->device_id, cur->devices, cur->batch_size, cur->mode);
+        pl_log_error ("client: %s", err);
+        cli_send_error (self, PROTO_ERR_STATE, err);
+        return -1;
+    }
+    if (plan->split_point == cur->split_point && (int) plan->micro_batches == self->micro)
+        return 0;
+    if (cli_contexts_build (self, (int) plan->split_point, (int) plan->micro_batches, err,
+                            sizeof err)) {
+        pl_log_error ("client: PLAN: %s", err);
+        cli_send_error (self, PROTO_ERR_REFUSED, err);
+        return -1;
+    }
+    pl_log_info ("client: new plan: split %u -> %u, micro-batches %u -> %u",
+                 cur->split_point, plan->split_point, cur->micro_batches,
+                 plan->micro_batches);
+    self->plan.split_point = plan->split_point;
+    self->plan.micro_batches = plan->micro_batches;
+    return 0;
+}

@@ -1,0 +1,92 @@
+/*  cli_state.h: the client's state, shared by cli_main.c (joining,
+    training) and cli_plan.c (profiling, probes, re-planning). Internal to
+    client/.
+*/
+#ifndef CLI_STATE_H_INCLUDED
+#define CLI_STATE_H_INCLUDED
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <czmq.h>
+
+#include "nn_dataset.h"
+#include "nn_model.h"
+#include "nn_optim.h"
+#include "pl_config.h"
+#include "pl_timeline.h"
+#include "proto_msg.h"
+
+#define CLI_MAX_MICRO 256
+
+typedef struct {
+    const char *connect;
+    int device_id;
+    const char *data_dir;
+    int threads;
+    double timeout_s;
+    double heartbeat_s;         //  ZMTP heartbeat interval; timeout 6x
+    const char *cert;           //  this device's secret certificate
+    const char *server_cert;    //  the server's public certificate (pinned)
+    bool insecure;
+} cli_args_t;
+
+typedef struct {
+    cli_args_t args;
+    zsock_t *dealer;
+    void *dh;
+    pl_config_t cfg;
+    proto_plan_t plan;
+    proto_mode_t mode;
+    int id;
+    proto_limits_t limits;
+    nn_model_spec_t spec;
+    uint8_t spec_hash[NN_SPEC_HASH_SIZE];
+    nn_model_t *ctx[CLI_MAX_MICRO];     //  ctx[0] owns the weights
+    int micro, mb, batch;
+    float *x[CLI_MAX_MICRO];
+    int *y[CLI_MAX_MICRO];
+    int32_t *labels;
+    float *dlogits;                     //  fl only
+    bool awaiting[CLI_MAX_MICRO];
+    int pending;
+    nn_dataset_t *train;
+    int *shard;
+    int shard_count;
+    int iterations;                     //  per epoch, same on every device
+    nn_rng_t rng, data_rng;
+    nn_rng_t data_base;                 //  data_rng = split (data_base, epoch)
+    nn_sgd_t sgd;
+    nn_augment_t aug;
+    proto_stats_t stats;
+    pl_timeline_t *timeline;            //  this epoch's events, origin from the plan
+    char who[16];                       //  "device0", ...
+    uint32_t cur_epoch, cur_iter;
+    uint32_t model_epoch, model_iter;   //  where the last MODEL's round starts
+    bool params_prepaid;                //  the epoch-end PARAMS is in its STATS
+    bool bye;                           //  the server said BYE
+    bool profile_requested;             //  WELCOME asked for a PROFILE
+} cli_t;
+
+//  Send a message to the server (counted in the epoch's bytes_up); 0 or
+//  -1 (logged; the message is destroyed either way).
+int cli_send (cli_t *self, proto_msg_t **msg_p);
+void cli_send_error (cli_t *self, uint32_t code, const char *text);
+
+//  (Re)build the model contexts for split point `units` (fl: the whole
+//  model) and `micro` micro-batches, with their input buffers and the
+//  receive limits. Weights and optimiser state carry over where the old
+//  and new parts share units (a new part starts from the next MODEL
+//  anyway). 0, or -1 with a message in err.
+int cli_contexts_build (cli_t *self, int units, int micro, char *err, size_t err_size);
+void cli_contexts_free (cli_t *self);
+
+//  cli_plan.c. Profile every unit of the model at the run's batch size on
+//  this device and send PROFILE. 0 or -1.
+int cli_plan_profile (cli_t *self);
+//  Answer a PROBE from the server (the asked reply size). 0 or -1.
+int cli_plan_probe_answer (cli_t *self, const proto_msg_t *probe);
+//  Follow a PLAN: check it fits the session, rebuild the contexts if the
+//  split point or micro-batch count changed. 0 or -1 (answered ERROR).
+int cli_plan_apply (cli_t *self, const proto_plan_t *plan);
+
+#endif
