@@ -217,6 +217,10 @@ proto_msg_decode_planning (proto_msg_t *self, zmq_msg_t *frames, const proto_lim
                 return proto_fail (err, err_size, PROTO_E_SIZE,
                                    "PLAN: payload %zu bytes, expected %d", len, PROTO_PLAN_SIZE);
             proto_plan_get (&self->plan, b);
-            return proto_plan_check (&self->plan, l, "PLAN", err, err_size);
+            //  max_batch limits tensors; the plan's batch is the session's
+            //  (the device compares it with its own).
+            proto_limits_t pl = *l;
+            pl.max_batch = 0;
+            return proto_plan_check (&self->plan, &pl, "PLAN", err, err_size);
     }
 }

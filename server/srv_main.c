@@ -42,6 +42,8 @@
 #include "proto_msg.h"
 #include "proto_tensor.h"
 #include "srv_ckpt.h"
+#include "srv_plan.h"
+#include "srv_state.h"
 #include "srv_run.h"
 #include "srv_worker.h"
 
@@ -55,12 +57,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-#define SRV_MAX_DEVICES 64
-#define SRV_EVAL_BATCH  8
-//  Device events kept per device and epoch; past it the rest is dropped
-//  (with one warning), so a device cannot grow the server without bound.
-#define SRV_MAX_EVENTS  (4 * PROTO_EVENTS_MAX)
 
 static volatile sig_atomic_t s_interrupted = 0;
 static volatile sig_atomic_t s_reload = 0;
@@ -86,93 +82,6 @@ typedef struct {
     bool quiet;
 } s_args_t;
 
-#define SRV_ABUSE_SLOTS    64
-#define SRV_ABUSE_LIMIT    32          //  ERRORs per window before a block
-#define SRV_ABUSE_WINDOW_S 10.0
-#define SRV_ABUSE_BLOCK_S  30.0
-
-typedef struct {
-    char addr[64];              //  "" = free slot
-    double window_start;
-    int count;
-    double blocked_until;
-} srv_abuse_t;
-
-//  A device slot. joined: a session exists (WELCOME sent). active: it takes
-//  part in the current round; a device that (re)joins a running run is
-//  joined but not active until the next aggregation point, when it gets
-//  the current model. A dropped device loses its session; its slot can be
-//  taken again by a device asking for that id.
-typedef struct {
-    bool joined;
-    bool active;
-    double last_seen;           //  pl_monotonic of its last message
-    uint32_t params_iter;       //  iteration its last PARAMS closed
-    uint8_t rid[PROTO_ROUTING_ID_MAX];
-    size_t rid_len;
-    proto_state_t state;
-    int replica;                //  index into srv_t.rep
-    float *params;              //  last PARAMS slab (weights_count)
-    bool params_in;
-    uint64_t samples;           //  PARAMS sample_count
-    proto_stats_t stats;
-    bool stats_in;
-    size_t events_in;           //  device events kept this epoch
-    bool events_capped;         //  warned about SRV_MAX_EVENTS this epoch
-} srv_device_t;
-
-//  A server-side replica and the ACTIVATIONS waiting for it. busy: lent to
-//  a worker; the reactor does not touch model until the worker replies.
-typedef struct {
-    nn_model_t *model;          //  owns the slabs; built for batch 1
-    zlist_t *queue;             //  proto_msg_t * (ACTIVATIONS), oldest first
-    bool busy;
-} srv_replica_t;
-
-typedef struct {
-    pl_config_t cfg;
-    proto_mode_t mode;
-    nn_model_spec_t spec;
-    int units, split, micro, batch, eval_batch;
-    zsock_t *router;
-    void *rh;
-    pl_curve_t *curve;          //  NULL with --insecure
-    zpoller_t *poller;
-    proto_limits_t limits;
-    uint8_t spec_hash[NN_SPEC_HASH_SIZE];
-    int devices, joined;
-    srv_device_t dev[SRV_MAX_DEVICES];
-    srv_abuse_t abuse[SRV_ABUSE_SLOTS];
-    srv_replica_t rep[SRV_MAX_DEVICES];
-    int replicas_count;
-    int rr;                     //  replica the next dispatch scan starts at
-    zactor_t *workers[SRV_MAX_DEVICES];
-    int worker_rep[SRV_MAX_DEVICES];    //  replica a worker is training, -1 idle
-    int workers_count;
-    nn_model_t *devpart;        //  current device part (fl: the whole model)
-    nn_model_t *full;           //  merged, evaluated, saved
-    size_t dev_wcount, srv_wcount;
-    nn_dataset_t *test;
-    pl_summary_t *summary;
-    pl_timeline_t *timeline;
-    const char *results;
-    bool started, done;
-    bool resumed;               //  epoch / round_iter came from a checkpoint
-    int rc;
-    int epoch;                  //  1-based
-    int sl_turn;
-    uint32_t round_iter;        //  iteration the current round starts at
-    double round_start;         //  pl_monotonic when the current round began
-    double epoch_start;
-    double loss_sum;            //  sum of micro-batch losses (scaled 1/N)
-    long iterations, samples_seen, correct;
-    double last_heartbeat;
-    double last_progress;
-    bool progress_shown;        //  a progress line is on the terminal
-    bool tty;                   //  stdout is a terminal: show progress
-    double origin;
-    bool quiet;
-} srv_t;
 
 static void
 s_usage (FILE *out)
@@ -271,8 +180,8 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
 //  ---------------------------------------------------------------------
 //  Sending
 
-static void
-s_send (srv_t *self, srv_device_t *d, proto_msg_t **msg_p)
+void
+srv_send (srv_t *self, srv_device_t *d, proto_msg_t **msg_p)
 {
     int type = proto_msg_type (*msg_p);
     if (proto_msg_send_to (msg_p, self->rh, d->rid, d->rid_len)) {
@@ -337,8 +246,8 @@ static void s_round_check (srv_t *self);
 //  can still hear; its queued micro-batches are
 //  discarded; the round goes on without it (or ends, if it was the last one
 //  missing), unless fewer than min_devices would be left.
-static void
-s_drop (srv_t *self, srv_device_t *d, uint32_t code, const char *why)
+void
+srv_drop (srv_t *self, srv_device_t *d, uint32_t code, const char *why)
 {
     int id = (int) (d - self->dev);
     bool was_active = d->active;
@@ -360,7 +269,8 @@ s_drop (srv_t *self, srv_device_t *d, uint32_t code, const char *why)
             proto_msg_destroy (&m);
         }
     }
-    if (!self->started || !was_active)
+    srv_plan_on_drop (self, d);
+    if (!self->started || !was_active || self->done)
         return;
     if (s_active_count (self) < self->cfg.min_devices) {
         char text[128];
@@ -386,7 +296,7 @@ s_send_model (srv_t *self, srv_device_t *d)
                          self->round_iter, 0);
     proto_msg_set_slab_copy (msg, &slab, nn_model_weights_const (self->devpart));
     d->last_seen = pl_monotonic ();
-    s_send (self, d, &msg);
+    srv_send (self, d, &msg);
 }
 
 #define SRV_CKPT_KEEP 3
@@ -631,7 +541,7 @@ s_finish (srv_t *self)
     for (int i = 0; i < self->devices; i++)
         if (self->dev[i].joined) {
             proto_msg_t *bye = proto_msg_new (PROTO_MSG_BYE);
-            s_send (self, &self->dev[i], &bye);
+            srv_send (self, &self->dev[i], &bye);
             self->dev[i].joined = false;
         }
     self->done = true;
@@ -668,6 +578,9 @@ s_end_epoch (srv_t *self)
     s_evaluate (self, &st.test_loss, &st.test_acc);
     st.eval_s = pl_monotonic () - t0;
     cJSON *ej = pl_summary_add_epoch (self->summary, &st);
+    cJSON *replans = srv_plan_take_replans (self);
+    if (replans)
+        cJSON_AddItemToObject (ej, "replanned_before", replans);
     double busy = 0.0;
     for (int i = 0; i < self->workers_count; i++) {
         double *b = s_worker_call (self, i, "BUSY", "BUSY");
@@ -694,6 +607,8 @@ s_end_epoch (srv_t *self)
         cJSON_AddNumberToObject (o, "bytes_up", (double) s->bytes_up);
         cJSON_AddNumberToObject (o, "bytes_down", (double) s->bytes_down);
         cJSON_AddBoolToObject (o, "active", self->dev[i].active);
+        if (self->mode != PROTO_MODE_FL)
+            srv_plan_epoch_json (self, i, o);
         cJSON_AddItemToArray (devs, o);
         memset (&self->dev[i].stats, 0, sizeof self->dev[i].stats);
         self->dev[i].stats_in = false;
@@ -722,8 +637,16 @@ s_end_epoch (srv_t *self)
         return;
     }
     self->epoch++;
-    self->epoch_start = pl_monotonic ();
     self->round_iter = 0;
+    //  An adaptive re-plan probes the links first and comes back here.
+    if (!srv_plan_epoch_end (self))
+        srv_epoch_continue (self);
+}
+
+void
+srv_epoch_continue (srv_t *self)
+{
+    self->epoch_start = pl_monotonic ();
     s_activate_pending (self);
     if (self->mode == PROTO_MODE_SL) {
         self->sl_turn = 0;
@@ -836,11 +759,11 @@ s_on_grad (srv_t *self, proto_msg_t *grad)
         return;
     }
     d->last_seen = pl_monotonic ();     //  its silence counts from its work's return
-    s_send (self, d, &grad);
+    srv_send (self, d, &grad);
 }
 
-static void
-s_start (srv_t *self)
+void
+srv_start (srv_t *self)
 {
     self->started = true;
     if (!self->resumed) {
@@ -848,9 +771,20 @@ s_start (srv_t *self)
         self->round_iter = 0;
     }
     self->epoch_start = pl_monotonic ();
-    pl_log_info ("server: all %d device(s) joined; training (%s, split %d, %d "
+    int lo = self->plan.slot[0].micro, hi = lo;
+    for (int i = 1; i < self->devices; i++) {
+        int m = self->plan.slot[i].micro;
+        lo = m < lo ? m : lo;
+        hi = m > hi ? m : hi;
+    }
+    char micro[32];
+    if (lo == hi)
+        snprintf (micro, sizeof micro, "%d", lo);
+    else
+        snprintf (micro, sizeof micro, "%d..%d", lo, hi);
+    pl_log_info ("server: all %d device(s) joined; training (%s, split %d, %s "
                  "micro-batch(es), batch %d)", self->devices, self->cfg.mode, self->split,
-                 self->micro, self->batch);
+                 micro, self->batch);
     for (int i = 0; i < self->devices; i++)
         self->dev[i].active = true;
     self->sl_turn = 0;
@@ -895,6 +829,7 @@ s_on_hello (srv_t *self, proto_msg_t *msg, const uint8_t *rid, size_t rid_len)
     if (!d->params)
         d->params = nn_malloc (sizeof (float) * self->dev_wcount);
     self->joined++;
+    srv_plan_on_join (self, d);
 
     proto_msg_t *w = proto_msg_new (PROTO_MSG_WELCOME);
     proto_msg_set_route (w, (uint32_t) id, 0, 0, 0);
@@ -905,29 +840,29 @@ s_on_hello (srv_t *self, proto_msg_t *msg, const uint8_t *rid, size_t rid_len)
         pl_log_error ("server: cannot encode the config for WELCOME");
         free (text);
         proto_msg_destroy (&w);
-        s_drop (self, d, PROTO_ERR_STATE, "internal error");
+        srv_drop (self, d, PROTO_ERR_STATE, "internal error");
         return;
     }
     free (text);
     proto_plan_t plan = { .device_id = (uint32_t) id,
                           .split_point = self->mode == PROTO_MODE_FL ? 0
                                                                      : (uint32_t) self->split,
-                          .micro_batches = (uint32_t) self->micro,
+                          .micro_batches = (uint32_t) d->micro,
                           .batch_size = (uint32_t) self->batch,
                           .devices = (uint32_t) self->devices,
                           .mode = (uint32_t) self->mode, .shard_begin = 0,
                           .shard_count = 0, .seed = self->cfg.seed,
                           .origin_s = self->origin };
     proto_msg_set_plan (w, &plan);
-    s_send (self, d, &w);
+    proto_msg_set_profile_request (w, srv_plan_profile_wanted (self));
+    srv_send (self, d, &w);
     if (self->started) {
         pl_log_info ("server: device %d joined the running run (%s); it takes part from "
                      "the next aggregation point", id, hello->name);
         return;
     }
     pl_log_info ("server: device %d joined (%s)", id, hello->name);
-    if (self->joined == self->devices)
-        s_start (self);
+    srv_plan_maybe_start (self);
 }
 
 static void
@@ -939,7 +874,7 @@ s_on_params (srv_t *self, srv_device_t *d, proto_msg_t *msg)
     ||  h->epoch != (uint32_t) self->epoch || d->params_in || !d->active) {
         s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE,
                          "PARAMS for the wrong units, epoch or round");
-        s_drop (self, d, 0, "unexpected PARAMS");
+        srv_drop (self, d, 0, "unexpected PARAMS");
         return;
     }
     //  A device sends PARAMS once all its gradients came back; with its
@@ -948,12 +883,12 @@ s_on_params (srv_t *self, srv_device_t *d, proto_msg_t *msg)
     &&  (self->rep[d->replica].busy || zlist_size (self->rep[d->replica].queue))) {
         s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE,
                          "PARAMS before the gradients of all ACTIVATIONS");
-        s_drop (self, d, 0, "PARAMS with ACTIVATIONS pending");
+        srv_drop (self, d, 0, "PARAMS with ACTIVATIONS pending");
         return;
     }
     if (self->mode == PROTO_MODE_SL && (int) (d - self->dev) != self->sl_turn) {
         s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE, "not your turn");
-        s_drop (self, d, 0, "PARAMS out of turn");
+        srv_drop (self, d, 0, "PARAMS out of turn");
         return;
     }
     memcpy (d->params, proto_msg_tensor_data (msg), sizeof (float) * self->dev_wcount);
@@ -991,12 +926,12 @@ s_on_events (srv_t *self, srv_device_t *d, const proto_msg_t *msg, char *why,
     for (size_t i = 0; i < count; i++) {
         const proto_event_t *e = &ev[i];
         bool micro_ok = e->micro_batch == PROTO_EVENT_NONE
-                     || e->micro_batch < (uint32_t) self->micro;
+                     || e->micro_batch < (uint32_t) d->micro;
         bool iter_ok = e->iteration == PROTO_EVENT_NONE || e->iteration <= INT32_MAX;
         if (e->epoch != h->epoch || !micro_ok || !iter_ok) {
             snprintf (why, why_size, "EVENTS: event %zu: epoch %u, iteration %u, "
                       "micro-batch %u do not fit epoch %u with %d micro-batch(es)", i,
-                      e->epoch, e->iteration, e->micro_batch, h->epoch, self->micro);
+                      e->epoch, e->iteration, e->micro_batch, h->epoch, d->micro);
             return -1;
         }
     }
@@ -1102,7 +1037,7 @@ s_on_router (srv_t *self)
                              rc == PROTO_E_VERSION ? PROTO_ERR_VERSION
                                                    : PROTO_ERR_MALFORMED, err);
         if (d)
-            s_drop (self, d, 0, "sent a malformed message");
+            srv_drop (self, d, 0, "sent a malformed message");
         return;
     }
     int type = proto_msg_type (msg);
@@ -1127,7 +1062,7 @@ s_on_router (srv_t *self)
         snprintf (text, sizeof text, "%s not allowed in this state", proto_type_name (type));
         s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE, text);
         proto_msg_destroy (&msg);
-        s_drop (self, d, 0, text);
+        srv_drop (self, d, 0, text);
         return;
     }
     int id = (int) (d - self->dev);
@@ -1139,19 +1074,30 @@ s_on_router (srv_t *self)
                 s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE,
                                  "ACTIVATIONS for another epoch or out of turn");
                 proto_msg_destroy (&msg);
-                s_drop (self, d, 0, "unexpected ACTIVATIONS");
+                srv_drop (self, d, 0, "unexpected ACTIVATIONS");
                 return;
             }
             //  A device has at most N micro-batches out before it waits for
             //  their gradients; more is a broken or hostile peer.
             srv_replica_t *r = &self->rep[d->replica];
-            if (zlist_size (r->queue) >= (size_t) self->micro) {
+            if (proto_msg_tensor (msg)->dims[0] != (uint32_t) (self->batch / d->micro)) {
+                char text[128];
+                snprintf (text, sizeof text, "ACTIVATIONS of %u samples; this device's plan "
+                          "has micro-batches of %d", proto_msg_tensor (msg)->dims[0],
+                          self->batch / d->micro);
+                s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE, text);
+                proto_msg_destroy (&msg);
+                srv_drop (self, d, 0, text);
+                return;
+            }
+            if (zlist_size (r->queue) >= (size_t) d->micro) {
                 s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE,
                                  "more ACTIVATIONS in flight than micro-batches");
                 proto_msg_destroy (&msg);
-                s_drop (self, d, 0, "ACTIVATIONS flood");
+                srv_drop (self, d, 0, "ACTIVATIONS flood");
                 return;
             }
+            srv_plan_on_activations (self, d, msg);
             //  The worker routes GRADIENTS by the header's device id.
             proto_msg_set_route (msg, (uint32_t) id, h->epoch, h->iteration, h->micro_batch);
             zlist_append (r->queue, msg);
@@ -1169,20 +1115,26 @@ s_on_router (srv_t *self)
             char why[256];
             if (s_on_events (self, d, msg, why, sizeof why)) {
                 s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE, why);
-                s_drop (self, d, 0, why);
+                srv_drop (self, d, 0, why);
             }
             break;
         }
         case PROTO_MSG_HEARTBEAT:
             break;
+        case PROTO_MSG_PROFILE:
+            srv_plan_on_profile (self, d, msg);
+            break;
+        case PROTO_MSG_PROBE:
+            srv_plan_on_probe (self, d, msg);
+            break;
         case PROTO_MSG_BYE:
         case PROTO_MSG_ERROR:
-            s_drop (self, d, 0, type == PROTO_MSG_BYE ? "left (BYE)" : "sent ERROR");
+            srv_drop (self, d, 0, type == PROTO_MSG_BYE ? "left (BYE)" : "sent ERROR");
             break;
         default:
             s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE,
                              "message type not used by this server");
-            s_drop (self, d, 0, "unexpected message type");
+            srv_drop (self, d, 0, "unexpected message type");
             break;
     }
     proto_msg_destroy (&msg);
@@ -1255,13 +1207,13 @@ s_check_deadlines (srv_t *self)
         if (self->mode != PROTO_MODE_FL && now - d->last_seen > self->cfg.device_timeout_s) {
             snprintf (why, sizeof why, "silent for %.1f s (device_timeout_s %g)",
                       now - d->last_seen, self->cfg.device_timeout_s);
-            s_drop (self, d, PROTO_ERR_TIMEOUT, why);
+            srv_drop (self, d, PROTO_ERR_TIMEOUT, why);
         }
         else
         if (now - self->round_start > self->cfg.round_timeout_s) {
             snprintf (why, sizeof why, "round not finished after %.1f s (round_timeout_s %g)",
                       now - self->round_start, self->cfg.round_timeout_s);
-            s_drop (self, d, PROTO_ERR_TIMEOUT, why);
+            srv_drop (self, d, PROTO_ERR_TIMEOUT, why);
         }
     }
 }
@@ -1276,23 +1228,133 @@ s_heartbeat (srv_t *self)
     for (int i = 0; i < self->devices; i++)
         if (self->dev[i].joined) {
             proto_msg_t *hb = proto_msg_new (PROTO_MSG_HEARTBEAT);
-            s_send (self, &self->dev[i], &hb);
+            srv_send (self, &self->dev[i], &hb);
         }
 }
 
 //  ---------------------------------------------------------------------
 
-static double
-s_plan_now (void *arg)
+int
+srv_max_micro_batch (const srv_t *self)
 {
-    (void) arg;
-    return pl_monotonic ();
+    int lo = self->plan.slot[0].micro;
+    for (int i = 1; i < self->devices; i++)
+        lo = self->plan.slot[i].micro < lo ? self->plan.slot[i].micro : lo;
+    return self->batch / (lo > 0 ? lo : 1);
+}
+
+//  The compute pool for the current split and largest micro-batch.
+static int
+s_workers_start (srv_t *self)
+{
+    const pl_config_t *cfg = &self->cfg;
+    //  One worker per core: more would only oversubscribe the host
+    //  (OpenBLAS runs one thread inside each worker).
+    self->workers_count = srv_workers_for (self);
+    for (int i = 0; i < self->workers_count; i++) {
+        srv_worker_args_t wa = {
+            .spec = &self->spec, .unit_begin = self->split, .max_batch = self->worker_batch,
+            .batch_size = self->batch,
+            .sgd = { (float) cfg->learning_rate, (float) cfg->momentum,
+                     (float) cfg->weight_decay },
+            .origin = self->origin, .replica = self->rep[0].model,
+            .shared_replica = self->mode == PROTO_MODE_SL
+        };
+        self->worker_rep[i] = -1;
+        self->workers[i] = zactor_new (srv_worker_actor, &wa);
+        if (!self->workers[i]) {
+            pl_log_error ("server: cannot start worker %d", i);
+            return -1;
+        }
+        if (self->poller)
+            zpoller_add (self->poller, self->workers[i]);
+    }
+    return 0;
+}
+
+//  Stop the (idle) workers, keeping their timeline events.
+static void
+s_workers_stop (srv_t *self)
+{
+    for (int i = 0; i < self->workers_count; i++) {
+        pl_timeline_t *tl = s_worker_call (self, i, "TL", "TL");
+        if (tl) {
+            const pl_event_t *ev = pl_timeline_events (tl);
+            for (size_t k = 0; k < pl_timeline_count (tl); k++)
+                pl_timeline_add_event (self->timeline, &ev[k]);
+            pl_timeline_destroy (&tl);
+        }
+        if (self->poller)
+            zpoller_remove (self->poller, self->workers[i]);
+        zactor_destroy (&self->workers[i]);
+    }
+    self->workers_count = 0;
+}
+
+int
+srv_workers_restart (srv_t *self)
+{
+    if (self->mode == PROTO_MODE_FL)
+        return 0;
+    int mb = srv_max_micro_batch (self);
+    self->limits.max_batch = (uint32_t) mb;
+    if (mb <= self->worker_batch)
+        return 0;
+    //  Called between rounds: every replica is home, no step in flight.
+    s_workers_stop (self);
+    self->worker_batch = mb;
+    return s_workers_start (self);
+}
+
+int
+srv_resplit (srv_t *self, int split_point)
+{
+    char err[NN_ERR_SIZE];
+    s_merge (self);
+    s_workers_stop (self);
+    nn_model_t *devpart = nn_model_new (&self->spec, 0, split_point, 1, err, sizeof err);
+    if (!devpart) {
+        pl_log_error ("server: re-split: %s", err);
+        return -1;
+    }
+    nn_model_copy_tensors (devpart, self->full);
+    nn_model_destroy (&self->devpart);
+    self->devpart = devpart;
+    self->split = split_point;
+    self->cfg.split_point = split_point;
+    self->dev_wcount = nn_model_weights_count (devpart);
+    for (int i = 0; i < self->replicas_count; i++) {
+        srv_replica_t *r = &self->rep[i];
+        assert (!r->busy && zlist_size (r->queue) == 0);
+        nn_model_destroy (&r->model);
+        //  Weights from the merged model; momentum starts again at 0.
+        r->model = nn_model_new (&self->spec, split_point, self->units, 1, err, sizeof err);
+        if (!r->model) {
+            pl_log_error ("server: re-split: %s", err);
+            return -1;
+        }
+        nn_model_copy_tensors (r->model, self->full);
+    }
+    self->srv_wcount = nn_model_weights_count (self->rep[0].model);
+    for (int i = 0; i < SRV_MAX_DEVICES; i++) {
+        nn_free (self->dev[i].params);
+        self->dev[i].params = self->dev[i].joined
+                            ? nn_malloc (sizeof (float) * self->dev_wcount) : NULL;
+    }
+    nn_shape_t s = nn_model_output_shape (devpart);
+    self->limits.slab_count = self->dev_wcount;
+    self->limits.h = (uint32_t) s.h;
+    self->limits.w = (uint32_t) s.w;
+    self->limits.c = (uint32_t) s.c;
+    self->worker_batch = srv_max_micro_batch (self);
+    self->limits.max_batch = (uint32_t) self->worker_batch;
+    return s_workers_start (self);
 }
 
 //  Worker threads for the run: one per core (config threads, 0 = all),
 //  at most one per replica.
-static int
-s_workers_for (const srv_t *self)
+int
+srv_workers_for (const srv_t *self)
 {
     int cores = self->cfg.threads > 0 ? self->cfg.threads
                                       : (int) sysconf (_SC_NPROCESSORS_ONLN);
@@ -1302,85 +1364,27 @@ s_workers_for (const srv_t *self)
     return cores < replicas ? cores : replicas;
 }
 
-//  split_point / micro_batches "auto": profile this host (docs/planner.md),
-//  plan for the configured link, and put the chosen numbers in the config
-//  the devices get. Devices are assumed to compute as fast as this host
-//  and every device's link to be the configured one: the server does not
-//  measure devices or links yet.
-static int
-s_plan (srv_t *self)
+//  The largest legitimate frame of this run. When the planner may re-plan
+//  (a lower N, another split point), the largest any plan can send: the
+//  socket limit applies to connections already made.
+static size_t
+s_frame_limit (const srv_t *self)
 {
-    pl_config_t *cfg = &self->cfg;
-    char err[NN_ERR_SIZE];
-    nn_plan_input_t in = { 0 };
-    nn_profile_args_t pa = { .batch_size = self->batch, .threads = 1, .seed = cfg->seed,
-                             .now = s_plan_now };
-    double t0 = pl_monotonic ();
-    if (nn_profile_run (&self->spec, &pa, &in.server, &in.model, NULL, err, sizeof err)) {
-        pl_log_error ("server: planner: %s", err);
-        return -1;
+    size_t bytes = proto_limits_frame_bytes (&self->limits, self->mode != PROTO_MODE_FL);
+    if (!self->plan.auto_split && !self->plan.auto_micro)
+        return bytes;
+    proto_limits_t any = self->limits;
+    any.max_batch = (uint32_t) self->batch;
+    any.slab_count = nn_model_weights_count (self->full);
+    for (int u = 0; u + 1 < self->units; u++) {
+        nn_shape_t s = nn_model_spec_unit_output (&self->spec, u);
+        any.h = (uint32_t) s.h;
+        any.w = (uint32_t) s.w;
+        any.c = (uint32_t) s.c;
+        size_t b = proto_limits_frame_bytes (&any, true);
+        bytes = b > bytes ? b : bytes;
     }
-    double profile_s = pl_monotonic () - t0;
-    //  The training set is not loaded here; with samples 0 (all) the
-    //  epoch estimates assume 10000 samples per device.
-    int per_device = cfg->samples > 0 ? cfg->samples / self->devices : 10000;
-    in.batch_size = self->batch;
-    in.iterations = per_device > self->batch ? (per_device + self->batch - 1) / self->batch : 1;
-    in.aggregation_frequency = cfg->aggregation_frequency;
-    in.server_workers = s_workers_for (self);
-    in.split_point = cfg->split_point == PL_AUTO ? 0 : cfg->split_point;
-    in.micro_batches = self->mode != PROTO_MODE_PIPELEARN ? 1
-                     : cfg->micro_batches == PL_AUTO ? 0 : cfg->micro_batches;
-    in.devices_count = self->devices;
-    nn_plan_device_t *devs = nn_calloc ((size_t) self->devices, sizeof *devs);
-    for (int i = 0; i < self->devices; i++) {
-        devs[i].costs = in.server;
-        devs[i].uplink_Bps = cfg->uplink_mbps * 1e6 / 8.0;
-        devs[i].downlink_Bps = cfg->downlink_mbps * 1e6 / 8.0;
-        devs[i].rtt_s = cfg->rtt_ms / 1000.0;
-    }
-    in.devices = devs;
-    nn_plan_t *plan = nn_plan_new (&in, err, sizeof err);
-    nn_free (devs);
-    if (!plan) {
-        pl_log_error ("server: planner: %s", err);
-        return -1;
-    }
-    int p = 0, n = 1;
-    double epoch_s;
-    if (self->mode == PROTO_MODE_SL) {
-        const nn_plan_mode_t *sl = nn_plan_mode (plan, NN_PLAN_SL);
-        p = sl->split_point;
-        epoch_s = sl->epoch_s;
-    }
-    else
-        epoch_s = nn_plan_common (plan, &p, &n);
-    cfg->split_point = p;
-    if (self->mode == PROTO_MODE_PIPELEARN)
-        cfg->micro_batches = n;
-    cJSON *pj = cJSON_AddObjectToObject (pl_summary_root (self->summary), "plan");
-    cJSON_AddNumberToObject (pj, "split_point", p);
-    cJSON_AddNumberToObject (pj, "micro_batches", self->mode == PROTO_MODE_PIPELEARN ? n : 1);
-    cJSON_AddNumberToObject (pj, "estimated_epoch_s", epoch_s);
-    cJSON_AddNumberToObject (pj, "profile_s", profile_s);
-    cJSON_AddNumberToObject (pj, "uplink_mbps", cfg->uplink_mbps);
-    cJSON_AddNumberToObject (pj, "downlink_mbps", cfg->downlink_mbps);
-    cJSON_AddNumberToObject (pj, "rtt_ms", cfg->rtt_ms);
-    cJSON *modes = cJSON_AddObjectToObject (pj, "modes");
-    for (int m = 0; m < NN_PLAN_MODES_COUNT; m++)
-        cJSON_AddNumberToObject (modes, nn_plan_mode_name ((nn_plan_mode_kind_t) m),
-                                 nn_plan_mode (plan, (nn_plan_mode_kind_t) m)->epoch_s);
-    pl_log_info ("server: planner: split point %d, %d micro-batch(es); estimated epoch %.1f s "
-                 "(fl %.1f, sl %.1f, sfl %.1f, pipelearn %.1f) for %d device(s) on an assumed "
-                 "%g/%g Mbit/s, %g ms link, devices as fast as this host (profiled in %.1f s)",
-                 p, self->mode == PROTO_MODE_PIPELEARN ? n : 1, epoch_s,
-                 nn_plan_mode (plan, NN_PLAN_FL)->epoch_s,
-                 nn_plan_mode (plan, NN_PLAN_SL)->epoch_s,
-                 nn_plan_mode (plan, NN_PLAN_SFL)->epoch_s,
-                 nn_plan_mode (plan, NN_PLAN_PIPELEARN)->epoch_s, self->devices,
-                 cfg->uplink_mbps, cfg->downlink_mbps, cfg->rtt_ms, profile_s);
-    nn_plan_destroy (&plan);
-    return 0;
+    return bytes;
 }
 
 static int
@@ -1407,12 +1411,14 @@ s_setup (srv_t *self, const s_args_t *args)
     bool pipelearn = self->mode == PROTO_MODE_PIPELEARN;
     if (self->mode != PROTO_MODE_FL
     &&  (cfg->split_point == PL_AUTO || (pipelearn && cfg->micro_batches == PL_AUTO))
-    &&  s_plan (self))
+    &&  srv_plan_setup (self))
         return -1;
     self->micro = pipelearn ? cfg->micro_batches : 1;
     self->split = self->mode == PROTO_MODE_FL ? self->units : cfg->split_point;
+    for (int i = 0; i < SRV_MAX_DEVICES; i++)
+        self->plan.slot[i].micro = self->micro;
     nn_model_spec_hash (&self->spec, self->spec_hash);
-    int mb = self->batch / self->micro;
+    int mb = srv_max_micro_batch (self);
     self->devpart = nn_model_new (&self->spec, 0, self->split, 1, err, sizeof err);
     //  The merged model is only evaluated: a small batch keeps its
     //  activation memory (which nn_model sizes for training) a few MiB
@@ -1432,6 +1438,7 @@ s_setup (srv_t *self, const s_args_t *args)
     self->dev_wcount = nn_model_weights_count (self->devpart);
 
     self->limits.max_batch = (uint32_t) mb;
+    self->worker_batch = mb;
     self->limits.classes = (uint32_t) self->spec.classes;
     self->limits.slab_count = self->dev_wcount;
     self->limits.spec_hash = self->spec_hash;
@@ -1459,23 +1466,9 @@ s_setup (srv_t *self, const s_args_t *args)
         self->srv_wcount = nn_model_weights_count (self->rep[0].model);
         //  One worker per core: more would only oversubscribe the host
         //  (OpenBLAS runs one thread inside each worker).
-        self->workers_count = s_workers_for (self);
-        for (int i = 0; i < self->workers_count; i++) {
-            srv_worker_args_t wa = {
-                .spec = &self->spec, .unit_begin = self->split, .max_batch = mb,
-                .micro_batches = self->micro,
-                .sgd = { (float) cfg->learning_rate, (float) cfg->momentum,
-                         (float) cfg->weight_decay },
-                .origin = self->origin, .replica = self->rep[0].model,
-                .shared_replica = self->mode == PROTO_MODE_SL
-            };
-            self->worker_rep[i] = -1;
-            self->workers[i] = zactor_new (srv_worker_actor, &wa);
-            if (!self->workers[i]) {
-                pl_log_error ("server: cannot start worker %d", i);
-                return -1;
-            }
-        }
+        self->workers_count = srv_workers_for (self);
+        if (s_workers_start (self))
+            return -1;
     }
     self->router = zsock_new (ZMQ_ROUTER);
     if (!self->router) {
@@ -1494,8 +1487,7 @@ s_setup (srv_t *self, const s_args_t *args)
     //  No legitimate frame is bigger than this run's largest tensor, slab
     //  or EVENTS frame: libzmq drops a peer that announces more before
     //  buffering it (a few MiB here instead of the protocol's 256 MiB cap).
-    self->limits.max_frame_bytes = proto_limits_frame_bytes (&self->limits,
-                                                             self->mode != PROTO_MODE_FL);
+    self->limits.max_frame_bytes = s_frame_limit (self);
     if (proto_socket_limit (self->rh, &self->limits))
         pl_log_warn ("server: ZMQ_MAXMSGSIZE: %s", zmq_strerror (errno));
     if (args->insecure)
@@ -1684,7 +1676,8 @@ srv_run (int argc, char **argv)
                 pl_log_info ("server: SIGHUP: keys reloaded; %d device certificate(s) "
                              "allowed", pl_curve_allowed (self->curve));
         }
-        if (self->started && !self->done)
+        srv_plan_check_deadlines (self);
+        if (self->started && !self->done && !srv_plan_probing (self))
             s_check_deadlines (self);
         if (self->started && !self->done) {
             s_heartbeat (self);

@@ -14,7 +14,7 @@
 typedef struct {
     nn_model_t *model;          //  activation context; slabs lent per step
     bool shared_replica;
-    int micro_batches;
+    int batch_size;
     int classes;
     nn_sgd_t sgd;
     int *labels;                //  (max_batch)
@@ -43,7 +43,7 @@ s_worker_step (s_worker_t *self, proto_msg_t **act_p, nn_model_t *replica)
                                          true, NULL);
     int correct = 0;
     float loss = nn_softmax_xent (self->dlogits, out, self->labels, n, self->classes,
-                                  1.0f / (float) self->micro_batches, &correct);
+                                  (float) n / (float) self->batch_size, &correct);
     size_t in_count = proto_msg_tensor_count (act);
     float *dx = nn_alloc_aligned (sizeof (float) * in_count);
     nn_model_backward (self->model, self->dlogits, dx);
@@ -84,7 +84,7 @@ srv_worker_actor (zsock_t *pipe, void *args_)
 {
     const srv_worker_args_t *args = args_;
     char err[NN_ERR_SIZE];
-    s_worker_t self = { .micro_batches = args->micro_batches, .sgd = args->sgd,
+    s_worker_t self = { .batch_size = args->batch_size, .sgd = args->sgd,
                         .origin = args->origin, .shared_replica = args->shared_replica };
     self.model = nn_model_new (args->spec, args->unit_begin, args->spec->units_count,
                                args->max_batch, err, sizeof err);

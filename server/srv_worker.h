@@ -13,7 +13,7 @@
       (ownership moves to the worker) and the replica to train (lent: the
       reactor gives one replica to at most one worker at a time and does
       not touch it until the reply). The worker runs forward, softmax
-      cross-entropy scaled by 1/N, backward with the input gradient, and
+      cross-entropy scaled by 1/N (m/B), backward with the input gradient, and
       replies "GRAD", proto_msg_t * (a GRADIENTS message routed like the
       ACTIVATIONS; ownership moves to the reactor) or "GRAD", NULL if it
       could not build one. After the message flagged LAST it steps SGD on
@@ -33,8 +33,10 @@
 typedef struct {
     const nn_model_spec_t *spec;    //  copied by the worker before it signals
     int unit_begin;                 //  split point P
-    int max_batch;                  //  B / N
-    int micro_batches;              //  N: loss scale 1/N
+    int max_batch;                  //  B / N of the device with the most samples
+                                    //  per micro-batch
+    int batch_size;                 //  B: a micro-batch of m samples has its loss
+                                    //  scaled by m / B (= 1/N of its device)
     nn_sgd_t sgd;
     double origin;                  //  timeline time 0 (pl_wall_clock)
     nn_model_t *replica;            //  any replica: the context drops its own

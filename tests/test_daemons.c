@@ -247,10 +247,11 @@ Test (daemons, rogue_peer_is_refused, .timeout = 600)
     s_rmtree (run.dir);
 }
 
-//  split_point / micro_batches "auto": the server profiles, plans for the
-//  configured link, tells the devices the numbers and records the plan.
-//  On a slow uplink the planner must not keep the whole batch in one
-//  message when it can overlap transfers (N > 1), and N divides the batch.
+//  split_point / micro_batches "auto" with measure_link false: the devices
+//  profile themselves (PROFILE), the server plans for the configured link
+//  with their costs, tells each device its plan and records it. On a slow
+//  uplink the planner must not keep the whole batch in one message when it
+//  can overlap transfers (N > 1), and N divides the batch.
 static void
 s_auto_run (const char *mode)
 {
@@ -262,27 +263,80 @@ s_auto_run (const char *mode)
               "\"test_samples\": 200, \"batch_size\": 40, \"epochs\": 1, \"seed\": 2, "
               "\"threads\": 1, \"devices\": 2, \"mode\": \"%s\", \"split_point\": \"auto\", "
               "\"micro_batches\": \"auto\", \"uplink_mbps\": 2, \"downlink_mbps\": 5, "
-              "\"rtt_ms\": 20}", mode);
+              "\"rtt_ms\": 20, \"measure_link\": false}", mode);
     s_run_daemons (&run, "run", config, 2);
     cJSON *s = s_summary (run.dir, "run");
     const cJSON *plan = cJSON_GetObjectItemCaseSensitive (s, "plan");
     cr_assert (cJSON_IsObject (plan), "%s: summary has no plan", mode);
-    int p = (int) s_num (plan, "split_point"), n = (int) s_num (plan, "micro_batches");
+    int p = (int) s_num (plan, "split_point");
     cr_assert (p >= 1 && p <= 4, "%s: split point %d", mode, p);
-    cr_assert (n >= 1 && 40 % n == 0, "%s: %d micro-batches for a batch of 40", mode, n);
-    if (strcmp (mode, "pipelearn") == 0)
-        cr_expect (n > 1, "pipelearn on a 2 Mbit/s uplink kept one micro-batch");
-    else
-        cr_expect_eq (n, 1);
+    const cJSON *devs = cJSON_GetObjectItemCaseSensitive (plan, "devices");
+    cr_assert_eq (cJSON_GetArraySize (devs), 2);
+    for (int i = 0; i < 2; i++) {
+        const cJSON *d = cJSON_GetArrayItem (devs, i);
+        int n = (int) s_num (d, "micro_batches");
+        cr_assert (n >= 1 && 40 % n == 0, "%s: %d micro-batches for a batch of 40", mode, n);
+        if (strcmp (mode, "pipelearn") == 0)
+            cr_expect (n > 1, "pipelearn on a 2 Mbit/s uplink kept one micro-batch");
+        else
+            cr_expect_eq (n, 1);
+        cr_expect (cJSON_IsTrue (cJSON_GetObjectItemCaseSensitive (d, "profiled")),
+                   "%s: device %d's own profile was not used", mode, i);
+        cr_expect_float_eq (s_num (d, "uplink_mbps"), 2.0, 1e-9, "configured link");
+        char line[128];
+        snprintf (line, sizeof line, "planner: device %d: split point %d, %d micro-batch",
+                  i, p, n);
+        cr_expect (s_log_has (&run, "server.log", line), "%s: plan not logged", mode);
+        snprintf (line, sizeof line, "client%d.log", i);
+        cr_expect (s_log_has (&run, line, "client: profiled 5 units at batch 40"));
+    }
     cr_expect (s_num (plan, "estimated_epoch_s") > 0);
     const cJSON *modes = cJSON_GetObjectItemCaseSensitive (plan, "modes");
     s_num (modes, "fl"), s_num (modes, "sl"), s_num (modes, "sfl"), s_num (modes, "pipelearn");
-    char line[128];
-    snprintf (line, sizeof line, "planner: split point %d, %d micro-batch", p, n);
-    cr_expect (s_log_has (&run, "server.log", line), "%s: plan not logged", mode);
     cJSON_Delete (s);
     s_rmtree (run.dir);
 }
 
 Test (daemons, pipelearn_auto_plan, .timeout = 600) { s_auto_run ("pipelearn"); }
 Test (daemons, sfl_auto_plan, .timeout = 600) { s_auto_run ("sfl"); }
+
+//  measure_link (the default): every device's link is probed at join
+//  (loopback here: far faster than any configured link), the plan uses
+//  it, and each epoch's entry reports the probe and the training traffic.
+Test (daemons, auto_plan_measures_links, .timeout = 600)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    const char *config =
+        "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 800, "
+        "\"test_samples\": 200, \"batch_size\": 40, \"epochs\": 2, \"seed\": 2, "
+        "\"threads\": 1, \"devices\": 2, \"mode\": \"pipelearn\", \"split_point\": 1, "
+        "\"micro_batches\": \"auto\", \"uplink_mbps\": 1, \"downlink_mbps\": 1}";
+    s_run_daemons (&run, "run", config, 2);
+    cJSON *s = s_summary (run.dir, "run");
+    const cJSON *plan = cJSON_GetObjectItemCaseSensitive (s, "plan");
+    cr_assert_eq ((int) s_num (plan, "split_point"), 1, "a pinned split point moved");
+    cr_assert (cJSON_IsTrue (cJSON_GetObjectItemCaseSensitive (plan, "measured_links")));
+    const cJSON *devs = cJSON_GetObjectItemCaseSensitive (plan, "devices");
+    for (int i = 0; i < 2; i++) {
+        const cJSON *d = cJSON_GetArrayItem (devs, i);
+        cr_expect (s_num (d, "uplink_mbps") > 100.0, "device %d: loopback uplink %.1f Mbit/s",
+                   i, s_num (d, "uplink_mbps"));
+        cr_expect (s_num (d, "downlink_mbps") > 100.0);
+        cr_expect (s_num (d, "rtt_ms") < 50.0);
+        int n = (int) s_num (d, "micro_batches");
+        cr_expect (n >= 1 && 40 % n == 0);
+        char line[64];
+        snprintf (line, sizeof line, "device %d link: uplink", i);
+        cr_expect (s_log_has (&run, "server.log", line), "probe not logged");
+    }
+    const cJSON *epochs = cJSON_GetObjectItemCaseSensitive (s, "epochs");
+    cr_assert_eq (cJSON_GetArraySize (epochs), 2);
+    const cJSON *e2 = cJSON_GetArrayItem (epochs, 1);
+    const cJSON *d0 = cJSON_GetArrayItem (cJSON_GetObjectItemCaseSensitive (e2, "devices"), 0);
+    //  Probed again at the epoch end; the traffic floor from ACTIVATIONS.
+    cr_expect (s_num (d0, "uplink_mbps_probe") > 100.0);
+    cr_expect (s_num (d0, "uplink_mbps_traffic") > 0.0);
+    cJSON_Delete (s);
+    s_rmtree (run.dir);
+}

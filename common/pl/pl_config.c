@@ -188,6 +188,12 @@ static const s_field_t s_fields[] = {
     { .key = "rtt_ms", .kind = S_DOUBLE, S_AT (rtt_ms),
       .min = 0, .max = INFINITY, .max_open = true,
       .expect = "milliseconds >= 0" },
+    { .key = "measure_link", .kind = S_BOOL, S_AT (measure_link), .expect = "true or false" },
+    { .key = "adaptive", .kind = S_BOOL, S_AT (adaptive), .expect = "true or false" },
+    { .key = "replan_drift", .kind = S_DOUBLE, S_AT (replan_drift),
+      .min = 0, .max = 100, .min_open = true, .expect = "a fraction > 0 (0.25 = 25%)" },
+    { .key = "replan_gain", .kind = S_DOUBLE, S_AT (replan_gain),
+      .min = 0, .max = 1, .max_open = true, .expect = "a fraction >= 0 and < 1" },
     { .key = "bind", .kind = S_STRING, S_AT (bind), .flags = S_NONEMPTY | S_ENDPOINT,
       .expect = "an endpoint like \"tcp://*:5555\" of at most 127 bytes" },
     { .key = "results_dir", .kind = S_STRING, S_AT (results_dir), .flags = S_NONEMPTY,
@@ -666,6 +672,10 @@ pl_config_defaults (pl_config_t *self)
     self->uplink_mbps = 10.0;
     self->downlink_mbps = 25.0;
     self->rtt_ms = 60.0;
+    self->measure_link = true;
+    self->adaptive = true;
+    self->replan_drift = 0.25;
+    self->replan_gain = 0.10;
     s_store_string (self->bind, sizeof self->bind, "tcp://*:5555");
     s_store_string (self->results_dir, sizeof self->results_dir, "results");
 }
