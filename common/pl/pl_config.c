@@ -674,7 +674,7 @@ pl_config_defaults (pl_config_t *self)
     self->rtt_ms = 60.0;
     self->measure_link = true;
     self->adaptive = true;
-    self->replan_drift = 0.25;
+    self->replan_drift = 0.5;
     self->replan_gain = 0.10;
     s_store_string (self->bind, sizeof self->bind, "tcp://*:5555");
     s_store_string (self->results_dir, sizeof self->results_dir, "results");

@@ -54,7 +54,7 @@ typedef struct {
     double rtt_ms;              //  60
     bool measure_link;          //  true: "auto" plans from probed links, not the above
     bool adaptive;              //  true: re-plan at epoch ends when links drift
-    double replan_drift;        //  0.25: link change (fraction) that triggers a re-plan
+    double replan_drift;        //  0.5: link change (fraction) that triggers a re-plan
     double replan_gain;         //  0.10: estimated gain a new split point must bring
     char bind[128];             //  "tcp://*:5555"
     char results_dir[512];      //  "results"

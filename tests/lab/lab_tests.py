@@ -10,6 +10,9 @@ host, as root, in network namespaces of their own. TAP on stdout.
                          pl-report exists); pipelearn's epoch beats sfl's
   lab_tests.py cpu       a device's compute time grows as its quota shrinks
   lab_tests.py cleanup   SIGINT in the middle of a run leaves nothing behind
+  lab_tests.py adaptive  a device's link shaped down mid-run: the server
+                         re-plans its micro-batches at the next epoch end
+                         and logs why
 
 Environment: PL_SOURCE_DIR (source tree), PL_BUILD_DIR (the build with the
 binaries), both set by meson test. Tests that need root or ip netns print
@@ -488,9 +491,90 @@ def test_cleanup(t):
         t.ok(not left, "no namespace, cgroup, relay, server or client is left", left)
 
 
+# ------------------------------------------------------------------ adaptive
+
+def test_adaptive(t):
+    """micro_batches "auto" on wifi, split point 4 (small activations:
+    compute dominates, few micro-batches), then device 0's link drops to
+    1/2 Mbit/s after the first epoch's re-probe: at the next epoch end the
+    server probes, sees the drift and gives device 0 more micro-batches
+    (transfer now dominates), with the reason in its log and summary.json."""
+    prefix = "ta" + secrets.token_hex(3)
+    with tempfile.TemporaryDirectory() as out:
+        cfg = os.path.join(out, "adaptive.json")
+        with open(cfg, "w") as f:
+            json.dump({"model": "vgg5", "dataset": "fashion-mnist", "mode": "pipelearn",
+                       "devices": 2, "split_point": 4, "micro_batches": "auto",
+                       "batch_size": 100, "epochs": 3, "samples": 1000,
+                       "test_samples": 500, "seed": 1}, f)
+        p = subprocess.Popen(lab_argv(prefix, out, "--config", cfg, "--devices", "2",
+                                      "--profile", "wifi", "--modes", "pipelearn",
+                                      "--repeat", "1", "--no-report", "--timeout", "500"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        log = os.path.join(out, "runs", "pipelearn-wifi-r1", "server.log")
+        deadline = time.monotonic() + 240
+        # After epoch 1's line the server probes both links again; reshape
+        # once those probes are done, not in the middle of one.
+        first = False
+        while time.monotonic() < deadline and p.poll() is None and not first:
+            time.sleep(0.2)
+            if os.path.exists(log):
+                with open(log) as f:
+                    lines = f.read().splitlines()
+                at = [i for i, l in enumerate(lines) if l.startswith("    1 ")]
+                first = bool(at) and sum("link: uplink" in l for l in lines[at[0]:]) >= 2
+        t.ok(first, "epoch 1 finished on wifi and the links were probed again")
+        change = subprocess.run(
+            [NETEM, "apply", "--uplink", "1", "--downlink", "2", "--delay", "3",
+             "--jitter", "0", "--loss", "0", "--dev-ns", prefix + "-dev0", "--dev-if", "eth0",
+             "--srv-ns", prefix + "-srv", "--srv-if", "td0", "--backend", "relay",
+             "--state-dir", "/run/pipelearn-lab/" + prefix, "--relay", RELAY,
+             "--seed", "1000"], capture_output=True, text=True)
+        t.ok(change.returncode == 0, "device 0's link reshaped to 1/2 Mbit/s mid-run",
+             change.stderr)
+        try:
+            _o, err = p.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _o, err = p.communicate()
+        t.ok(p.returncode == 0, "pipelearn-lab exits 0", err[-3000:])
+        text = open(log).read() if os.path.exists(log) else ""
+        summary = os.path.join(out, "runs", "pipelearn-wifi-r1", "summary.json")
+        s = read_json(summary) if os.path.exists(summary) else {}
+        plan = s.get("plan", {})
+        before = [d.get("micro_batches") for d in plan.get("devices", [])]
+        t.ok(len(before) == 2 and plan.get("measured_links") is True,
+             "the first plan came from probed links (micro-batches %s)" % before, plan)
+        # The first re-plan of device 0 that changed N, at an epoch end
+        # after the change; its reason names the uplink's drop.
+        hits = []
+        for e in s.get("epochs", []):
+            for r in e.get("replanned_before") or []:
+                if r.get("device") == 0 and r.get("what") == "micro_batches" \
+                        and r.get("after") != r.get("before"):
+                    hits.append((e["epoch"], r))
+        t.note("re-plans: %s" % hits)
+        ok = bool(hits) and hits[0][1]["after"] > hits[0][1]["before"] \
+            and "uplink" in hits[0][1].get("reason", "") and hits[0][0] <= 3
+        t.ok(ok, "device 0 got more micro-batches at the next epoch end (epoch %s: %s)"
+             % (hits[0][0] if hits else None, hits[0][1] if hits else None),
+             [e.get("replanned_before") for e in s.get("epochs", [])])
+        logged = [l for l in text.splitlines() if "re-plan at epoch" in l and "device 0" in l
+                  and "micro-batches" in l and "->" in l.split("micro-batches")[1]]
+        t.ok(bool(logged), "the server logged the re-plan with its reason", text[-3000:])
+        for l in logged[:1]:
+            t.note(l)
+        last = s.get("epochs", [{}])[-1].get("devices", [{}])
+        t.ok(last and last[0].get("micro_batches", 0) > (before[0] if before else 0),
+             "device 0 trains the last epoch with its new micro-batch count (%s)"
+             % (last[0].get("micro_batches") if last else None))
+        t.ok(not leftovers(prefix), "nothing left behind", leftovers(prefix))
+
+
 def main(argv):
     tests = {"dryrun": test_dryrun, "shaping": test_shaping, "modes": test_modes,
-             "cpu": test_cpu, "cleanup": test_cleanup, "lossy": test_lossy}
+             "cpu": test_cpu, "cleanup": test_cleanup, "lossy": test_lossy,
+             "adaptive": test_adaptive}
     if len(argv) != 1 or argv[0] not in tests:
         print("usage: lab_tests.py %s" % "|".join(tests), file=sys.stderr)
         return 2
