@@ -185,6 +185,58 @@ s_same_run (const cJSON *saved, const pl_config_t *cfg, const char *name, char *
     return rc;
 }
 
+//  A checkpoint's state.json, parsed (read by its size, at most 64 MiB:
+//  the epochs array grows with the run). NULL with a message.
+static cJSON *
+s_read_state (const char *path, char *err, size_t err_size)
+{
+    char file[2200];
+    snprintf (file, sizeof file, "%s/state.json", path);
+    FILE *f = fopen (file, "rb");
+    struct stat st;
+    if (!f || fstat (fileno (f), &st) || st.st_size > (64 << 20)) {
+        nn_errf (err, err_size, "%s: %s", file, f ? "larger than 64 MiB" : strerror (errno));
+        if (f)
+            fclose (f);
+        return NULL;
+    }
+    char *text = nn_malloc ((size_t) st.st_size + 1);
+    size_t n = fread (text, 1, (size_t) st.st_size, f);
+    fclose (f);
+    text[n] = 0;
+    cJSON *state = cJSON_Parse (text);
+    nn_free (text);
+    if (!state)
+        nn_errf (err, err_size, "%s: not valid JSON", file);
+    return state;
+}
+
+int
+srv_ckpt_peek_plan (const char *results_dir, int *split_point, int *micro_batches)
+{
+    char dir[1024];
+    snprintf (dir, sizeof dir, "%s/checkpoints", results_dir);
+    int count = 0, rc = -1;
+    char **names = s_list (dir, &count);
+    for (int i = 0; rc && i < count; i++) {
+        char path[2048], why[512];
+        snprintf (path, sizeof path, "%s/%s", dir, names[i]);
+        cJSON *state = s_read_state (path, why, sizeof why);
+        const cJSON *config = cJSON_GetObjectItemCaseSensitive (state, "config");
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive (config, "split_point");
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive (config, "micro_batches");
+        if (cJSON_IsNumber (p) && cJSON_IsNumber (n) && p->valuedouble >= 1
+        &&  p->valuedouble <= 1e6 && n->valuedouble >= 1 && n->valuedouble <= 1e6) {
+            *split_point = (int) p->valuedouble;
+            *micro_batches = (int) n->valuedouble;
+            rc = 0;
+        }
+        cJSON_Delete (state);
+    }
+    s_list_free (names, count);
+    return rc;
+}
+
 //  Load one checkpoint. 0; -1 corrupt (skip it); -2 another run (stop).
 static int
 s_load_one (const char *path, const char *name, const pl_config_t *cfg, nn_model_t *devpart,
@@ -192,18 +244,10 @@ s_load_one (const char *path, const char *name, const pl_config_t *cfg, nn_model
             cJSON **epochs_out, char *err, size_t err_size)
 {
     char file[2200];
-    snprintf (file, sizeof file, "%s/state.json", path);
-    FILE *f = fopen (file, "rb");
-    if (!f)
-        return nn_errf (err, err_size, "%s: %s", file, strerror (errno));
-    char *text = nn_malloc (1 << 24);
-    size_t n = fread (text, 1, (1 << 24) - 1, f);
-    fclose (f);
-    text[n] = 0;
-    cJSON *state = cJSON_Parse (text);
-    nn_free (text);
+    cJSON *state = s_read_state (path, err, err_size);
     if (!state)
-        return nn_errf (err, err_size, "%s: not valid JSON", file);
+        return -1;
+    snprintf (file, sizeof file, "%s/state.json", path);
     const cJSON *epoch = cJSON_GetObjectItemCaseSensitive (state, "epoch");
     const cJSON *iter = cJSON_GetObjectItemCaseSensitive (state, "round_iter");
     const cJSON *reps = cJSON_GetObjectItemCaseSensitive (state, "replicas");

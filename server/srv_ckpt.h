@@ -54,4 +54,9 @@ int srv_ckpt_load (const char *results_dir, const pl_config_t *cfg, nn_model_t *
                    cJSON **epochs_out, char *chosen, size_t chosen_size,
                    char *err, size_t err_size);
 
+//  The split point and micro-batch count of the newest checkpoint that has
+//  them (a run planned with "auto" resumes with the plan it ran; the
+//  planner may still move them once the devices are in). 0, or -1 if none.
+int srv_ckpt_peek_plan (const char *results_dir, int *split_point, int *micro_batches);
+
 #endif

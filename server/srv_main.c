@@ -1536,11 +1536,24 @@ static int
 s_resume (srv_t *self)
 {
     nn_model_t *reps[SRV_MAX_DEVICES];
-    for (int i = 0; i < self->replicas_count; i++)
-        reps[i] = self->rep[i].model;
     srv_ckpt_point_t pt;
     cJSON *epochs = NULL;
     char err[NN_ERR_SIZE], chosen[2048];
+    //  A planned ("auto") run resumes with the split it checkpointed; the
+    //  provisional plan of this start may differ.
+    int p = 0, n = 0;
+    if ((self->plan.auto_split || self->plan.auto_micro)
+    &&  srv_ckpt_peek_plan (self->results, &p, &n) == 0) {
+        if (p != self->split && p >= 1 && p < self->units && srv_resplit (self, p))
+            return -1;
+        if (self->mode == PROTO_MODE_PIPELEARN && self->batch % n == 0) {
+            self->cfg.micro_batches = n;
+            for (int i = 0; i < SRV_MAX_DEVICES; i++)
+                self->plan.slot[i].micro = n;
+        }
+    }
+    for (int i = 0; i < self->replicas_count; i++)
+        reps[i] = self->rep[i].model;
     int rc = srv_ckpt_load (self->results, &self->cfg, self->devpart, reps,
                             self->replicas_count, &pt, &epochs, chosen, sizeof chosen, err,
                             sizeof err);

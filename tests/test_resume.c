@@ -118,3 +118,54 @@ Test (resume, corrupt_checkpoint_is_skipped_for_the_previous_one, .timeout = 400
 {
     s_crash_and_resume (true);
 }
+
+//  A planned run ("auto"): the server re-plans from the devices it gets
+//  after the restart, but resumes with the split point it checkpointed
+//  (its own provisional plan could differ and the checkpoint would not
+//  fit), and finishes the run.
+#define AUTO_CONFIG \
+    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 2000, " \
+    "\"test_samples\": 200, \"batch_size\": 50, \"epochs\": 3, \"seed\": 21, " \
+    "\"split_point\": \"auto\", \"micro_batches\": \"auto\", \"threads\": 1, " \
+    "\"devices\": 2, \"mode\": \"pipelearn\", \"uplink_mbps\": 1000}"
+
+Test (resume, planned_run_resumes_with_its_split, .timeout = 400)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    char bind[64], endpoint[256], summary[4096];
+    snprintf (bind, sizeof bind, "tcp://127.0.0.1:%d", s_free_port ());
+    s_path (summary, run.dir, "auto/summary.json");
+    pid_t server = s_start_server_full (&run, "auto", AUTO_CONFIG, endpoint, sizeof endpoint,
+                                        NULL, NULL, bind, false);
+    pid_t c0 = s_start_client_sec (&run, 0, endpoint, NULL, NULL, "3");
+    pid_t c1 = s_start_client_sec (&run, 1, endpoint, NULL, NULL, "3");
+    double deadline = pl_monotonic () + 120;
+    while (access (summary, F_OK) != 0 && pl_monotonic () < deadline)
+        usleep (10000);
+    cr_assert_eq (access (summary, F_OK), 0, "epoch 1 never ended");
+    cJSON *s = s_summary (run.dir, "auto");
+    int split = (int) s_num (cJSON_GetObjectItemCaseSensitive (s, "plan"), "split_point");
+    cJSON_Delete (s);
+    usleep (300000);
+    cr_assert_eq (kill (server, SIGKILL), 0);
+    s_wait (&run, server, pl_monotonic () + 5);
+    s_expect_exit (&run, c0, 1, "client 0 after the crash");
+    s_expect_exit (&run, c1, 1, "client 1 after the crash");
+    server = s_start_server_full (&run, "auto", AUTO_CONFIG, endpoint, sizeof endpoint,
+                                  NULL, NULL, bind, true);
+    c0 = s_start_client (&run, 0, endpoint);
+    c1 = s_start_client (&run, 1, endpoint);
+    s_expect_exit (&run, server, 0, "resumed server");
+    s_expect_exit (&run, c0, 0, "client 0 after the resume");
+    s_expect_exit (&run, c1, 0, "client 1 after the resume");
+    cr_assert (s_log_has (&run, "server.log", "resuming from"), "did not resume");
+    s = s_summary (run.dir, "auto");
+    cr_expect_eq (cJSON_GetArraySize (cJSON_GetObjectItemCaseSensitive (s, "epochs")), 3);
+    int split2 = (int) s_num (cJSON_GetObjectItemCaseSensitive (s, "plan"), "split_point");
+    cr_expect (split2 >= 1 && split2 <= 4, "split point %d after the resume", split2);
+    cr_expect (split >= 1 && split <= 4);
+    cJSON_Delete (s);
+    s_kill_all (&run);
+    s_rmtree (run.dir);
+}
