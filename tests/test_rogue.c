@@ -561,3 +561,107 @@ s_dirichlet_run (const char *mode)
 
 Test (fedavg, dirichlet_shards_fl, .timeout = 600) { s_dirichlet_run ("fl"); }
 Test (fedavg, dirichlet_shards_sfl, .timeout = 600) { s_dirichlet_run ("sfl"); }
+
+//  ---------------------------------------------------------------------
+//  planning: PROFILE and PROBE from peers that get them wrong
+
+#define PLAN_CONFIG \
+    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 400, " \
+    "\"test_samples\": 100, \"batch_size\": 40, \"epochs\": 1, \"seed\": 3, " \
+    "\"threads\": 1, \"devices\": 1, \"mode\": \"pipelearn\", \"split_point\": \"auto\", " \
+    "\"micro_batches\": \"auto\", \"device_timeout_s\": 2}"
+
+//  HELLO, then WELCOME (skipping HEARTBEATs); the WELCOME must ask for a
+//  PROFILE in an "auto" run.
+static void *
+s_planning_peer (void *ctx, const char *endpoint, const char *name)
+{
+    void *sock = s_dealer (ctx, endpoint);
+    s_send_hello (sock, -1, 0, name);
+    proto_msg_t *msg = s_recv (sock, "WELCOME");
+    cr_assert_eq (proto_msg_type (msg), PROTO_MSG_WELCOME);
+    cr_assert (proto_msg_profile_requested (msg), "an auto run's WELCOME asks for PROFILE");
+    proto_msg_destroy (&msg);
+    return sock;
+}
+
+static void
+s_send_profile (void *sock, uint32_t units)
+{
+    proto_msg_t *msg = proto_msg_new (PROTO_MSG_PROFILE);
+    proto_profile_t p = { .units = units, .threads = 1 };
+    for (uint32_t u = 0; u < units; u++)
+        p.unit[u] = (proto_unit_cost_t) { 0.01, 0.02, 0.0, 0.0, 0.0 };
+    cr_assert_eq (proto_msg_set_profile (msg, &p), 0);
+    cr_assert_eq (proto_msg_send (&msg, sock), 0);
+}
+
+//  The next PROBE from the server (HEARTBEATs skipped).
+static proto_msg_t *
+s_next_probe (void *sock)
+{
+    while (true) {
+        proto_msg_t *msg = s_recv (sock, "PROBE");
+        if (proto_msg_type (msg) == PROTO_MSG_PROBE)
+            return msg;
+        cr_assert_eq (proto_msg_type (msg), PROTO_MSG_HEARTBEAT, "got %s, want PROBE",
+                      proto_type_name (proto_msg_type (msg)));
+        proto_msg_destroy (&msg);
+    }
+}
+
+Test (rogue, planning_peers_are_dropped_and_the_run_goes_on, .timeout = 300)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    char endpoint[256];
+    pid_t server = s_start_server (&run, "", PLAN_CONFIG, endpoint, sizeof endpoint);
+    void *ctx = zmq_ctx_new ();
+
+    //  A profile of the wrong model (3 units; vgg5 has 5).
+    void *a = s_planning_peer (ctx, endpoint, "wrong-units");
+    s_send_profile (a, 3);
+    s_expect_error (a, PROTO_ERR_STATE, "PROFILE of 3 units");
+    zmq_close (a);
+
+    //  A right profile, then an answer to a probe that was never sent.
+    void *b = s_planning_peer (ctx, endpoint, "bad-probe-answer");
+    s_send_profile (b, 5);
+    proto_msg_t *probe = s_next_probe (b);
+    proto_probe_t answer = { .probe_id = proto_msg_probe (probe)->probe_id + 7 };
+    proto_msg_destroy (&probe);
+    proto_msg_t *msg = proto_msg_new (PROTO_MSG_PROBE);
+    proto_msg_set_probe (msg, &answer, 0);
+    cr_assert_eq (proto_msg_send (&msg, b), 0);
+    s_expect_error (b, PROTO_ERR_STATE, "PROBE answer for no probe");
+    zmq_close (b);
+
+    //  A right profile, then silence: dropped after device_timeout_s.
+    void *c = s_planning_peer (ctx, endpoint, "silent-prober");
+    s_send_profile (c, 5);
+    probe = s_next_probe (c);
+    proto_msg_destroy (&probe);
+    zmq_pollitem_t item = { c, 0, ZMQ_POLLIN, 0 };
+    bool timed_out = false;
+    double deadline = pl_monotonic () + 10;
+    while (!timed_out && pl_monotonic () < deadline && zmq_poll (&item, 1, 10000) == 1) {
+        proto_msg_t *m = NULL;
+        char err[256];
+        cr_assert_eq (proto_msg_recv (&m, c, NULL, err, sizeof err), 0, "%s", err);
+        timed_out = proto_msg_type (m) == PROTO_MSG_ERROR
+                 && proto_msg_error_code (m) == PROTO_ERR_TIMEOUT;
+        proto_msg_destroy (&m);
+    }
+    cr_assert (timed_out, "a device silent during its probe was not dropped");
+    zmq_close (c);
+    zmq_ctx_term (ctx);
+
+    //  The slot is free again: a real client joins, profiles, is probed and
+    //  the run completes.
+    pid_t client = s_start_client (&run, 0, endpoint);
+    s_expect_exit (&run, server, 0, "server");
+    s_expect_exit (&run, client, 0, "client");
+    cr_expect (s_log_has (&run, "server.log", "device 0 link: uplink"));
+    s_kill_all (&run);
+    s_rmtree (run.dir);
+}
