@@ -610,7 +610,7 @@ s_next_probe (void *sock)
     }
 }
 
-Test (rogue, planning_peers_are_dropped_and_the_run_goes_on, .timeout = 300)
+Test (rogue, planning_peers_are_dropped_and_the_run_goes_on, .timeout = 600)
 {
     s_run_t run = { 0 };
     s_mkdtemp (run.dir);
