@@ -208,8 +208,16 @@ proto_msg_decode_planning (proto_msg_t *self, zmq_msg_t *frames, const proto_lim
             self->probe.probe_id = proto_le_get_u32 (b);
             self->probe.reply_bytes = proto_le_get_u32 (b + 4);
             //  The payload was sized against max_frame_bytes with every
-            //  frame; only its length is kept.
-            self->probe_bytes = zmq_msg_size (&frames[2]);
+            //  frame; only its length is kept. It must be zeros, so that a
+            //  PROBE has one encoding (and carries nothing else).
+            size_t plen;
+            const uint8_t *pb = proto_frame_bytes (&frames[2], &plen);
+            for (size_t i = 0; i < plen; i++)
+                if (pb[i])
+                    return proto_fail (err, err_size, PROTO_E_VALUE,
+                                       "PROBE: payload byte %zu is %u, must be 0", i,
+                                       (unsigned) pb[i]);
+            self->probe_bytes = plen;
             return s_probe_check (&self->probe, err, err_size);
         }
         default:

@@ -213,6 +213,12 @@ Test (proto_plan, malformed_probe_and_plan_refused)
     f = s_bytes_of (m);
     proto_limits_t small = { .max_frame_bytes = 1024 };
     s_refused (&f, &small, PROTO_E_SIZE, "limit 1024");
+    //  A payload that is not zeros.
+    m = proto_msg_new (PROTO_MSG_PROBE);
+    proto_msg_set_probe (m, &probe, 64);
+    f = s_bytes_of (m);
+    f.data[2][40] = 7;
+    s_refused (&f, NULL, PROTO_E_VALUE, "payload byte 40 is 7");
     //  PROBE without its payload frame.
     m = proto_msg_new (PROTO_MSG_PROBE);
     proto_msg_set_probe (m, &probe, 0);
