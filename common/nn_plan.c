@@ -111,6 +111,12 @@ nn_plan_check (const nn_plan_input_t *in, char *err, size_t err_size)
         if (!s_time_ok (dv->rtt_s))
             return nn_errf (err, err_size, "plan: %s: rtt must be finite and >= 0", who);
     }
+    if (in->host_cores < 0)
+        return nn_errf (err, err_size, "plan: host_cores must be >= 0 (0 = devices on "
+                        "their own hardware), got %d", in->host_cores);
+    if (!s_time_ok (in->host_copy_Bps))
+        return nn_errf (err, err_size, "plan: host_copy_Bps must be finite and >= 0 "
+                        "(0 = moving bytes costs no CPU)");
     return 0;
 }
 
@@ -258,6 +264,28 @@ nn_plan_estimate_fl (const nn_plan_input_t *in, int device)
     for (int u = 0; u < c->units_count; u++)
         t += c->unit[u].fwd_s + c->unit[u].bwd_s + c->unit[u].upd_s;
     return t;
+}
+
+double
+nn_plan_host_floor (const nn_plan_input_t *in, int split_point, int micro_batches)
+{
+    assert (in && micro_batches >= 1);
+    if (in->host_cores <= 0)
+        return 0.0;
+    int units = in->model.units_count, n = micro_batches;
+    double work = 0.0;
+    for (int d = 0; d < in->devices_count; d++) {
+        if (split_point >= units) {
+            work += nn_plan_estimate_fl (in, d);
+            continue;
+        }
+        s_micro_t m;
+        s_micro (in, d, split_point, n, 1.0, &m);
+        work += n * (m.fwd + m.bwd) + m.dev_upd + n * m.srv + m.srv_upd;
+        if (in->host_copy_Bps > 0.0)
+            work += n * (m.bytes_up + m.bytes_down) / in->host_copy_Bps;
+    }
+    return work / (double) in->host_cores;
 }
 
 double
@@ -614,6 +642,9 @@ s_fill (const nn_plan_input_t *in, int device, int p, int n, double share,
     c->split_point = p;
     c->micro_batches = n;
     c->iteration_s = nn_plan_estimate (in, device, p, n, share, &c->stages);
+    c->host_floor_s = nn_plan_host_floor (in, p, n);
+    if (c->host_floor_s > c->iteration_s)
+        c->iteration_s = c->host_floor_s;
     c->aggregation_s = nn_plan_aggregation_s (in, device, p);
     c->epoch_s = in->iterations * c->iteration_s + nn_plan_rounds (in) * c->aggregation_s;
 }
@@ -651,8 +682,11 @@ s_modes (nn_plan_t *self)
 
     //  FL: the whole model on every device, the whole model averaged.
     nn_plan_mode_t *fl = &self->modes[NN_PLAN_FL];
+    double fl_floor = nn_plan_host_floor (in, units, 1);
     for (int d = 0; d < devs; d++) {
         iter[d] = nn_plan_estimate_fl (in, d);
+        if (fl_floor > iter[d])
+            iter[d] = fl_floor;
         agg[d] = nn_plan_aggregation_s (in, d, units);
         if (iter[d] > fl->iteration_s)
             fl->iteration_s = iter[d];

@@ -31,6 +31,15 @@
       devices are busy at once). nn_plan_simulate_events with pooled = true
       simulates the real pool (W workers, round-robin over the replicas as
       srv_main dispatches) to check that approximation.
+    - One host for everything (host_cores > 0: a lab, a demo, loopback):
+      the server and all devices share host_cores cores, so an iteration
+      of the parallel modes also takes at least all their CPU work divided
+      by the cores: every device's forwards, backwards and update, the
+      server's steps and updates for every device (no share factor), and
+      the bytes all devices move through the host's network stack, at
+      host_copy_Bps per core. The estimate is the larger of the pipeline
+      above and that floor (each candidate (P, N) is taken as every
+      device's). SL runs one device at a time and gets no floor.
     - Aggregation: every aggregation_frequency iterations (-1: once per
       epoch, and always at the end of an epoch) each device sends its part's
       weights up and receives them back: bytes/uplink + bytes/downlink + RTT.
@@ -96,6 +105,10 @@ typedef struct {
     int micro_batches;              //  0 = choose, else N is pinned to this
     int devices_count;              //  D, 1..NN_PLAN_MAX_DEVICES
     const nn_plan_device_t *devices;    //  D entries, borrowed
+    int host_cores;                 //  > 0: server and devices share one host with
+                                    //  this many cores; 0 = each on its own hardware
+    double host_copy_Bps;           //  with host_cores: bytes/s one core moves through
+                                    //  the host's network stack (0 = moving is free)
 } nn_plan_input_t;
 
 //  Per-iteration totals of one candidate (sums over the N micro-batches).
@@ -118,6 +131,8 @@ typedef struct {
     double iteration_s;         //  estimated time of one iteration
     double aggregation_s;       //  one round's parameter exchange for this device
     double epoch_s;             //  iterations * iteration_s + rounds * aggregation_s
+    double host_floor_s;        //  one host: all CPU work per iteration / host_cores
+                                //  (iteration_s is at least this); 0 otherwise
     nn_plan_stages_t stages;
 } nn_plan_candidate_t;
 
@@ -193,6 +208,11 @@ double nn_plan_estimate (const nn_plan_input_t *in, int device, int split_point,
 
 //  One FL iteration of a device: the whole model, whole batch, plus update.
 double nn_plan_estimate_fl (const nn_plan_input_t *in, int device);
+
+//  One host (host_cores > 0): the CPU work of one iteration of every device
+//  at (P, N), the server's share included, divided by host_cores; P = U is
+//  FL (no server, nothing moved per iteration). 0 when host_cores is 0.
+double nn_plan_host_floor (const nn_plan_input_t *in, int split_point, int micro_batches);
 
 //  One aggregation round's exchange for a device whose part is units
 //  [0, units): its weights up and back down, plus one RTT.

@@ -5,6 +5,7 @@
                    [--uplink-mbps X] [--downlink-mbps Y] [--rtt-ms R]
                    [--devices D] [--costs FILE.json] [--write-costs FILE.json]
                    [--device-slowdown F] [--forward-first] [--json]
+                   [--host-cores C] [--host-copy-mbps X]
 
     Without --costs it profiles this host (nn_profile) and uses the same
     costs for the devices and the server. The model is nn_plan.h's;
@@ -17,6 +18,7 @@
 #include "nn_profile.h"
 #include "pl_blas.h"
 #include "pl_config.h"
+#include "pl_hostcopy.h"
 #include "pl_log.h"
 #include "pl_summary.h"
 #include "pl_timeline.h"
@@ -64,6 +66,7 @@ s_usage (FILE *out)
         "                      [--uplink-mbps X] [--downlink-mbps Y] [--rtt-ms R]\n"
         "                      [--devices D] [--costs FILE.json] [--device-slowdown F]\n"
         "                      [--write-costs FILE.json] [--forward-first] [--json]\n"
+        "                      [--host-cores C] [--host-copy-mbps X]\n"
         "Estimates the iteration time of every split point P and micro-batch count N\n"
         "for the config's model, batch size and devices, chooses the fastest (P, N),\n"
         "and estimates the epoch time of fl, sl, sfl and pipelearn.\n"
@@ -74,6 +77,12 @@ s_usage (FILE *out)
         "  --downlink-mbps Y   server -> device rate, Mbit/s\n"
         "  --rtt-ms R          round-trip time, ms\n"
         "  --devices D         devices sharing the server (default: the config's)\n"
+        "  --host-cores C      the server and every device run on one host with C\n"
+        "                      cores (a lab, a demo, loopback): an iteration also\n"
+        "                      takes at least all their CPU work / C (config key\n"
+        "                      host_cores; 0 = each on its own hardware)\n"
+        "  --host-copy-mbps X  with --host-cores: Mbit/s one core moves through the\n"
+        "                      network stack (host_copy_mbps; default: measured)\n"
         "  --costs FILE        read per-unit costs instead of profiling this host\n"
         "  --write-costs FILE  write the profiled costs as a cost file\n"
         "  --device-slowdown F devices are F times slower than the profile or the\n"
@@ -118,6 +127,8 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
         { "forward-first", no_argument, NULL, 'F' },
         { "device-slowdown", required_argument, NULL, 'S' },
         { "json", no_argument, NULL, 'j' },
+        { "host-cores", required_argument, NULL, 'H' },
+        { "host-copy-mbps", required_argument, NULL, 'M' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
@@ -132,7 +143,7 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
     args->rtt_ms = s_links[0].rtt_ms;
     double up = -1.0, down = -1.0, rtt = -1.0;
     int c;
-    while ((c = getopt_long (argc, argv, "c:s:l:u:d:r:D:C:W:FS:jh", opts, NULL)) != -1) {
+    while ((c = getopt_long (argc, argv, "c:s:l:u:d:r:D:C:W:FS:jhH:M:", opts, NULL)) != -1) {
         switch (c) {
             case 'c':
                 break;
@@ -186,6 +197,22 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
                     return -1;
                 break;
             case 'j': args->json = true; break;
+            case 'H': {
+                char key[64];
+                snprintf (key, sizeof key, "host_cores=%s", optarg);
+                if (pl_config_set (cfg, key, err, sizeof err)) {
+                    pl_log_error ("--host-cores: %s", err);
+                    return -1;
+                }
+                break;
+            }
+            case 'M': {
+                double v;
+                if (s_number ("--host-copy-mbps", optarg, false, &v))
+                    return -1;
+                cfg->host_copy_mbps = v;
+                break;
+            }
             case 'h': s_usage (stdout); exit (0);
             default: s_usage (stderr); return -1;
         }
@@ -495,6 +522,7 @@ s_candidate_json (const nn_plan_candidate_t *c)
     cJSON_AddNumberToObject (o, "micro_batches", c->micro_batches);
     cJSON_AddNumberToObject (o, "estimated_iteration_s", c->iteration_s);
     cJSON_AddNumberToObject (o, "estimated_epoch_s", c->epoch_s);
+    cJSON_AddNumberToObject (o, "host_floor_s", c->host_floor_s);
     cJSON *s = cJSON_AddObjectToObject (o, "stages");
     const nn_plan_stages_t *st = &c->stages;
     cJSON_AddNumberToObject (s, "device_forward_s", st->device_forward_s);
@@ -525,6 +553,7 @@ s_print_json (const nn_plan_t *plan, const nn_plan_input_t *in, bool heterogeneo
     cJSON_AddNumberToObject (chosen, "micro_batches", ch->micro_batches);
     cJSON_AddNumberToObject (chosen, "estimated_iteration_s", ch->iteration_s);
     cJSON_AddNumberToObject (chosen, "estimated_epoch_s", ch->epoch_s);
+    cJSON_AddNumberToObject (chosen, "host_floor_s", ch->host_floor_s);
     if (heterogeneous) {
         //  Candidates are device 0's; each device's own choice is here.
         cJSON *per = cJSON_AddArrayToObject (chosen, "per_device");
@@ -567,18 +596,25 @@ s_print_text (const nn_plan_t *plan, const nn_plan_input_t *in, bool heterogeneo
                 d ? "\n" : "", d, dv->uplink_Bps * 8e-6, dv->downlink_Bps * 8e-6,
                 dv->rtt_s * 1e3, in->devices_count, in->server_workers, in->batch_size,
                 in->iterations);
-        printf ("%3s %4s %9s %9s %8s %8s %8s %8s %8s %8s %9s\n", "P", "N", "iter_s",
+        if (in->host_cores > 0)
+            printf ("one host with %d core(s) (host_s: all CPU work per iteration / cores; "
+                    "iter_s is at least that); moving bytes costs a core %.0f Mbit/s\n",
+                    in->host_cores, in->host_copy_Bps * 8e-6);
+        printf ("%3s %4s %9s %9s %8s %8s %8s %8s %8s %8s %9s%s\n", "P", "N", "iter_s",
                 "epoch_s", "dev_fwd", "upload", "server", "download", "dev_bwd", "update",
-                "MB/iter");
+                "MB/iter", in->host_cores > 0 ? "    host_s" : "");
         const nn_plan_candidate_t *ch = nn_plan_chosen (plan, d);
         for (int i = 0; i < nn_plan_candidates_count (plan, d); i++) {
             const nn_plan_candidate_t *c = nn_plan_candidate (plan, d, i);
             const nn_plan_stages_t *s = &c->stages;
-            printf ("%3d %4d %9.4f %9.2f %8.4f %8.4f %8.4f %8.4f %8.4f %8.4f %9.3f%s\n",
+            char host[32] = "";
+            if (in->host_cores > 0)
+                snprintf (host, sizeof host, " %9.4f", c->host_floor_s);
+            printf ("%3d %4d %9.4f %9.2f %8.4f %8.4f %8.4f %8.4f %8.4f %8.4f %9.3f%s%s\n",
                     c->split_point, c->micro_batches, c->iteration_s, c->epoch_s,
                     s->device_forward_s, s->upload_s, s->server_s, s->download_s,
                     s->device_backward_s, s->device_update_s + s->server_update_s,
-                    (s->bytes_up + s->bytes_down) / 1e6, c == ch ? "  <- chosen" : "");
+                    (s->bytes_up + s->bytes_down) / 1e6, host, c == ch ? "  <- chosen" : "");
         }
         //  The reference's closed form at the chosen split, for comparison.
         int p = ch->split_point;
@@ -775,6 +811,23 @@ main (int argc, char **argv)
     }
     if (args.write_costs_path && args.costs_path)
         pl_log_warn ("--write-costs is ignored with --costs (nothing was profiled)");
+
+    if (cfg.host_cores > 0) {
+        in.host_cores = cfg.host_cores;
+        in.host_copy_Bps = cfg.host_copy_mbps * 1e6 / 8.0;
+        if (cfg.host_copy_mbps <= 0.0) {
+            //  A quarter batch's activations at the first split.
+            in.host_copy_Bps = pl_hostcopy_measure (
+                0.3, (size_t) (in.model.out_bytes[0] / 4.0), err, sizeof err);
+            if (in.host_copy_Bps < 0.0) {
+                pl_log_error ("%s", err);
+                return 1;
+            }
+        }
+        pl_log_info ("one host: the server and %d device(s) share %d core(s); moving bytes "
+                     "costs a core %.0f Mbit/s%s", in.devices_count, in.host_cores,
+                     in.host_copy_Bps * 8e-6, cfg.host_copy_mbps > 0.0 ? "" : " (measured)");
+    }
 
     nn_plan_t *plan = nn_plan_new (&in, err, sizeof err);
     if (!plan) {

@@ -7,6 +7,7 @@
 
 #include "nn_alloc.h"
 #include "nn_profile.h"
+#include "pl_hostcopy.h"
 #include "pl_log.h"
 
 #define S_PROBE_PINGS    3
@@ -68,6 +69,8 @@ s_input (const srv_t *self, nn_plan_input_t *in, nn_plan_device_t *devs)
     in->aggregation_frequency = cfg->aggregation_frequency;
     in->devices_count = self->devices;
     in->devices = devs;
+    in->host_cores = cfg->host_cores;
+    in->host_copy_Bps = pl->host_copy_Bps;
     in->micro_batches = self->mode == PROTO_MODE_PIPELEARN && pl->auto_micro ? 0
                       : self->mode == PROTO_MODE_PIPELEARN ? self->micro : 1;
     for (int i = 0; i < self->devices; i++) {
@@ -150,6 +153,9 @@ s_plan_json (srv_t *self, const nn_plan_t *plan, double epoch_s)
     cJSON_AddNumberToObject (pj, "micro_batches", common);
     cJSON_AddNumberToObject (pj, "estimated_epoch_s", epoch_s);
     cJSON_AddBoolToObject (pj, "measured_links", pl->measure);
+    cJSON_AddNumberToObject (pj, "host_cores", self->cfg.host_cores);
+    if (self->cfg.host_cores > 0)
+        cJSON_AddNumberToObject (pj, "host_copy_mbps", s_mbps (pl->host_copy_Bps));
     cJSON *devs = cJSON_AddArrayToObject (pj, "devices");
     nn_plan_input_t in;
     nn_plan_device_t dv[SRV_MAX_DEVICES];
@@ -197,6 +203,21 @@ srv_plan_setup (srv_t *self)
     if (nn_profile_run (&self->spec, &pa, &pl->server, &pl->model, NULL, err, sizeof err)) {
         pl_log_error ("server: planner: %s", err);
         return -1;
+    }
+    if (cfg->host_cores > 0) {
+        pl->host_copy_Bps = cfg->host_copy_mbps * 1e6 / 8.0;
+        if (cfg->host_copy_mbps <= 0.0) {
+            //  A quarter batch's activations at the first split.
+            pl->host_copy_Bps = pl_hostcopy_measure (
+                0.3, (size_t) (pl->model.out_bytes[0] / 4.0), err, sizeof err);
+            if (pl->host_copy_Bps < 0.0) {
+                pl_log_error ("server: planner: %s", err);
+                return -1;
+            }
+        }
+        pl_log_info ("server: planner: one host: the server and the devices share %d "
+                     "core(s); moving bytes costs a core %.0f Mbit/s%s", cfg->host_cores,
+                     pl->host_copy_Bps * 8e-6, cfg->host_copy_mbps > 0.0 ? "" : " (measured)");
     }
     double profile_s = pl_monotonic () - t0;
     //  The training set is not loaded here; with samples 0 (all) the

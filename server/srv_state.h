@@ -63,6 +63,7 @@ typedef struct {
     nn_plan_costs_t server;         //  this host, one worker thread
     nn_plan_model_t model;          //  transfer sizes at batch B
     int iterations;                 //  per epoch, for the estimates
+    double host_copy_Bps;           //  host_cores > 0: loopback bytes per core-second
     srv_slot_t slot[SRV_MAX_DEVICES];
     cJSON *replans;                 //  this epoch's re-plans (summary), or NULL
 } srv_planner_t;

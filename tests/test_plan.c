@@ -559,6 +559,63 @@ Test (plan, check_rejects_bad_input)
     bad.in.split_point = 0;
     bad.dev[0].rtt_s = NAN;
     cr_assert_null (nn_plan_new (&bad.in, err, sizeof err));
+    bad = c;
+    bad.in.devices = bad.dev;
+    bad.in.host_cores = -1;
+    cr_assert_eq (nn_plan_check (&bad.in, err, sizeof err), -1);
+    cr_assert (strstr (err, "host_cores"), "%s", err);
+    bad.in.host_cores = 2;
+    bad.in.host_copy_Bps = INFINITY;
+    cr_assert_eq (nn_plan_check (&bad.in, err, sizeof err), -1);
+    cr_assert (strstr (err, "host_copy_Bps"), "%s", err);
+}
+
+//  One host: two devices and a server on C cores. Units of 0.1 s forward
+//  and backward everywhere, a link so fast it costs nothing on the wire:
+//  at P = 1, N = 1 a device's own pipeline is its forward 0.1, the server's
+//  three units 0.6, its backward 0.1 = 0.8 s; all the CPU work is
+//  2 x (0.2 + 0.6) = 1.6 core-seconds; moving the 2 x (1000 + 400 + 1000)
+//  bytes at 4800 bytes per core-second adds 1 s.
+Test (plan, one_host_takes_all_the_cpu_work_over_its_cores)
+{
+    static const double outs[4] = { 1000.0, 1000.0, 1000.0, 10.0 };
+    s_case_t c;
+    s_case (&c, 4, 0.1, 0.1, 1.0, outs, 1e15, 1e15, 0.0, 2);
+    c.in.split_point = 1;
+    c.in.micro_batches = 1;
+    nn_plan_t *plan = s_plan (&c);
+    const nn_plan_candidate_t *alone = nn_plan_chosen (plan, 0);
+    cr_assert_float_eq (alone->iteration_s, 0.8, 1e-9);
+    cr_assert_eq (alone->host_floor_s, 0.0);
+    double fl_alone = nn_plan_mode (plan, NN_PLAN_FL)->iteration_s;
+    cr_assert_float_eq (fl_alone, 0.8, 1e-9);
+    nn_plan_destroy (&plan);
+
+    //  Four cores: 1.6 / 4 = 0.4 s of work, below the pipeline's 0.8.
+    c.in.host_cores = 4;
+    plan = s_plan (&c);
+    cr_assert_float_eq (nn_plan_chosen (plan, 0)->host_floor_s, 0.4, 1e-9);
+    cr_assert_float_eq (nn_plan_chosen (plan, 0)->iteration_s, 0.8, 1e-9);
+    nn_plan_destroy (&plan);
+
+    //  One core: the work, 1.6 s, is the iteration; FL's two whole models
+    //  take 2 x 0.8 s; SL runs one device at a time and stays 0.8 s.
+    c.in.host_cores = 1;
+    plan = s_plan (&c);
+    cr_assert_float_eq (nn_plan_chosen (plan, 0)->iteration_s, 1.6, 1e-9);
+    cr_assert_float_eq (nn_plan_chosen (plan, 0)->host_floor_s, 1.6, 1e-9);
+    cr_assert_float_eq (nn_plan_mode (plan, NN_PLAN_FL)->iteration_s, 1.6, 1e-9);
+    cr_assert_float_eq (nn_plan_mode (plan, NN_PLAN_SL)->iteration_s, 0.8, 1e-9);
+    cr_assert_float_eq (nn_plan_mode (plan, NN_PLAN_PIPELEARN)->epoch_s,
+                        100 * 1.6 + nn_plan_chosen (plan, 0)->aggregation_s, 1e-6);
+    nn_plan_destroy (&plan);
+
+    //  Moving bytes costs CPU too.
+    c.in.host_copy_Bps = 4800.0;
+    plan = s_plan (&c);
+    cr_assert_float_eq (nn_plan_chosen (plan, 0)->iteration_s, 2.6, 1e-9);
+    cr_assert_float_eq (nn_plan_host_floor (&c.in, 1, 1), 2.6, 1e-9);
+    nn_plan_destroy (&plan);
 }
 
 //  ---------------------------------------------------------------------
@@ -767,6 +824,28 @@ Test (plan_cli, json_has_the_documented_shape_and_the_known_plan)
     ch = cJSON_GetObjectItem (j, "chosen");
     cr_assert_eq (cJSON_GetObjectItem (ch, "micro_batches")->valueint, 10, "pin: %s", out);
     cr_assert_eq (cJSON_GetObjectItem (ch, "split_point")->valueint, 3);
+    cJSON_Delete (j);
+
+    //  One host with one core on a fast link: an iteration is all the CPU
+    //  work, P = 3, N = 1: 2 devices x (3 x 0.06 + 2 x 0.03) s = 0.48 s,
+    //  plus 2 x (100400 + 100000) bytes moved at 1 Mbit/s per core = 3.2064 s.
+    snprintf (flags, sizeof flags, "--config %s --costs %s --uplink-mbps 1000 "
+              "--downlink-mbps 1000 --rtt-ms 0 --set split_point=3 --set micro_batches=1 "
+              "--host-cores 1 --host-copy-mbps 1", cfg, costs);
+    j = s_run_json (flags, out, sizeof out);
+    ch = cJSON_GetObjectItem (j, "chosen");
+    double floor_s = cJSON_GetObjectItem (ch, "host_floor_s")->valuedouble;
+    cr_assert_float_eq (floor_s, 0.48 + 3.2064, 1e-6, "%s", out);
+    cr_assert_float_eq (cJSON_GetObjectItem (ch, "estimated_iteration_s")->valuedouble,
+                        floor_s, 1e-9);
+    cJSON_Delete (j);
+    //  The copy cost measured on this host: something, and far less.
+    snprintf (flags, sizeof flags, "--config %s --costs %s --uplink-mbps 1000 "
+              "--downlink-mbps 1000 --rtt-ms 0 --set split_point=3 --set micro_batches=1 "
+              "--host-cores 1", cfg, costs);
+    j = s_run_json (flags, out, sizeof out);
+    floor_s = cJSON_GetObjectItem (cJSON_GetObjectItem (j, "chosen"), "host_floor_s")->valuedouble;
+    cr_assert (floor_s > 0.48 && floor_s < 0.48 + 0.5, "measured copy floor %g", floor_s);
     cJSON_Delete (j);
 }
 

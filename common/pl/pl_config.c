@@ -194,6 +194,11 @@ static const s_field_t s_fields[] = {
       .min = 0, .max = 100, .min_open = true, .expect = "a fraction > 0 (0.25 = 25%)" },
     { .key = "replan_gain", .kind = S_DOUBLE, S_AT (replan_gain),
       .min = 0, .max = 1, .max_open = true, .expect = "a fraction >= 0 and < 1" },
+    { .key = "host_cores", .kind = S_INT, S_AT (host_cores), .min = 0, .max = 4096,
+      .expect = "an integer >= 0 (0 = the devices run on their own hardware)" },
+    { .key = "host_copy_mbps", .kind = S_DOUBLE, S_AT (host_copy_mbps),
+      .min = 0, .max = INFINITY, .max_open = true,
+      .expect = "Mbit/s >= 0 (0 = measure it)" },
     { .key = "bind", .kind = S_STRING, S_AT (bind), .flags = S_NONEMPTY | S_ENDPOINT,
       .expect = "an endpoint like \"tcp://*:5555\" of at most 127 bytes" },
     { .key = "results_dir", .kind = S_STRING, S_AT (results_dir), .flags = S_NONEMPTY,
@@ -676,6 +681,8 @@ pl_config_defaults (pl_config_t *self)
     self->adaptive = true;
     self->replan_drift = 0.5;
     self->replan_gain = 0.10;
+    self->host_cores = 0;
+    self->host_copy_mbps = 0.0;
     s_store_string (self->bind, sizeof self->bind, "tcp://*:5555");
     s_store_string (self->results_dir, sizeof self->results_dir, "results");
 }

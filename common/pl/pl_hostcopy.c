@@ -1,0 +1,96 @@
+/*  pl_hostcopy.c: the CPU cost of a loopback transfer (pl_hostcopy.h). */
+#include "pl_hostcopy.h"
+
+#include "nn_alloc.h"
+
+#include <stdbool.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <zmq.h>
+
+static double
+s_cpu_s (void)
+{
+    struct rusage ru;
+    getrusage (RUSAGE_SELF, &ru);
+    return (double) ru.ru_utime.tv_sec + (double) ru.ru_utime.tv_usec / 1e6
+         + (double) ru.ru_stime.tv_sec + (double) ru.ru_stime.tv_usec / 1e6;
+}
+
+static double
+s_wall_s (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
+//  Frames kept in flight: enough to keep both ends and the I/O threads
+//  busy, as the pipeline does.
+#define S_IN_FLIGHT 4
+
+double
+pl_hostcopy_measure (double seconds, size_t frame_bytes, char *err, size_t err_size)
+{
+    if (!(seconds >= 0.05 && seconds <= 10.0)) {
+        nn_errf (err, err_size, "host copy: want 0.05..10 s, got %g", seconds);
+        return -1.0;
+    }
+    frame_bytes = frame_bytes < ((size_t) 64 << 10) ? (size_t) 64 << 10
+                : frame_bytes > ((size_t) 16 << 20) ? (size_t) 16 << 20 : frame_bytes;
+    double result = -1.0;
+    void *ctx = zmq_ctx_new ();
+    void *pull = ctx ? zmq_socket (ctx, ZMQ_PULL) : NULL;
+    void *push = ctx ? zmq_socket (ctx, ZMQ_PUSH) : NULL;
+    char *buf = nn_malloc (frame_bytes);
+    char *in = nn_malloc (frame_bytes);
+    for (size_t i = 0; i < frame_bytes; i++)
+        buf[i] = (char) (i * 31u);
+    char endpoint[256];
+    size_t endpoint_size = sizeof endpoint;
+    int linger = 0, timeout_ms = 5000;
+    if (!pull || !push
+    ||  zmq_setsockopt (pull, ZMQ_LINGER, &linger, sizeof linger)
+    ||  zmq_setsockopt (push, ZMQ_LINGER, &linger, sizeof linger)
+    ||  zmq_setsockopt (pull, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms)
+    ||  zmq_setsockopt (push, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms)
+    ||  zmq_bind (pull, "tcp://127.0.0.1:*")
+    ||  zmq_getsockopt (pull, ZMQ_LAST_ENDPOINT, endpoint, &endpoint_size)
+    ||  zmq_connect (push, endpoint)) {
+        nn_errf (err, err_size, "host copy: loopback sockets: %s", zmq_strerror (zmq_errno ()));
+        goto done;
+    }
+    //  One warm-up frame (connection set-up, first buffers), then the
+    //  measured stream.
+    bool ok = zmq_send (push, buf, frame_bytes, 0) == (int) frame_bytes
+           && zmq_recv (pull, in, frame_bytes, 0) == (int) frame_bytes;
+    double wall0 = s_wall_s (), cpu0 = s_cpu_s ();
+    long sent = 0, received = 0;
+    while (ok && sent < S_IN_FLIGHT)
+        ok = zmq_send (push, buf, frame_bytes, 0) == (int) frame_bytes && ++sent;
+    while (ok && received < sent) {
+        ok = zmq_recv (pull, in, frame_bytes, 0) == (int) frame_bytes;
+        received++;
+        if (ok && s_wall_s () - wall0 < seconds)
+            ok = zmq_send (push, buf, frame_bytes, 0) == (int) frame_bytes && ++sent;
+    }
+    double cpu = s_cpu_s () - cpu0;
+    if (!ok)
+        nn_errf (err, err_size, "host copy: loopback transfer failed: %s",
+                 zmq_strerror (zmq_errno ()));
+    else
+    if (cpu <= 0.0)
+        nn_errf (err, err_size, "host copy: no CPU time measured");
+    else
+        result = (double) received * (double) frame_bytes / cpu;
+done:
+    nn_free (buf);
+    nn_free (in);
+    if (push)
+        zmq_close (push);
+    if (pull)
+        zmq_close (pull);
+    if (ctx)
+        zmq_ctx_term (ctx);
+    return result;
+}

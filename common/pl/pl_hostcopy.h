@@ -1,0 +1,24 @@
+/*  pl_hostcopy.h: what moving bytes through this host's network stack
+    costs in CPU, for the planner when the server and its devices share one
+    host (a lab, a demo, loopback): there a transfer is not free time on a
+    wire but work for the same cores that train.
+
+    Measured with ZeroMQ over TCP loopback, the transport the daemons use:
+    a PUSH socket streams frames of the size given to a PULL socket in the
+    same process (both ends' work: the sender's and the receiver's
+    threads, libzmq's I/O threads, the kernel's copies), for the time
+    given, and the bytes are divided by the CPU time the process used
+    (getrusage, all threads). The result is bytes per core-second.
+*/
+#ifndef PL_HOSTCOPY_H_INCLUDED
+#define PL_HOSTCOPY_H_INCLUDED
+
+#include <stddef.h>
+
+//  Bytes per CPU-second of a loopback transfer, measured for about
+//  seconds (0.05 .. 10) with frames of frame_bytes, taken into 64 KiB ..
+//  16 MiB (pass the size of the messages that matter, e.g. a micro-batch's
+//  activations). -1 with a message if the sockets cannot be set up.
+double pl_hostcopy_measure (double seconds, size_t frame_bytes, char *err, size_t err_size);
+
+#endif

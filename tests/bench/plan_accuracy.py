@@ -1,0 +1,186 @@
+#!/usr/bin/python3
+"""pipelearn planner: predicted versus measured epoch time (issue 4).
+
+    tests/bench/plan_accuracy.py [--build DIR] [--settings P:N,P:N,...]
+                                 [--samples-per-device S] [--epochs E]
+                                 [--repeats R] [--link-mbps X] [--rtt-ms R]
+                                 [--host-cores C] [--max-error F] [--out DIR]
+
+Run from the repository root after a build. On this host, with a server and
+two clients over TCP loopback (VGG5, Fashion-MNIST, batch 100, S samples per
+device, clients with 1 thread, the server's pool on every core):
+
+  1. profiles this host once (pipelearn-plan --write-costs) and measures the
+     loopback link with pipelearn-bench-proto (proto encode -> decode MB/s)
+     unless --link-mbps gives it;
+  2. for every (P, N) setting asks pipelearn-plan --costs ... --json for the
+     epoch estimate of that pinned plan, with --host-cores C (the server and
+     both devices share this host's C cores; default: all of them);
+  3. runs the daemons with that split point and micro-batch count for E
+     epochs (2) and takes the last epoch's wall_s (the first one includes
+     start-up effects: page faults, connection warm-up);
+  4. prints predicted, measured (median over R repeats) and the error
+     (predicted - measured) / measured.
+
+The issue's bar: within 20% for at least three settings. --max-error F makes
+the exit status 1 unless at least three settings are within F; without it
+the script only reports (exit 1 only when a run fails). The network-lab
+version of this check is `tests/lab/lab_tests.py plan`.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_daemons import log, terminate  # noqa: E402
+
+DEVICES = 2
+
+
+def plan_estimate(args, costs, p, n, link_mbps):
+    argv = [os.path.join(args.build, "server", "pipelearn-plan"),
+            "--config", "configs/pipelearn.json",
+            "--set", "samples=%d" % (DEVICES * args.samples_per_device),
+            "--set", "split_point=%d" % p, "--set", "micro_batches=%d" % n,
+            "--uplink-mbps", str(link_mbps), "--downlink-mbps", str(link_mbps),
+            "--rtt-ms", str(args.rtt_ms), "--host-cores", str(args.host_cores),
+            "--costs", costs, "--json"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError("pipelearn-plan exited %d: %s" % (out.returncode, out.stderr))
+    return json.loads(out.stdout)["chosen"]
+
+
+def run_daemons(args, work, p, n, rep):
+    tag = "P%d-N%d-%d" % (p, n, rep)
+    res = os.path.join(work, tag)
+    ep = os.path.join(work, tag + ".endpoint")
+    srv_log = open(os.path.join(work, tag + ".server.log"), "w")
+    argv = [os.path.join(args.build, "server", "pipelearn-server"),
+            "--config", "configs/pipelearn.json", "--bind", "tcp://127.0.0.1:*",
+            "--endpoint-file", ep, "--results", res, "--quiet", "--insecure"]
+    for s in ["samples=%d" % (DEVICES * args.samples_per_device), "test_samples=500",
+              "epochs=%d" % args.epochs, "devices=%d" % DEVICES, "split_point=%d" % p,
+              "micro_batches=%d" % n]:
+        argv += ["--set", s]
+    procs, logs = [], [srv_log]
+    try:
+        procs.append(subprocess.Popen(argv, stdout=srv_log, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + 30
+        while not (os.path.exists(ep) and os.path.getsize(ep) > 0):
+            if procs[0].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("%s: the server did not start (log %s)" % (tag, srv_log.name))
+            time.sleep(0.05)
+        time.sleep(0.05)
+        with open(ep) as f:
+            endpoint = f.read().strip()
+        for dev in range(DEVICES):
+            clog = open(os.path.join(work, "%s.client%d.log" % (tag, dev)), "w")
+            logs.append(clog)
+            procs.append(subprocess.Popen(
+                [os.path.join(args.build, "client", "pipelearn-client"), "--connect", endpoint,
+                 "--device-id", str(dev), "--insecure", "--threads", "1"],
+                stdout=clog, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + args.timeout
+        for proc in procs:
+            rc = proc.wait(timeout=max(1, deadline - time.monotonic()))
+            if rc != 0:
+                raise RuntimeError("%s: %s exited %d (logs in %s)" % (tag, proc.args[0], rc, work))
+    except BaseException:
+        terminate(procs)
+        raise
+    finally:
+        for f in logs:
+            f.close()
+    with open(os.path.join(res, "summary.json")) as f:
+        summary = json.load(f)
+    return summary["epochs"][-1]["wall_s"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default=os.environ.get("PIPELEARN_BUILD_DIR", "build"))
+    ap.add_argument("--settings", default="1:1,1:4,2:4,4:2",
+                    help="comma-separated P:N pairs (1:1,1:4,2:4,4:2)")
+    ap.add_argument("--samples-per-device", type=int, default=3000)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--repeats", "-R", type=int, default=1)
+    ap.add_argument("--link-mbps", type=float,
+                    help="loopback rate for the planner (default: measured)")
+    ap.add_argument("--rtt-ms", type=float, default=0.1)
+    ap.add_argument("--host-cores", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--max-error", type=float,
+                    help="fail unless >= 3 settings are within this fraction")
+    ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--out", help="keep results and logs here")
+    args = ap.parse_args()
+    settings = []
+    for item in args.settings.split(","):
+        m = re.fullmatch(r"(\d+):(\d+)", item.strip())
+        if not m:
+            ap.error("--settings: want P:N pairs, got %r" % item)
+        settings.append((int(m.group(1)), int(m.group(2))))
+    if args.epochs < 1 or args.repeats < 1 or args.samples_per_device < 100:
+        ap.error("--epochs and --repeats >= 1, --samples-per-device >= 100")
+    if not os.path.exists("configs/pipelearn.json"):
+        sys.exit("plan_accuracy: run from the repository root")
+
+    work = args.out or tempfile.mkdtemp(prefix="pl-plan-accuracy-")
+    os.makedirs(work, exist_ok=True)
+    log("results and logs in %s" % work)
+
+    link = args.link_mbps
+    if link is None:
+        exe = os.path.join(args.build, "tests", "bench", "pipelearn-bench-proto")
+        out = subprocess.run([exe, "-r", "3"], capture_output=True, text=True, timeout=300)
+        if out.returncode != 0:
+            sys.exit("plan_accuracy: pipelearn-bench-proto exited %d" % out.returncode)
+        mb_s = float(re.search(r"proto encode.*?([\d.]+) MB/s", out.stdout).group(1))
+        link = mb_s * 8.0
+        log("loopback link (proto encode -> decode): %.0f Mbit/s" % link)
+
+    costs = os.path.join(work, "costs.json")
+    out = subprocess.run([os.path.join(args.build, "server", "pipelearn-plan"),
+                          "--config", "configs/pipelearn.json", "--write-costs", costs],
+                         capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        sys.exit("plan_accuracy: profiling failed: %s" % out.stderr)
+
+    rows = []
+    for p, n in settings:
+        est = plan_estimate(args, costs, p, n, link)
+        meas = []
+        for rep in range(args.repeats):
+            log("P=%d N=%d run %d/%d" % (p, n, rep + 1, args.repeats))
+            meas.append(run_daemons(args, work, p, n, rep))
+        m = statistics.median(meas)
+        rows.append((p, n, est["estimated_epoch_s"], est.get("host_floor_s", 0.0), m,
+                     (est["estimated_epoch_s"] - m) / m))
+
+    print("planner estimate vs measurement: VGG5, Fashion-MNIST, batch 100, %d devices x %d "
+          "samples, loopback %.0f Mbit/s, host_cores %d, last of %d epoch(s), median of %d"
+          % (DEVICES, args.samples_per_device, link, args.host_cores, args.epochs, args.repeats))
+    print("%3s %4s %12s %12s %12s %8s" % ("P", "N", "predicted_s", "host_floor_s",
+                                          "measured_s", "error"))
+    for p, n, est, floor, m, e in rows:
+        iters = (args.samples_per_device + 99) // 100
+        print("%3d %4d %12.2f %12.2f %12.2f %+7.1f%%" % (p, n, est, floor * iters, m, 100 * e))
+    within = sum(1 for r in rows if args.max_error is None or abs(r[5]) <= args.max_error)
+    if args.max_error is not None:
+        print("%d of %d settings within %.0f%% (need 3)" % (within, len(rows),
+                                                           100 * args.max_error))
+    if not args.out:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if args.max_error is None or within >= 3 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
