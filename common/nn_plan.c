@@ -127,6 +127,12 @@ nn_plan_server_share (const nn_plan_input_t *in)
     return share > 1.0 ? share : 1.0;
 }
 
+double
+nn_plan_link_payload_Bps (double mbps)
+{
+    return mbps * 1e6 / 8.0 * (1448.0 / 1514.0);
+}
+
 int
 nn_plan_rounds (const nn_plan_input_t *in)
 {

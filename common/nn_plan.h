@@ -191,6 +191,12 @@ const nn_plan_mode_t *nn_plan_mode (const nn_plan_t *self, nn_plan_mode_kind_t m
 const char *nn_plan_mode_name (nn_plan_mode_kind_t mode);     //  "fl", "sl", ...
 //  max(1, D / W): the factor server durations get.
 double nn_plan_server_share (const nn_plan_input_t *in);
+//  Payload bytes/s of a link given in Mbit/s on the wire, as tc shapes and
+//  operators quote it: TCP over Ethernet (MTU 1500, timestamps on) carries
+//  1448 payload bytes in every 1514-byte frame. Measured (probed) rates are
+//  payload already and are not converted.
+double nn_plan_link_payload_Bps (double mbps);
+
 //  Aggregation rounds per epoch (>= 1).
 int nn_plan_rounds (const nn_plan_input_t *in);
 

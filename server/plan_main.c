@@ -447,8 +447,8 @@ s_load_costs (const char *path, int batch, int devices, nn_plan_input_t *in,
             ||  s_json_number (o, "downlink_mbps", false, &down, where, err, err_size)
             ||  s_json_number (o, "rtt_ms", true, &rtt, where, err, err_size))
                 goto done;
-            devs[d].uplink_Bps = up * 1e6 / 8.0;
-            devs[d].downlink_Bps = down * 1e6 / 8.0;
+            devs[d].uplink_Bps = nn_plan_link_payload_Bps (up);
+            devs[d].downlink_Bps = nn_plan_link_payload_Bps (down);
             devs[d].rtt_s = rtt / 1e3;
         }
         *heterogeneous = true;
@@ -591,9 +591,11 @@ s_print_text (const nn_plan_t *plan, const nn_plan_input_t *in, bool heterogeneo
     int devs = heterogeneous ? in->devices_count : 1;
     for (int d = 0; d < devs; d++) {
         const nn_plan_device_t *dv = &in->devices[d];
-        printf ("%sdevice %d: uplink %.1f Mbit/s, downlink %.1f Mbit/s, RTT %.1f ms; "
-                "%d device(s), %d server worker(s), batch %d, %d iterations/epoch\n",
-                d ? "\n" : "", d, dv->uplink_Bps * 8e-6, dv->downlink_Bps * 8e-6,
+        double wire = nn_plan_link_payload_Bps (1.0);     //  payload B/s per Mbit/s
+        printf ("%sdevice %d: uplink %.1f Mbit/s, downlink %.1f Mbit/s on the wire (TCP "
+                "payload %.1f/%.1f), RTT %.1f ms; %d device(s), %d server worker(s), batch %d, "
+                "%d iterations/epoch\n", d ? "\n" : "", d, dv->uplink_Bps / wire,
+                dv->downlink_Bps / wire, dv->uplink_Bps * 8e-6, dv->downlink_Bps * 8e-6,
                 dv->rtt_s * 1e3, in->devices_count, in->server_workers, in->batch_size,
                 in->iterations);
         if (in->host_cores > 0)
@@ -762,8 +764,8 @@ main (int argc, char **argv)
         return 1;
     }
     for (int d = 0; d < NN_PLAN_MAX_DEVICES; d++) {
-        devs[d].uplink_Bps = args.up_mbps * 1e6 / 8.0;
-        devs[d].downlink_Bps = args.down_mbps * 1e6 / 8.0;
+        devs[d].uplink_Bps = nn_plan_link_payload_Bps (args.up_mbps);
+        devs[d].downlink_Bps = nn_plan_link_payload_Bps (args.down_mbps);
         devs[d].rtt_s = args.rtt_ms / 1e3;
     }
     bool heterogeneous = false;

@@ -83,8 +83,8 @@ s_input (const srv_t *self, nn_plan_input_t *in, nn_plan_device_t *devs)
             devs[i].rtt_s = s->rtt_s;
         }
         else {
-            devs[i].uplink_Bps = cfg->uplink_mbps * 1e6 / 8.0;
-            devs[i].downlink_Bps = cfg->downlink_mbps * 1e6 / 8.0;
+            devs[i].uplink_Bps = nn_plan_link_payload_Bps (cfg->uplink_mbps);
+            devs[i].downlink_Bps = nn_plan_link_payload_Bps (cfg->downlink_mbps);
             devs[i].rtt_s = cfg->rtt_ms / 1000.0;
         }
     }
@@ -173,8 +173,11 @@ s_plan_json (srv_t *self, const nn_plan_t *plan, double epoch_s)
         cJSON_AddBoolToObject (o, "profiled", s->profiled);
         cJSON_AddNumberToObject (o, "model_forward_s", fwd);
         cJSON_AddNumberToObject (o, "model_backward_s", bwd);
-        cJSON_AddNumberToObject (o, "uplink_mbps", s_mbps (dv[i].uplink_Bps));
-        cJSON_AddNumberToObject (o, "downlink_mbps", s_mbps (dv[i].downlink_Bps));
+        //  Probed rates are TCP payload; configured ones are the wire's.
+        cJSON_AddNumberToObject (o, "uplink_mbps", s->measured ? s_mbps (dv[i].uplink_Bps)
+                                                               : self->cfg.uplink_mbps);
+        cJSON_AddNumberToObject (o, "downlink_mbps", s->measured ? s_mbps (dv[i].downlink_Bps)
+                                                                 : self->cfg.downlink_mbps);
         cJSON_AddNumberToObject (o, "rtt_ms", dv[i].rtt_s * 1000.0);
         cJSON_AddNumberToObject (o, "estimated_iteration_s", s->est_iteration_s);
         cJSON_AddItemToArray (devs, o);
