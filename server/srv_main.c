@@ -490,7 +490,102 @@ s_event_cmp (const void *a_, const void *b_)
     return c ? c : strcmp (a->stage, b->stage);
 }
 
-//  self->timeline's events sorted by start time, as a new timeline.
+//  Order by (device lane, epoch, iteration, micro-batch) for s_link_spans;
+//  who "deviceN" and "link:dN" both give N.
+static int
+s_link_key (const pl_event_t *e)
+{
+    const char *digits = strncmp (e->who, "device", 6) == 0 ? e->who + 6
+                       : strncmp (e->who, "link:d", 6) == 0 ? e->who + 6 : NULL;
+    return digits ? atoi (digits) : -1;
+}
+
+static int
+s_link_cmp (const void *a_, const void *b_)
+{
+    const pl_event_t *a = *(const pl_event_t *const *) a_, *b = *(const pl_event_t *const *) b_;
+    int ka = s_link_key (a), kb = s_link_key (b);
+    if (ka != kb)
+        return ka < kb ? -1 : 1;
+    if (a->epoch != b->epoch)
+        return a->epoch < b->epoch ? -1 : 1;
+    if (a->iteration != b->iteration)
+        return a->iteration < b->iteration ? -1 : 1;
+    if (a->micro_batch != b->micro_batch)
+        return a->micro_batch < b->micro_batch ? -1 : 1;
+    return strcmp (a->stage, b->stage);
+}
+
+//  The transfers of a split run. The server recorded when each micro-batch's
+//  activations arrived (link:dN uplink, start = end = arrival) and when its
+//  gradients left (downlink, start = end = departure); the devices' events
+//  give the other ends: an upload spans from the end of the micro-batch's
+//  forward on the device to its arrival, a download from the departure to
+//  the start of its backward on the device (both include queueing in
+//  libzmq and the kernel, the propagation delay, and for a download the
+//  time the device was busy with another micro-batch). A transfer whose
+//  device event is missing (the device was dropped, its events capped) is
+//  left out. Rewrites ev[0..n) in place and returns the new count.
+static size_t
+s_link_spans (pl_event_t *ev, size_t n)
+{
+    const pl_event_t **by = nn_malloc ((n ? n : 1) * sizeof *by);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (s_link_key (&ev[i]) >= 0 && ev[i].micro_batch >= 0 && ev[i].iteration >= 0)
+            by[m++] = &ev[i];
+    qsort (by, m, sizeof *by, s_link_cmp);
+    //  Runs of one (device, epoch, iteration, micro-batch): stages sort as
+    //  backward, downlink, forward, uplink (and the device's own "upload",
+    //  "wait"), so each link event finds its partner in its run.
+    bool *drop = nn_calloc (n ? n : 1, sizeof *drop);
+    for (size_t i = 0; i < m; ) {
+        size_t j = i;
+        const pl_event_t *fwd = NULL, *bwd = NULL;
+        pl_event_t *up = NULL, *down = NULL;
+        while (j < m && s_link_key (by[j]) == s_link_key (by[i])
+               && by[j]->epoch == by[i]->epoch && by[j]->iteration == by[i]->iteration
+               && by[j]->micro_batch == by[i]->micro_batch) {
+            const pl_event_t *e = by[j];
+            bool link = e->who[0] == 'l';
+            if (!link && strcmp (e->stage, "forward") == 0)
+                fwd = e;
+            else
+            if (!link && strcmp (e->stage, "backward") == 0)
+                bwd = e;
+            else
+            if (link && strcmp (e->stage, "uplink") == 0)
+                up = &ev[e - ev];
+            else
+            if (link && strcmp (e->stage, "downlink") == 0)
+                down = &ev[e - ev];
+            j++;
+        }
+        if (up) {
+            if (fwd && fwd->end_s <= up->end_s)
+                up->start_s = fwd->end_s;
+            else
+                drop[up - ev] = true;
+        }
+        if (down) {
+            if (bwd && bwd->start_s >= down->start_s)
+                down->end_s = bwd->start_s;
+            else
+                drop[down - ev] = true;
+        }
+        i = j;
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!drop[i])
+            ev[kept++] = ev[i];
+    nn_free (drop);
+    nn_free (by);
+    return kept;
+}
+
+//  self->timeline's events, transfers completed, sorted by start time, as
+//  a new timeline.
 static pl_timeline_t *
 s_timeline_sorted (srv_t *self)
 {
@@ -498,6 +593,7 @@ s_timeline_sorted (srv_t *self)
     pl_event_t *ev = nn_malloc ((n ? n : 1) * sizeof *ev);
     if (n)
         memcpy (ev, pl_timeline_events (self->timeline), n * sizeof *ev);
+    n = s_link_spans (ev, n);
     qsort (ev, n, sizeof *ev, s_event_cmp);
     pl_timeline_t *sorted = pl_timeline_new (self->origin);
     for (size_t i = 0; i < n; i++)
@@ -759,6 +855,13 @@ s_on_grad (srv_t *self, proto_msg_t *grad)
         return;
     }
     d->last_seen = pl_monotonic ();     //  its silence counts from its work's return
+    //  The gradients leave now; s_link_spans ends the span where the device
+    //  starts their backward.
+    char who[16];
+    snprintf (who, sizeof who, "link:d%u", h->device_id & 0xffff);
+    double now = pl_timeline_now (self->timeline);
+    pl_timeline_add (self->timeline, who, "downlink", (int) h->epoch, (int) h->iteration,
+                     (int) h->micro_batch, now, now);
     srv_send (self, d, &grad);
 }
 
@@ -1098,6 +1201,15 @@ s_on_router (srv_t *self)
                 return;
             }
             srv_plan_on_activations (self, d, msg);
+            if (self->mode != PROTO_MODE_FL) {
+                //  Arrived now; s_link_spans starts the span where the
+                //  device's forward of this micro-batch ended.
+                char who[16];
+                snprintf (who, sizeof who, "link:d%d", id & 0xffff);
+                double now = pl_timeline_now (self->timeline);
+                pl_timeline_add (self->timeline, who, "uplink", (int) h->epoch,
+                                 (int) h->iteration, (int) h->micro_batch, now, now);
+            }
             //  The worker routes GRADIENTS by the header's device id.
             proto_msg_set_route (msg, (uint32_t) id, h->epoch, h->iteration, h->micro_batch);
             zlist_append (r->queue, msg);

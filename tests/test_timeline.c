@@ -12,8 +12,13 @@
     - causality across processes: a micro-batch's server compute starts
       after the device's forward of it ends and ends before the device's
       backward of it starts (so the shared origin really lines clocks up);
+    - transfers: every micro-batch has a link:dN uplink row from the end of
+      its forward to (no later than) the start of its server compute, and
+      a downlink row from (no earlier than) the end of that compute to the
+      start of its backward;
     - in pipelearn (N = 4) the server compute for device d overlaps device
-      d's own forward/backward; in sfl it never does (beyond 1 ms).
+      d's own forward/backward and its transfers; in sfl it never does
+      (beyond 1 ms).
     A hand-driven device checks the plan's origin and that the server
     refuses EVENTS that do not fit the run.
 */
@@ -129,9 +134,11 @@ s_find (const s_csv_t *csv, const char *who, const char *stage, int iteration, i
 
 //  Fields, counts, order and cross-process causality; returns the largest
 //  overlap (seconds) of a server compute for device d with device d's own
-//  forward or backward, over both devices.
+//  forward or backward, over both devices, and in *link_overlap the
+//  largest with device d's transfers.
 static double
-s_check_timeline (const s_csv_t *csv, const char *mode, int iterations, int micro)
+s_check_timeline (const s_csv_t *csv, const char *mode, int iterations, int micro,
+                  double *link_overlap)
 {
     cr_assert_gt (csv->count, 0, "%s: empty timeline", mode);
     double last_end = 0.0;
@@ -150,10 +157,12 @@ s_check_timeline (const s_csv_t *csv, const char *mode, int iterations, int micr
     cr_assert_lt (last_end, RUN_TIMEOUT_S, "%s: times are not relative to the run", mode);
 
     double best = -INFINITY;
+    *link_overlap = -INFINITY;
     for (int d = 0; d < DEVICES; d++) {
-        char dev[16], srv[16];
+        char dev[16], srv[16], link[16];
         snprintf (dev, sizeof dev, "device%d", d);
         snprintf (srv, sizeof srv, "server:d%d", d);
+        snprintf (link, sizeof link, "link:d%d", d);
         int forward = 0, backward = 0, update = 0, wait = 0, compute = 0;
         for (int i = 0; i < csv->count; i++) {
             const s_row_t *r = &csv->rows[i];
@@ -206,6 +215,17 @@ s_check_timeline (const s_csv_t *csv, const char *mode, int iterations, int micr
                 cr_assert_leq (s->end_s, b->start_s + EPS_S, "%s: %s iteration %d micro %d: "
                                "backward starts at %.6f, before the server compute ends at "
                                "%.6f", mode, dev, it, m, b->start_s, s->end_s);
+                const s_row_t *up = s_find (csv, link, "uplink", it, m);
+                const s_row_t *down = s_find (csv, link, "downlink", it, m);
+                cr_assert (fabs (up->start_s - f->end_s) <= EPS_S
+                           && up->end_s <= s->start_s + EPS_S, "%s: %s iteration %d micro "
+                           "%d: uplink %.6f..%.6f, forward ends %.6f, compute starts %.6f",
+                           mode, link, it, m, up->start_s, up->end_s, f->end_s, s->start_s);
+                cr_assert (down->start_s >= s->end_s - EPS_S
+                           && fabs (down->end_s - b->start_s) <= EPS_S, "%s: %s iteration "
+                           "%d micro %d: downlink %.6f..%.6f, compute ends %.6f, backward "
+                           "starts %.6f", mode, link, it, m, down->start_s, down->end_s,
+                           s->end_s, b->start_s);
             }
 
         for (int i = 0; i < csv->count; i++) {
@@ -218,6 +238,14 @@ s_check_timeline (const s_csv_t *csv, const char *mode, int iterations, int micr
                     double o = s_overlap (s, r);
                     if (o > best)
                         best = o;
+                }
+                //  Another micro-batch's transfer (a micro-batch's own
+                //  touches its compute at an instant).
+                if ((s_is (r, link, "uplink") || s_is (r, link, "downlink"))
+                &&  (r->iteration != s->iteration || r->micro_batch != s->micro_batch)) {
+                    double o = s_overlap (s, r);
+                    if (o > *link_overlap)
+                        *link_overlap = o;
                 }
             }
         }
@@ -241,10 +269,14 @@ Test (timeline, pipelearn_server_overlaps_device, .timeout = 600)
                    "\"micro_batches\": 4}",
                    DEVICES);
     s_csv_t csv = s_load_csv (run.dir, "pipe");
-    double overlap = s_check_timeline (&csv, "pipelearn", ITERATIONS, 4);
-    cr_log_info ("pipelearn: largest server/device overlap %.6f s", overlap);
+    double links;
+    double overlap = s_check_timeline (&csv, "pipelearn", ITERATIONS, 4, &links);
+    cr_log_info ("pipelearn: largest server/device overlap %.6f s, server/transfer %.6f s",
+                 overlap, links);
     cr_expect_gt (overlap, 0.0, "pipelearn: the server compute for a device never overlaps "
                   "that device's forward or backward (largest overlap %.6f s)", overlap);
+    cr_expect_gt (links, 0.0, "pipelearn: the server compute for a device never overlaps "
+                  "that device's transfers (largest overlap %.6f s)", links);
     free (csv.rows);
     s_rmtree (run.dir);
 }
@@ -256,10 +288,14 @@ Test (timeline, sfl_server_never_overlaps_device, .timeout = 600)
     s_run_daemons (&run, "sfl", CONFIG "\"devices\": 2, \"mode\": \"sfl\", "
                    "\"micro_batches\": 1}", DEVICES);
     s_csv_t csv = s_load_csv (run.dir, "sfl");
-    double overlap = s_check_timeline (&csv, "sfl", ITERATIONS, 1);
-    cr_log_info ("sfl: largest server/device overlap %.6f s", overlap);
+    double links;
+    double overlap = s_check_timeline (&csv, "sfl", ITERATIONS, 1, &links);
+    cr_log_info ("sfl: largest server/device overlap %.6f s, server/transfer %.6f s",
+                 overlap, links);
     cr_expect_leq (overlap, EPS_S, "sfl: the server compute for a device overlaps that "
                    "device's forward or backward by %.6f s", overlap);
+    cr_expect_leq (links, EPS_S, "sfl: the server compute for a device overlaps that "
+                   "device's transfers by %.6f s", links);
     free (csv.rows);
     s_rmtree (run.dir);
 }

@@ -216,8 +216,8 @@ def _lane_key(who):
 
 
 def infer_links(events):
-    """Link events inferred from a split run's timeline, which records
-    compute but not transfers: a micro-batch's activations are on the
+    """Link events inferred from a split run's timeline that records
+    compute but not transfers (written before the server recorded them): a micro-batch's activations are on the
     uplink from the end of its forward on the device (or the end of the
     previous micro-batch's upload, the link being serial) to the start of its
     compute on the server, and its gradients on the downlink from the end
@@ -278,7 +278,10 @@ def gantt_svg(run_name, mode, profile, events, iters):
     if win is None:
         return None
     epoch, t0, t1, its = win
-    events = list(events) + infer_links(events)
+    # The server records transfers (link:dN uplink /
+    # downlink rows in timeline.csv); older timelines get them inferred.
+    if not any(e.who.startswith("link:") for e in events):
+        events = list(events) + infer_links(events)
     shown = [e for e in events if e.epoch == epoch and e.end > t0 and e.start < t1]
     lanes = sorted({e.who for e in shown}, key=_lane_key)
     stages = sorted({e.stage for e in shown},
