@@ -303,6 +303,8 @@ Test (daemons, sfl_auto_plan, .timeout = 600) { s_auto_run ("sfl"); }
 //  measure_link (the default): every device's link is probed at join
 //  (loopback here: far faster than any configured link), the plan uses
 //  it, and each epoch's entry reports the probe and the training traffic.
+//  host_cores: the server and the devices share this host; the plan says
+//  so, with the copy cost it measured.
 Test (daemons, auto_plan_measures_links, .timeout = 600)
 {
     s_run_t run = { 0 };
@@ -311,11 +313,16 @@ Test (daemons, auto_plan_measures_links, .timeout = 600)
         "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 800, "
         "\"test_samples\": 200, \"batch_size\": 40, \"epochs\": 2, \"seed\": 2, "
         "\"threads\": 1, \"devices\": 2, \"mode\": \"pipelearn\", \"split_point\": 1, "
-        "\"micro_batches\": \"auto\", \"uplink_mbps\": 1, \"downlink_mbps\": 1}";
+        "\"micro_batches\": \"auto\", \"uplink_mbps\": 1, \"downlink_mbps\": 1, "
+        "\"host_cores\": 2}";
     s_run_daemons (&run, "run", config, 2);
     cJSON *s = s_summary (run.dir, "run");
     const cJSON *plan = cJSON_GetObjectItemCaseSensitive (s, "plan");
     cr_assert_eq ((int) s_num (plan, "split_point"), 1, "a pinned split point moved");
+    cr_expect_eq ((int) s_num (plan, "host_cores"), 2);
+    cr_expect (s_num (plan, "host_copy_mbps") > 10.0, "host copy %.1f Mbit/s",
+               s_num (plan, "host_copy_mbps"));
+    cr_expect (s_log_has (&run, "server.log", "one host"), "host sharing not logged");
     cr_assert (cJSON_IsTrue (cJSON_GetObjectItemCaseSensitive (plan, "measured_links")));
     const cJSON *devs = cJSON_GetObjectItemCaseSensitive (plan, "devices");
     for (int i = 0; i < 2; i++) {
