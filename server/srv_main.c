@@ -602,15 +602,14 @@ s_timeline_sorted (srv_t *self)
     return sorted;
 }
 
+//  At each epoch end and at the finish: the events so far (the workers'
+//  too), transfers completed, sorted, go to timeline.csv (the first time
+//  this process writes it, a new file), and memory holds one epoch's at
+//  most. Within an epoch rows are sorted by start; epochs follow in order.
 static void
-s_finish (srv_t *self)
+s_timeline_flush (srv_t *self)
 {
     char err[NN_ERR_SIZE], path[1024];
-    //  The point after the last epoch: --resume then knows the run is done.
-    self->epoch = self->cfg.epochs + 1;
-    self->round_iter = 0;
-    s_checkpoint (self);
-    self->epoch = self->cfg.epochs;
     for (int i = 0; i < self->workers_count; i++) {
         pl_timeline_t *tl = s_worker_call (self, i, "TL", "TL");
         if (!tl)
@@ -621,14 +620,28 @@ s_finish (srv_t *self)
         pl_timeline_destroy (&tl);
     }
     snprintf (path, sizeof path, "%s/timeline.csv", self->results);
-    unlink (path);
     pl_timeline_t *sorted = s_timeline_sorted (self);
-    int wrc = pl_timeline_write_csv (sorted, path, err, sizeof err);
+    int wrc = pl_timeline_write_csv (sorted, path, self->timeline_written, err, sizeof err);
     pl_timeline_destroy (&sorted);
+    pl_timeline_clear (self->timeline);
     if (wrc) {
         pl_log_error ("%s", err);
         self->rc = 1;
     }
+    else
+        self->timeline_written = true;
+}
+
+static void
+s_finish (srv_t *self)
+{
+    char err[NN_ERR_SIZE], path[1024];
+    //  The point after the last epoch: --resume then knows the run is done.
+    self->epoch = self->cfg.epochs + 1;
+    self->round_iter = 0;
+    s_checkpoint (self);
+    self->epoch = self->cfg.epochs;
+    s_timeline_flush (self);
     snprintf (path, sizeof path, "%s/model.ckpt", self->results);
     if (nn_checkpoint_save (path, self->full, false, err, sizeof err)) {
         pl_log_error ("%s", err);
@@ -721,6 +734,7 @@ s_end_epoch (srv_t *self)
                 wall, st.eval_s, busy);
         fflush (stdout);
     }
+    s_timeline_flush (self);
     char err[NN_ERR_SIZE];
     if (pl_summary_write (self->summary, self->results, err, sizeof err)) {
         pl_log_error ("%s", err);

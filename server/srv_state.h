@@ -139,6 +139,7 @@ typedef struct {
     nn_dataset_t *test;
     pl_summary_t *summary;
     pl_timeline_t *timeline;
+    bool timeline_written;      //  timeline.csv has this run's header and rows
     const char *results;
     bool started, done;
     bool resumed;               //  epoch / round_iter came from a checkpoint

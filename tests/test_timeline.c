@@ -300,6 +300,40 @@ Test (timeline, sfl_server_never_overlaps_device, .timeout = 600)
     s_rmtree (run.dir);
 }
 
+//  Written at every epoch end: one header, every epoch's rows (transfers
+//  too), epochs in order, each sorted by start.
+Test (timeline, epochs_are_appended_as_they_end, .timeout = 600)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    s_run_daemons (&run, "two", "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", "
+                   "\"samples\": 160, \"test_samples\": 40, \"batch_size\": 40, "
+                   "\"seed\": 5, \"epochs\": 2, \"split_point\": 2, \"threads\": 1, "
+                   "\"devices\": 2, \"mode\": \"pipelearn\", \"micro_batches\": 2}", DEVICES);
+    s_csv_t csv = s_load_csv (run.dir, "two");
+    int rows[3] = { 0 }, links[3] = { 0 };
+    for (int i = 0; i < csv.count; i++) {
+        const s_row_t *r = &csv.rows[i];
+        cr_assert (r->epoch == 1 || r->epoch == 2, "row %d: epoch %d", i, r->epoch);
+        rows[r->epoch]++;
+        if (strncmp (r->who, "link:d", 6) == 0)
+            links[r->epoch]++;
+        if (i > 0) {
+            const s_row_t *p = &csv.rows[i - 1];
+            cr_assert (r->epoch > p->epoch || (r->epoch == p->epoch
+                                                && r->start_s >= p->start_s),
+                       "row %d (epoch %d, %.6f) after row %d (epoch %d, %.6f)", i, r->epoch,
+                       r->start_s, i - 1, p->epoch, p->start_s);
+        }
+    }
+    //  2 devices x 2 iterations x 2 micro-batches x (uplink + downlink).
+    cr_assert_eq (links[1], 16, "epoch 1: %d transfer rows", links[1]);
+    cr_assert_eq (links[2], 16, "epoch 2: %d transfer rows", links[2]);
+    cr_assert (rows[1] > links[1] && rows[2] > links[2]);
+    free (csv.rows);
+    s_rmtree (run.dir);
+}
+
 //  ---------------------------------------------------------------------
 //  The server's side of EVENTS, with a hand-driven device
 

@@ -96,13 +96,14 @@ pl_timeline_clear (pl_timeline_t *self)
 }
 
 int
-pl_timeline_write_csv (const pl_timeline_t *self, const char *path, char *err,
-                       size_t err_size)
+pl_timeline_write_csv (const pl_timeline_t *self, const char *path, bool append,
+                       char *err, size_t err_size)
 {
-    FILE *f = fopen (path, "w");
+    FILE *f = fopen (path, append ? "a" : "w");
     if (!f)
         return nn_errf (err, err_size, "%s: cannot write: %s", path, strerror (errno));
-    fprintf (f, "who,stage,epoch,iteration,micro_batch,start_s,end_s\n");
+    if (!append)
+        fprintf (f, "who,stage,epoch,iteration,micro_batch,start_s,end_s\n");
     for (size_t i = 0; i < self->count; i++) {
         const pl_event_t *e = &self->events[i];
         fprintf (f, "%s,%s,%d,%d,%d,%.6f,%.6f\n", e->who, e->stage, e->epoch, e->iteration,

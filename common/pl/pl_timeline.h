@@ -5,6 +5,7 @@
 #ifndef PL_TIMELINE_H_INCLUDED
 #define PL_TIMELINE_H_INCLUDED
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,10 +31,11 @@ size_t pl_timeline_count (const pl_timeline_t *self);
 const pl_event_t *pl_timeline_events (const pl_timeline_t *self);
 //  Forget the events (after they were sent or written).
 void pl_timeline_clear (pl_timeline_t *self);
-//  Write (or append to) path as CSV with the header
-//  who,stage,epoch,iteration,micro_batch,start_s,end_s.
-int pl_timeline_write_csv (const pl_timeline_t *self, const char *path, char *err,
-                           size_t err_size);
+//  Write path as CSV with the header
+//  who,stage,epoch,iteration,micro_batch,start_s,end_s, or with append
+//  add the rows to what is there.
+int pl_timeline_write_csv (const pl_timeline_t *self, const char *path, bool append,
+                           char *err, size_t err_size);
 //  Seconds since the epoch on CLOCK_REALTIME.
 double pl_wall_clock (void);
 //  Seconds on CLOCK_MONOTONIC, for durations.
