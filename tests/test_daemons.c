@@ -301,7 +301,8 @@ Test (daemons, pipelearn_auto_plan, .timeout = 600) { s_auto_run ("pipelearn"); 
 Test (daemons, sfl_auto_plan, .timeout = 600) { s_auto_run ("sfl"); }
 
 //  measure_link (the default): every device's link is probed at join
-//  (loopback here: far faster than any configured link), the plan uses
+//  (loopback here: ten times the configured 1 Mbit/s at the very least,
+//  even under ASan on a loaded host; Gbit/s when quiet), the plan uses
 //  it, and each epoch's entry reports the probe and the training traffic.
 //  host_cores: the server and the devices share this host; the plan says
 //  so, with the copy cost it measured.
@@ -327,9 +328,9 @@ Test (daemons, auto_plan_measures_links, .timeout = 600)
     const cJSON *devs = cJSON_GetObjectItemCaseSensitive (plan, "devices");
     for (int i = 0; i < 2; i++) {
         const cJSON *d = cJSON_GetArrayItem (devs, i);
-        cr_expect (s_num (d, "uplink_mbps") > 100.0, "device %d: loopback uplink %.1f Mbit/s",
+        cr_expect (s_num (d, "uplink_mbps") > 10.0, "device %d: loopback uplink %.1f Mbit/s",
                    i, s_num (d, "uplink_mbps"));
-        cr_expect (s_num (d, "downlink_mbps") > 100.0);
+        cr_expect (s_num (d, "downlink_mbps") > 10.0);
         cr_expect (s_num (d, "rtt_ms") < 50.0);
         int n = (int) s_num (d, "micro_batches");
         cr_expect (n >= 1 && 40 % n == 0);
@@ -342,7 +343,7 @@ Test (daemons, auto_plan_measures_links, .timeout = 600)
     const cJSON *e2 = cJSON_GetArrayItem (epochs, 1);
     const cJSON *d0 = cJSON_GetArrayItem (cJSON_GetObjectItemCaseSensitive (e2, "devices"), 0);
     //  Probed again at the epoch end; the traffic floor from ACTIVATIONS.
-    cr_expect (s_num (d0, "uplink_mbps_probe") > 100.0);
+    cr_expect (s_num (d0, "uplink_mbps_probe") > 10.0);
     cr_expect (s_num (d0, "uplink_mbps_traffic") > 0.0);
     cJSON_Delete (s);
     s_rmtree (run.dir);
