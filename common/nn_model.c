@@ -18,9 +18,6 @@ struct _nn_model_t {
     size_t params_count, weights_count;
     float *acts;                //  activation slab (layer outputs, saved state)
     float *grad_a, *grad_b;     //  ping-pong input-gradient buffers
-    float *transient;           //  BN outputs only a max-pool reads (s_fuse)
-    size_t transient_count;     //  floats it needs
-    bool transient_shared;      //  it is one of the gradient buffers
     float *scratch;
     float *grad_parts;          //  per-thread partial parameter gradients
     double *bn_parts;           //  per-thread BN partial sums
@@ -132,8 +129,12 @@ s_plan_inplace (nn_model_t *self)
 //    was positive, and its backward routes gradient only there; the ReLU
 //    backward is a no-op.
 //  - BN -> ReLU -> max-pool, all three: nothing reads the BN output after
-//    the pool's forward, so it goes to a transient buffer shared by all
-//    such units, and the BN keeps x-hat over its own input instead.
+//    the pool's forward, so the BN runs the pool itself a few samples at a
+//    time from a chunk of output in scratch (nn_layer.c), and keeps x-hat
+//    over its own input instead. Backward, the BN takes the pool's output
+//    gradient, makes the pool's chunk by chunk and writes its input
+//    gradient over x-hat: no whole-batch buffer at the BN's size is needed
+//    forward or backward.
 static void
 s_fuse (nn_model_t *self)
 {
@@ -154,18 +155,20 @@ s_fuse (nn_model_t *self)
         }
         if (bn && pool && prev->inplace) {
             prev->bn_transient = true;
+            prev->bn_pool = &self->layers[i + 1];
             prev->inplace = false;
+            l->in_bn_chain = true;
+            self->layers[i + 1].in_bn_chain = true;
         }
     }
 }
 
 //  Carve the activation slab: outputs of layers that own one, BN x-hat
-//  and statistics, dropout masks, max-pool winners, and the transient
-//  buffer.
+//  and statistics, dropout masks and max-pool winners.
 static void
 s_carve (nn_model_t *self)
 {
-    size_t total = 0, transient = 0;
+    size_t total = 0;
     for (int pass = 0; pass < 2; pass++) {
         size_t at = 0;
         for (int i = 0; i < self->layers_count; i++) {
@@ -177,10 +180,9 @@ s_carve (nn_model_t *self)
                 at += out_count;
             }
             if (l->bn_transient) {
-                //  Output in the transient buffer; x-hat over the input.
+                //  Output a chunk at a time in scratch; x-hat over the input.
                 if (pass)
-                    l->out = self->transient;
-                transient = transient > out_count ? transient : out_count;
+                    l->out = NULL;
             }
             else if (l->spec.kind == NN_LAYER_BATCHNORM || l->spec.kind == NN_LAYER_DROPOUT) {
                 if (pass)
@@ -200,24 +202,29 @@ s_carve (nn_model_t *self)
             }
         }
         total = at;
-        if (pass == 0) {
+        if (pass == 0)
             self->acts = nn_alloc_aligned (sizeof (float) * (total ? total : 1));
-            self->transient = nn_alloc_aligned (sizeof (float) * (transient + 16));
-            self->transient_count = transient;
-        }
     }
 }
 
 //  Input gradients alternate between two buffers (layers that can work in
 //  place keep theirs); each is sized to the largest gradient it will hold,
-//  found by walking the backward pass once.
+//  found by walking the backward pass once as nn_model_backward does. A
+//  chained BN writes its input gradient over its x-hat, in the activation
+//  slab, and the ReLU and max-pool of its chain pass their dout to it.
 static void
 s_place_grad_buffers (nn_model_t *self)
 {
     size_t need[2] = { 0, 0 };
-    int g = -1;                         //  -1: the caller's dout
+    int g = -1;                         //  -1: not one of ours (dout, x-hat)
     for (int i = self->layers_count - 1; i >= 1; i--) {
         const nn_layer_t *l = &self->layers[i];
+        if (l->in_bn_chain)
+            continue;
+        if (l->bn_transient) {
+            g = -1;
+            continue;
+        }
         int din = (l->ops->can_inplace && g >= 0) ? g : (g == 0 ? 1 : 0);
         size_t count = (size_t) self->max_batch * nn_shape_size (l->ishape);
         need[din] = need[din] > count ? need[din] : count;
@@ -225,20 +232,6 @@ s_place_grad_buffers (nn_model_t *self)
     }
     self->grad_a = nn_alloc_aligned (sizeof (float) * s_align (need[0] + 1));
     self->grad_b = nn_alloc_aligned (sizeof (float) * s_align (need[1] + 1));
-    //  The transient BN outputs are dead once the max-pool after them has
-    //  run (its backward needs only its winners), and the gradient buffers
-    //  are written by backward only: one memory serves both (10 MB of a
-    //  VGG5 context at batch 100).
-    float *big = need[0] >= need[1] ? self->grad_a : self->grad_b;
-    size_t big_count = need[0] >= need[1] ? need[0] : need[1];
-    if (self->transient_count && self->transient_count <= big_count) {
-        nn_free (self->transient);
-        self->transient = big;
-        self->transient_shared = true;
-        for (int i = 0; i < self->layers_count; i++)
-            if (self->layers[i].bn_transient)
-                self->layers[i].out = big;
-    }
 }
 
 //  Per-thread buffers: conv scratch, partial gradients, BN partial sums.
@@ -405,8 +398,6 @@ nn_model_destroy (nn_model_t **self_p)
         nn_free (self->optim);
     }
     nn_free (self->acts);
-    if (!self->transient_shared)
-        nn_free (self->transient);
     nn_free (self->grad_a);
     nn_free (self->grad_b);
     nn_free (self->scratch);
@@ -474,10 +465,14 @@ nn_model_backward (nn_model_t *self, const float *dout, float *dx)
     const float *g = dout;
     for (int i = self->layers_count - 1; i >= 0; i--) {
         nn_layer_t *l = &self->layers[i];
+        if (l->in_bn_chain)
+            continue;                   //  the chain's BN takes g as is
         bool ours = g == self->grad_a || g == self->grad_b;
         float *din;
         if (i == 0)
             din = dx;
+        else if (l->bn_transient)
+            din = l->saved;             //  over x-hat, element for element
         else if (l->ops->can_inplace && ours)
             din = (float *) g;
         else

@@ -8,6 +8,7 @@
 #include "nn_optim.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #define S_N 6
@@ -411,5 +412,83 @@ Test (model, use_slabs_trains_whichever_replica_it_points_at)
     for (int i = 0; i < 2; i++) {
         nn_model_destroy (&rep[i]);
         nn_model_destroy (&ref[i]);
+    }
+}
+
+//  conv -> BN -> [dropout 0] -> ReLU -> max-pool -> dense over 32x32x1.
+//  Without the dropout the BN runs the ReLU and pool itself, two samples
+//  at a time (32 KiB floats of BN output per sample); with it nothing is
+//  fused into the BN and every layer keeps whole-batch buffers.
+static void
+s_spec_bn_pool (nn_model_spec_t *spec, bool chained)
+{
+    memset (spec, 0, sizeof *spec);
+    snprintf (spec->name, sizeof spec->name, "bn-pool-%d", chained);
+    spec->in_c = 1, spec->in_h = spec->in_w = 32, spec->classes = 10;
+    spec->units_count = 2;
+    nn_unit_spec_t *u = &spec->units[0];
+    u->layers[u->layers_count++] = (nn_layer_spec_t) {
+        .kind = NN_LAYER_CONV, .out_channels = 32, .kernel = 3, .stride = 1, .pad = 1,
+        .bias = true };
+    u->layers[u->layers_count++] = (nn_layer_spec_t) { .kind = NN_LAYER_BATCHNORM };
+    if (!chained)
+        u->layers[u->layers_count++] = (nn_layer_spec_t) { .kind = NN_LAYER_DROPOUT };
+    u->layers[u->layers_count++] = (nn_layer_spec_t) { .kind = NN_LAYER_RELU };
+    u->layers[u->layers_count++] = (nn_layer_spec_t) {
+        .kind = NN_LAYER_MAXPOOL, .kernel = 2, .stride = 2 };
+    u = &spec->units[1];
+    u->layers[u->layers_count++] = (nn_layer_spec_t) { .kind = NN_LAYER_FLATTEN };
+    u->layers[u->layers_count++] = (nn_layer_spec_t) {
+        .kind = NN_LAYER_DENSE, .out_channels = 10, .bias = true };
+}
+
+Test (model, bn_relu_pool_chain_in_chunks_equals_the_unfused_layers)
+{
+    enum { N = 5, IN = 32 * 32 };
+    nn_model_spec_t sa, sb;
+    s_spec_bn_pool (&sa, true);
+    s_spec_bn_pool (&sb, false);
+    for (int threads = 1; threads <= 2; threads++) {
+        nn_rng_t rng;
+        nn_rng_seed (&rng, 31);
+        nn_model_t *a = nn_model_new (&sa, 0, 2, N, NULL, 0);
+        nn_model_t *b = nn_model_new (&sb, 0, 2, N, NULL, 0);
+        cr_assert (a && b);
+        nn_model_init (a, &rng);
+        cr_assert_eq (nn_model_weights_count (a), nn_model_weights_count (b));
+        memcpy (nn_model_weights (b), nn_model_weights (a),
+                sizeof (float) * nn_model_weights_count (a));
+        nn_model_set_threads (a, threads);
+        nn_model_set_threads (b, threads);
+        float *x = nn_malloc (sizeof (float) * N * IN);
+        s_fill (x, (size_t) N * IN, &rng);
+        int labels[N] = { 1, 3, 5, 7, 9 };
+        float da[N * 10], db[N * 10];
+        float *dxa = nn_calloc (N * IN, sizeof (float)), *dxb = nn_calloc (N * IN, sizeof (float));
+        for (int round = 0; round < 2; round++) {
+            const float *oa = nn_model_forward (a, x, N, true, NULL);
+            const float *ob = nn_model_forward (b, x, N, true, NULL);
+            cr_assert_eq (memcmp (oa, ob, sizeof da), 0, "train logits, %d thread(s)", threads);
+            nn_softmax_xent (da, oa, labels, N, 10, 1.0f, NULL);
+            nn_softmax_xent (db, ob, labels, N, 10, 1.0f, NULL);
+            nn_model_backward (a, da, dxa);
+            nn_model_backward (b, db, dxb);
+            cr_assert_eq (memcmp (dxa, dxb, sizeof (float) * N * IN), 0, "dx");
+            //  A batch that is not a whole number of chunks per thread.
+            oa = nn_model_forward (a, x, N - 2, false, NULL);
+            ob = nn_model_forward (b, x, N - 2, false, NULL);
+            cr_assert_eq (memcmp (oa, ob, sizeof (float) * (N - 2) * 10), 0, "eval logits");
+        }
+        cr_assert_eq (memcmp (nn_model_grads (a), nn_model_grads (b),
+                              sizeof (float) * nn_model_params_count (a)), 0, "grads");
+        cr_assert_eq (memcmp (nn_model_weights (a), nn_model_weights (b),
+                              sizeof (float) * nn_model_weights_count (a)), 0, "running stats");
+        float gsum = 0.0f;
+        for (size_t i = 0; i < nn_model_params_count (a); i++)
+            gsum += fabsf (nn_model_grads (a)[i]);
+        cr_assert (gsum > 0.0f, "the gradients are not all zero");
+        nn_free (x), nn_free (dxa), nn_free (dxb);
+        nn_model_destroy (&a);
+        nn_model_destroy (&b);
     }
 }
