@@ -18,11 +18,14 @@ struct _nn_model_t {
     size_t params_count, weights_count;
     float *acts;                //  activation slab (layer outputs, saved state)
     float *grad_a, *grad_b;     //  ping-pong input-gradient buffers
-    float *scratch;
+    float *scratch;             //  threads x scratch_stride floats
+    size_t scratch_stride;
     float *grad_parts;          //  per-thread partial parameter gradients
     double *bn_parts;           //  per-thread BN partial sums
     int threads;
     bool shared;                //  slabs borrowed from another model
+    nn_model_t *base;           //  a context: whose threads and per-thread
+                                //  buffers it uses (it owns none)
     nn_tensor_info_t *tensors;
     int tensors_count;
     int last_n;
@@ -234,10 +237,38 @@ s_place_grad_buffers (nn_model_t *self)
     self->grad_b = nn_alloc_aligned (sizeof (float) * s_align (need[1] + 1));
 }
 
-//  Per-thread buffers: conv scratch, partial gradients, BN partial sums.
+//  Point self's layers at owner's per-thread buffers (owner: self, or
+//  the base of a context; the same units and batch size, so the same
+//  layout) and thread count.
+static void
+s_point_thread_buffers (nn_model_t *self, const nn_model_t *owner)
+{
+    size_t at = 0, bn_at = 0;
+    int threads = owner->threads;
+    for (int i = 0; i < self->layers_count; i++) {
+        nn_layer_t *l = &self->layers[i];
+        l->threads = threads;
+        l->scratch = owner->scratch;
+        l->scratch_stride = owner->scratch_stride;
+        l->grad_parts = owner->grad_parts + at;
+        at += s_align (l->w_count + l->b_count) * (size_t) (threads - 1);
+        l->bn_parts = owner->bn_parts + bn_at;
+        if (l->spec.kind == NN_LAYER_BATCHNORM)
+            bn_at += 2 * (size_t) l->ishape.c * (size_t) threads;
+    }
+}
+
+//  Per-thread buffers: conv scratch (also the chained BN's output chunk),
+//  partial gradients, BN partial sums. Only used during a forward or
+//  backward call, so a context uses its base's.
 static void
 s_place_thread_buffers (nn_model_t *self, int threads)
 {
+    if (self->base) {
+        s_place_thread_buffers (self->base, threads);
+        s_point_thread_buffers (self, self->base);
+        return;
+    }
     nn_free (self->scratch);
     nn_free (self->grad_parts);
     nn_free (self->bn_parts);
@@ -251,21 +282,11 @@ s_place_thread_buffers (nn_model_t *self, int threads)
             bn += 2 * (size_t) l->ishape.c * (size_t) threads;
     }
     self->scratch = nn_alloc_aligned (sizeof (float) * (stride * (size_t) threads + 16));
+    self->scratch_stride = stride;
     self->grad_parts = nn_alloc_aligned (sizeof (float) * (parts + 16));
     self->bn_parts = nn_alloc_aligned (sizeof (double) * (bn + 16));
-    size_t at = 0, bn_at = 0;
-    for (int i = 0; i < self->layers_count; i++) {
-        nn_layer_t *l = &self->layers[i];
-        l->threads = threads;
-        l->scratch = self->scratch;
-        l->scratch_stride = stride;
-        l->grad_parts = self->grad_parts + at;
-        at += s_align (l->w_count + l->b_count) * (size_t) (threads - 1);
-        l->bn_parts = self->bn_parts + bn_at;
-        if (l->spec.kind == NN_LAYER_BATCHNORM)
-            bn_at += 2 * (size_t) l->ishape.c * (size_t) threads;
-    }
     self->threads = threads;
+    s_point_thread_buffers (self, self);
 }
 
 void
@@ -277,7 +298,7 @@ nn_model_set_threads (nn_model_t *self, int threads)
 int
 nn_model_threads (const nn_model_t *self)
 {
-    return self->threads;
+    return self->base ? self->base->threads : self->threads;
 }
 
 nn_model_t *
@@ -359,7 +380,14 @@ nn_model_new_shared (nn_model_t *base, char *err, size_t err_size)
     self->shared = true;
     self->tensors_count = 0;
     s_place_params (self);
-    s_place_thread_buffers (self, base->threads);
+    //  Per-thread buffers are the base's (contexts take turns).
+    nn_free (self->scratch);
+    nn_free (self->grad_parts);
+    nn_free (self->bn_parts);
+    self->scratch = self->grad_parts = NULL;
+    self->bn_parts = NULL;
+    self->base = base;
+    s_point_thread_buffers (self, base);
     return self;
 }
 
@@ -447,6 +475,8 @@ const float *
 nn_model_forward (nn_model_t *self, const float *x, int n, bool train, nn_rng_t *rng)
 {
     assert (n >= 1 && n <= self->max_batch);
+    if (self->base)
+        s_point_thread_buffers (self, self->base);  //  it may have changed threads
     const float *cur = x;
     for (int i = 0; i < self->layers_count; i++) {
         nn_layer_t *l = &self->layers[i];
@@ -462,6 +492,8 @@ nn_model_forward (nn_model_t *self, const float *x, int n, bool train, nn_rng_t 
 void
 nn_model_backward (nn_model_t *self, const float *dout, float *dx)
 {
+    if (self->base)
+        s_point_thread_buffers (self, self->base);
     const float *g = dout;
     for (int i = self->layers_count - 1; i >= 0; i--) {
         nn_layer_t *l = &self->layers[i];

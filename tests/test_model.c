@@ -315,11 +315,14 @@ Test (model, threads_split_the_batch_without_changing_results)
     nn_model_destroy (&b);
 }
 
-Test (model, shared_contexts_keep_their_own_forward_state)
+//  Forward A then B in two contexts, backward A then B: equals doing each
+//  forward/backward back to back in one model (no BN: the running
+//  statistics would differ in order only). The contexts take turns with
+//  one set of per-thread buffers, the base's; `threads` is set through the
+//  context.
+static void
+s_check_shared_contexts (int threads)
 {
-    //  Forward A then B in two contexts, backward A then B: equals doing
-    //  each forward/backward back to back in one model (no BN: the running
-    //  statistics would differ in order only).
     nn_model_spec_t spec;
     nn_model_spec_vgg5 (&spec, 1, 28, 10, true);
     nn_rng_t rng;
@@ -330,6 +333,10 @@ Test (model, shared_contexts_keep_their_own_forward_state)
     nn_model_init (ref, &rng);
     nn_model_t *ctx = nn_model_new_shared (base, NULL, 0);
     cr_assert_not_null (ctx);
+    nn_model_set_threads (ctx, threads);
+    nn_model_set_threads (ref, threads);
+    cr_assert_eq (nn_model_threads (base), threads);
+    cr_assert_eq (nn_model_threads (ctx), threads);
     cr_assert_eq (nn_model_weights (ctx), nn_model_weights (base));
     cr_assert_eq (nn_model_grads (ctx), nn_model_grads (base));
     size_t in = 3 * 784, out = 3 * nn_shape_size (nn_model_output_shape (base));
@@ -353,6 +360,12 @@ Test (model, shared_contexts_keep_their_own_forward_state)
     nn_free (x), nn_free (g);
     nn_model_destroy (&base);
     nn_model_destroy (&ref);
+}
+
+Test (model, shared_contexts_keep_their_own_forward_state)
+{
+    s_check_shared_contexts (1);
+    s_check_shared_contexts (2);
 }
 
 //  A server worker's context trains two replicas in turn through
