@@ -493,6 +493,11 @@ nn_layer_output_shape (const nn_layer_spec_t *spec, nn_shape_t in, nn_shape_t *o
                 return nn_errf (err, err_size,
                                 "pool %d stride %d pad %d does not fit input %dx%dx%d",
                                 spec->kernel, spec->stride, spec->pad, in.h, in.w, in.c);
+            if (spec->kind == NN_LAYER_MAXPOOL && !nn_maxpool_fits (&s))
+                return nn_errf (err, err_size,
+                                "max-pool windows of %d pixels (at most %d)",
+                                spec->kernel ? spec->kernel * spec->kernel : in.h * in.w,
+                                NN_POOL_MAX_WINDOW - 1);
             *out = (nn_shape_t) { s.p, s.q, in.c };
             return 0;
         }

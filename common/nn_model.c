@@ -198,10 +198,10 @@ s_carve (nn_model_t *self)
                 at += s_align (2 * (size_t) l->ishape.c);
             }
             if (l->spec.kind == NN_LAYER_MAXPOOL) {
-                assert (sizeof (int32_t) == sizeof (float));
+                //  One byte a winner.
                 if (pass)
-                    l->argmax = (int32_t *) (self->acts + at);
-                at += out_count;
+                    l->argmax = (uint8_t *) (self->acts + at);
+                at += s_align ((out_count + sizeof (float) - 1) / sizeof (float));
             }
         }
         total = at;
