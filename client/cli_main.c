@@ -848,6 +848,10 @@ s_prepare (cli_t *self)
         goto fail;
     }
     self->data_base = nn_rng_split (&self->rng, 1000 + (uint64_t) self->id);
+    //  Profile before the contexts exist, so that the two are never in
+    //  memory together (cli_plan_profile has answered ERROR on failure).
+    if (self->profile_requested && cli_plan_profile (self))
+        return -1;
     int units = self->mode == PROTO_MODE_FL ? self->spec.units_count
                                             : (int) self->plan.split_point;
     if (cli_contexts_build (self, units, self->micro, err, sizeof err))
@@ -915,8 +919,7 @@ cli_run (int argc, char **argv)
         pl_log_error ("client: connect %s: %s", self->args.connect, zmq_strerror (errno));
     }
     else
-    if (s_join (self) == 0 && s_prepare (self) == 0
-    &&  (!self->profile_requested || cli_plan_profile (self) == 0) && s_train (self) == 0) {
+    if (s_join (self) == 0 && s_prepare (self) == 0 && s_train (self) == 0) {
         pl_log_info ("client: device %d done", self->id);
         rc = 0;
     }

@@ -1,9 +1,11 @@
 /*  nn_kernels.c: BLAS-backed and elementwise kernels (NHWC). */
 #include "nn_kernels.h"
 
+#include <assert.h>
 #include <cblas.h>
 #include <float.h>
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 //  gcc's "no loop-carried dependence" hint; clang has no such pragma (and
@@ -613,10 +615,32 @@ s_pool_window (const nn_pool_shape_t *s, int p, int q,
     *w1 = ws + s->kernel > s->w ? s->w : ws + s->kernel;
 }
 
-S_CLONES void
-nn_maxpool_forward (float *out, int32_t *argmax, const float *in,
-                    const nn_pool_shape_t *s, bool drop_nonpositive)
+bool
+nn_maxpool_fits (const nn_pool_shape_t *s)
 {
+    long window = s->kernel == 0 ? (long) s->h * s->w : (long) s->kernel * s->kernel;
+    return window <= NN_POOL_MAX_WINDOW - 1;    //  one code is NN_POOL_NO_WINNER
+}
+
+//  The unpadded corner of window (p, q) and its row width, for win codes.
+static void
+s_pool_corner (const nn_pool_shape_t *s, int p, int q, int *hs, int *ws, int *width)
+{
+    if (s->kernel == 0) {
+        *hs = *ws = 0;
+        *width = s->w;
+        return;
+    }
+    *hs = p * s->stride - s->pad;
+    *ws = q * s->stride - s->pad;
+    *width = s->kernel;
+}
+
+S_CLONES void
+nn_maxpool_forward (float *out, uint8_t *win, const float *in, const nn_pool_shape_t *s,
+                    bool drop_nonpositive)
+{
+    assert (nn_maxpool_fits (s));
     size_t in_size = (size_t) s->h * s->w * s->c;
     size_t out_size = (size_t) s->p * s->q * s->c;
     int C = s->c;
@@ -625,47 +649,63 @@ nn_maxpool_forward (float *out, int32_t *argmax, const float *in,
         for (int p = 0; p < s->p; p++)
             for (int q = 0; q < s->q; q++) {
                 float *restrict o = out + n * out_size + ((size_t) p * s->q + q) * C;
-                int32_t *restrict a = argmax + n * out_size + ((size_t) p * s->q + q) * C;
-                int h0, h1, w0, w1;
+                uint8_t *restrict a = win + n * out_size + ((size_t) p * s->q + q) * C;
+                int h0, h1, w0, w1, hs, ws, width;
                 s_pool_window (s, p, q, &h0, &h1, &w0, &w1);
-                int32_t first = (int32_t) (((size_t) h0 * s->w + w0) * C);
+                s_pool_corner (s, p, q, &hs, &ws, &width);
+                const float *first = x + ((size_t) h0 * s->w + w0) * C;
+                uint8_t code0 = (uint8_t) ((h0 - hs) * width + (w0 - ws));
                 for (int c = 0; c < C; c++) {
-                    o[c] = x[first + c];
-                    a[c] = first + c;
+                    o[c] = first[c];
+                    a[c] = code0;
                 }
                 //  Branch-free over channels so the compiler vectorises it;
                 //  strict > keeps the first maximum, as PyTorch does.
                 for (int h = h0; h < h1; h++)
                     for (int w = w0; w < w1; w++) {
-                        int32_t base = (int32_t) (((size_t) h * s->w + w) * C);
-                        const float *restrict xv = x + base;
+                        const float *restrict xv = x + ((size_t) h * s->w + w) * C;
+                        uint8_t code = (uint8_t) ((h - hs) * width + (w - ws));
                         for (int c = 0; c < C; c++) {
                             bool take = xv[c] > o[c];
                             o[c] = take ? xv[c] : o[c];
-                            a[c] = take ? base + c : a[c];
+                            a[c] = take ? code : a[c];
                         }
                     }
                 if (drop_nonpositive)
                     for (int c = 0; c < C; c++)
-                        a[c] = o[c] > 0.0f ? a[c] : -1;
+                        a[c] = o[c] > 0.0f ? a[c] : NN_POOL_NO_WINNER;
             }
     }
 }
 
 S_CLONES void
-nn_maxpool_backward (float *din, const float *dout, const int32_t *argmax,
+nn_maxpool_backward (float *din, const float *dout, const uint8_t *win,
                      const nn_pool_shape_t *s)
 {
     size_t in_size = (size_t) s->h * s->w * s->c;
     size_t out_size = (size_t) s->p * s->q * s->c;
+    int C = s->c;
     memset (din, 0, sizeof (float) * in_size * s->n);
+    //  Input offset of each code from the window's corner, channel 0.
+    ptrdiff_t offset[NN_POOL_MAX_WINDOW];
+    int width = s->kernel == 0 ? s->w : s->kernel;
+    int cells = s->kernel == 0 ? s->h * s->w : s->kernel * s->kernel;
+    for (int k = 0; k < cells; k++)
+        offset[k] = ((ptrdiff_t) (k / width) * s->w + k % width) * C;
     for (int n = 0; n < s->n; n++) {
         float *dx = din + n * in_size;
-        const float *dy = dout + n * out_size;
-        const int32_t *a = argmax + n * out_size;
-        for (size_t i = 0; i < out_size; i++)
-            if (a[i] >= 0)
-                dx[a[i]] += dy[i];
+        for (int p = 0; p < s->p; p++)
+            for (int q = 0; q < s->q; q++) {
+                size_t at = n * out_size + ((size_t) p * s->q + q) * C;
+                const float *dy = dout + at;
+                const uint8_t *a = win + at;
+                int hs, ws, width_unused;
+                s_pool_corner (s, p, q, &hs, &ws, &width_unused);
+                ptrdiff_t corner = ((ptrdiff_t) hs * s->w + ws) * C;
+                for (int c = 0; c < C; c++)
+                    if (a[c] != NN_POOL_NO_WINNER)
+                        dx[corner + offset[a[c]] + c] += dy[c];
+            }
     }
 }
 

@@ -119,15 +119,21 @@ typedef struct {
 } nn_pool_shape_t;
 
 int nn_pool_shape_finish (nn_pool_shape_t *s);
-//  in (n,h,w,c) -> out (n,p,q,c); argmax (n,p,q,c) holds the index of the
-//  max within its sample. Padding never wins (it is -inf, as PyTorch).
-//  drop_nonpositive: a winner <= 0 gets argmax -1 and no gradient later
-//  (the backward of a ReLU before the pool, folded in: its output is 0
-//  exactly where its gradient is 0).
-void nn_maxpool_forward (float *out, int32_t *argmax, const float *in,
+//  in (n,h,w,c) -> out (n,p,q,c); win (n,p,q,c) holds where in its
+//  window each max was, one byte: dh * width + dw from the window's
+//  unpadded corner (width = kernel, or w for global pooling), so a window
+//  may hold at most NN_POOL_MAX_WINDOW pixels (nn_pool_shape_finish checks
+//  max-pool shapes with nn_maxpool_fits). Padding never wins (it is -inf,
+//  as PyTorch). drop_nonpositive: a winner <= 0 gets NN_POOL_NO_WINNER and
+//  no gradient later (the backward of a ReLU before the pool, folded in:
+//  its output is 0 exactly where its gradient is 0).
+#define NN_POOL_MAX_WINDOW 255
+#define NN_POOL_NO_WINNER 255
+bool nn_maxpool_fits (const nn_pool_shape_t *s);
+void nn_maxpool_forward (float *out, uint8_t *win, const float *in,
                          const nn_pool_shape_t *s, bool drop_nonpositive);
-//  Scatters dout to the winners; argmax -1 receives nothing.
-void nn_maxpool_backward (float *din, const float *dout, const int32_t *argmax,
+//  Scatters dout to the winners; NN_POOL_NO_WINNER receives nothing.
+void nn_maxpool_backward (float *din, const float *dout, const uint8_t *win,
                           const nn_pool_shape_t *s);
 //  Average over the window, padding counted (PyTorch count_include_pad).
 void nn_avgpool_forward (float *out, const float *in, const nn_pool_shape_t *s);

@@ -3,6 +3,7 @@
 
 #include "nn_alloc.h"
 
+#include <assert.h>
 #include <string.h>
 
 #define S_BN_MOMENTUM 0.1f
@@ -166,26 +167,87 @@ s_dense_backward (nn_layer_t *self, const float *dout, float *din)
     }
 }
 
+//  A BN -> ReLU -> max-pool chain (bn_transient) normalises this many
+//  floats of a thread's samples at a time into its scratch, which the pool
+//  reads at once (still in L2): the BN output never exists for the whole
+//  batch (10 MB of a VGG5 context at batch 100).
+#define S_BN_CHUNK_FLOATS (64 * 1024)
+
+//  Samples per chunk for a range of n: the whole range unless chained.
+static int
+s_bn_chunk (const nn_layer_t *self, int n)
+{
+    if (!self->bn_transient)
+        return n;
+    int chunk = (int) (S_BN_CHUNK_FLOATS / nn_shape_size (self->ishape));
+    chunk = chunk < 1 ? 1 : chunk;
+    return chunk < n ? chunk : n;
+}
+
+//  Where thread t's BN output of samples from s0 goes: the layer's output,
+//  or in a chain the thread's scratch (one chunk).
+static float *
+s_bn_out (nn_layer_t *self, int t, int s0)
+{
+    if (self->bn_transient)
+        return self->scratch + t * self->scratch_stride;
+    return self->out + (size_t) s0 * nn_shape_size (self->ishape);
+}
+
+//  In a chain, the max-pool's forward of g samples from s0 of BN output y.
+static void
+s_bn_chain_pool (nn_layer_t *self, const float *y, int s0, int g)
+{
+    if (!self->bn_transient)
+        return;
+    nn_layer_t *pool = self->bn_pool;
+    size_t prow = nn_shape_size (pool->oshape);
+    nn_pool_shape_t s = s_pool_shape (pool, g);
+    nn_maxpool_forward (pool->out + s0 * prow, pool->argmax + s0 * prow, y, &s,
+                        pool->pool_mask_input);
+}
+
+//  The gradient w.r.t. the BN output of g samples from s0: dout itself, or
+//  in a chain the max-pool's backward of its dout (the ReLU's is folded
+//  into the pool's winners) into thread t's scratch.
+static const float *
+s_bn_chain_dy (nn_layer_t *self, const float *dout, int t, int s0, int g)
+{
+    if (!self->bn_transient)
+        return dout + (size_t) s0 * nn_shape_size (self->ishape);
+    nn_layer_t *pool = self->bn_pool;
+    size_t prow = nn_shape_size (pool->oshape);
+    float *dy = self->scratch + t * self->scratch_stride;
+    nn_pool_shape_t s = s_pool_shape (pool, g);
+    nn_maxpool_backward (dy, dout + s0 * prow, pool->argmax + s0 * prow, &s);
+    return dy;
+}
+
 static void
 s_bn_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rng)
 {
     s_remember (self, in, n, train);
     int c = self->ishape.c, hw = self->ishape.h * self->ishape.w, T = self->threads;
     size_t row = (size_t) hw * c;
+    int chunk = s_bn_chunk (self, n);
     if (!train) {
         S_PARALLEL_FOR (T)
         for (int t = 0; t < T; t++) {
             int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
-            nn_batchnorm_forward_eval (self->out + n0 * row, in + n0 * row, self->w,
-                                       self->b, self->running_mean, self->running_var,
-                                       (n1 - n0) * hw, c, S_BN_EPS);
-            if (self->bn_relu)
-                nn_relu_forward (self->out + n0 * row, self->out + n0 * row,
-                                 (size_t) (n1 - n0) * row);
+            for (int s0 = n0; s0 < n1; s0 += chunk) {
+                int g = n1 - s0 < chunk ? n1 - s0 : chunk;
+                float *y = s_bn_out (self, t, s0);
+                nn_batchnorm_forward_eval (y, in + s0 * row, self->w, self->b,
+                                           self->running_mean, self->running_var, g * hw,
+                                           c, S_BN_EPS);
+                if (self->bn_relu)
+                    nn_relu_forward (y, y, (size_t) g * row);
+                s_bn_chain_pool (self, y, s0, g);
+            }
         }
         return;
     }
-    //  With a transient output, x-hat goes over the input (see s_fuse).
+    //  In a chain, x-hat goes over the input (see s_fuse).
     if (self->bn_transient)
         self->saved = (float *) in;
     S_PARALLEL_FOR (T)
@@ -205,18 +267,25 @@ s_bn_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rn
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
-        nn_batchnorm_normalize (self->out + n0 * row, self->saved + n0 * row, in + n0 * row,
-                                self->stats, self->w, self->b, (n1 - n0) * hw, c,
-                                self->bn_relu);
+        for (int s0 = n0; s0 < n1; s0 += chunk) {
+            int g = n1 - s0 < chunk ? n1 - s0 : chunk;
+            float *y = s_bn_out (self, t, s0);
+            nn_batchnorm_normalize (y, self->saved + s0 * row, in + s0 * row, self->stats,
+                                    self->w, self->b, g * hw, c, self->bn_relu);
+            s_bn_chain_pool (self, y, s0, g);
+        }
     }
 }
 
+//  In a chain, dout is the gradient w.r.t. the max-pool's output; the
+//  pool's gradient is made one chunk at a time, twice (for the sums, then
+//  for din), which costs a scatter instead of a whole-batch buffer.
 static void
 s_bn_backward (nn_layer_t *self, const float *dout, float *din)
 {
     //  Backward through evaluation-mode BN is not part of training.
     int c = self->ishape.c, hw = self->ishape.h * self->ishape.w, T = self->threads;
-    int n = self->n;
+    int n = self->n, chunk = s_bn_chunk (self, n);
     size_t row = (size_t) hw * c;
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
@@ -224,8 +293,11 @@ s_bn_backward (nn_layer_t *self, const float *dout, float *din)
         for (int k = 0; k < 2 * c; k++)
             sdy[k] = 0.0;
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
-        nn_batchnorm_backward_sums (sdy, sdyx, dout + n0 * row, self->saved + n0 * row,
-                                    (n1 - n0) * hw, c);
+        for (int s0 = n0; s0 < n1; s0 += chunk) {
+            int g = n1 - s0 < chunk ? n1 - s0 : chunk;
+            nn_batchnorm_backward_sums (sdy, sdyx, s_bn_chain_dy (self, dout, t, s0, g),
+                                        self->saved + s0 * row, g * hw, c);
+        }
     }
     double *sdy = self->bn_parts, *sdyx = sdy + c;
     for (int t = 1; t < T; t++)
@@ -240,9 +312,13 @@ s_bn_backward (nn_layer_t *self, const float *dout, float *din)
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
-        nn_batchnorm_backward_apply (din + n0 * row, dout + n0 * row, self->saved + n0 * row,
-                                     self->stats, self->w, sdy, sdyx, (n1 - n0) * hw,
-                                     n * hw, c);
+        for (int s0 = n0; s0 < n1; s0 += chunk) {
+            int g = n1 - s0 < chunk ? n1 - s0 : chunk;
+            //  din may be x-hat itself: element for element, read first.
+            nn_batchnorm_backward_apply (din + s0 * row, s_bn_chain_dy (self, dout, t, s0, g),
+                                         self->saved + s0 * row, self->stats, self->w, sdy,
+                                         sdyx, g * hw, n * hw, c);
+        }
     }
 }
 
@@ -286,6 +362,8 @@ static void
 s_maxpool_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rng)
 {
     s_remember (self, in, n, train);
+    if (self->in_bn_chain)
+        return;                 //  the BN before ran us chunk by chunk
     size_t in_sz = nn_shape_size (self->ishape), out_sz = nn_shape_size (self->oshape);
     int T = self->threads;
     S_PARALLEL_FOR (T)
@@ -300,6 +378,8 @@ s_maxpool_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_
 static void
 s_maxpool_backward (nn_layer_t *self, const float *dout, float *din)
 {
+    //  In a chain the model passes our dout to the BN instead.
+    assert (!self->in_bn_chain);
     if (!din)
         return;
     size_t in_sz = nn_shape_size (self->ishape), out_sz = nn_shape_size (self->oshape);
@@ -413,6 +493,11 @@ nn_layer_output_shape (const nn_layer_spec_t *spec, nn_shape_t in, nn_shape_t *o
                 return nn_errf (err, err_size,
                                 "pool %d stride %d pad %d does not fit input %dx%dx%d",
                                 spec->kernel, spec->stride, spec->pad, in.h, in.w, in.c);
+            if (spec->kind == NN_LAYER_MAXPOOL && !nn_maxpool_fits (&s))
+                return nn_errf (err, err_size,
+                                "max-pool windows of %d pixels (at most %d)",
+                                spec->kernel ? spec->kernel * spec->kernel : in.h * in.w,
+                                NN_POOL_MAX_WINDOW - 1);
             *out = (nn_shape_t) { s.p, s.q, in.c };
             return 0;
         }
@@ -468,6 +553,8 @@ nn_layer_param_counts (const nn_layer_spec_t *spec, nn_shape_t in,
 size_t
 nn_layer_scratch_count (const nn_layer_t *self, int max_batch)
 {
+    if (self->bn_transient)
+        return (size_t) s_bn_chunk (self, max_batch) * nn_shape_size (self->ishape);
     if (self->spec.kind != NN_LAYER_CONV)
         return 0;
     nn_conv_shape_t s = s_conv_shape (self, max_batch);

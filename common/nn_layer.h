@@ -41,11 +41,15 @@ struct nn_layer {
     bool relu_fwd_fused;        //  ReLU: forward done by the BN before it
     bool relu_bwd_fused;        //  ReLU: backward done by the max-pool after it
     bool pool_mask_input;       //  max-pool: no gradient to a winner <= 0
-    bool bn_transient;          //  BN: output to the model's transient
-                                //  buffer, x-hat over the input
+    bool bn_transient;          //  BN: runs the ReLU and max-pool after it
+                                //  (bn_pool) sample chunk by sample chunk,
+                                //  its output only a chunk in scratch;
+                                //  x-hat over the input, din over x-hat
+    nn_layer_t *bn_pool;        //  BN with bn_transient: the max-pool
+    bool in_bn_chain;           //  ReLU, max-pool: run by the BN before them
     float *saved;               //  BN xhat / dropout mask, (max_batch, out)
     float *stats;               //  BN mean and invstd, (2, c)
-    int32_t *argmax;            //  maxpool, (max_batch, out)
+    uint8_t *argmax;            //  maxpool winners in their windows, (max_batch, out)
     //  State of the last forward, for backward.
     const float *in_ptr;
     int n;

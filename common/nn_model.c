@@ -18,14 +18,14 @@ struct _nn_model_t {
     size_t params_count, weights_count;
     float *acts;                //  activation slab (layer outputs, saved state)
     float *grad_a, *grad_b;     //  ping-pong input-gradient buffers
-    float *transient;           //  BN outputs only a max-pool reads (s_fuse)
-    size_t transient_count;     //  floats it needs
-    bool transient_shared;      //  it is one of the gradient buffers
-    float *scratch;
+    float *scratch;             //  threads x scratch_stride floats
+    size_t scratch_stride;
     float *grad_parts;          //  per-thread partial parameter gradients
     double *bn_parts;           //  per-thread BN partial sums
     int threads;
     bool shared;                //  slabs borrowed from another model
+    nn_model_t *base;           //  a context: whose threads and per-thread
+                                //  buffers it uses (it owns none)
     nn_tensor_info_t *tensors;
     int tensors_count;
     int last_n;
@@ -132,8 +132,12 @@ s_plan_inplace (nn_model_t *self)
 //    was positive, and its backward routes gradient only there; the ReLU
 //    backward is a no-op.
 //  - BN -> ReLU -> max-pool, all three: nothing reads the BN output after
-//    the pool's forward, so it goes to a transient buffer shared by all
-//    such units, and the BN keeps x-hat over its own input instead.
+//    the pool's forward, so the BN runs the pool itself a few samples at a
+//    time from a chunk of output in scratch (nn_layer.c), and keeps x-hat
+//    over its own input instead. Backward, the BN takes the pool's output
+//    gradient, makes the pool's chunk by chunk and writes its input
+//    gradient over x-hat: no whole-batch buffer at the BN's size is needed
+//    forward or backward.
 static void
 s_fuse (nn_model_t *self)
 {
@@ -154,18 +158,20 @@ s_fuse (nn_model_t *self)
         }
         if (bn && pool && prev->inplace) {
             prev->bn_transient = true;
+            prev->bn_pool = &self->layers[i + 1];
             prev->inplace = false;
+            l->in_bn_chain = true;
+            self->layers[i + 1].in_bn_chain = true;
         }
     }
 }
 
 //  Carve the activation slab: outputs of layers that own one, BN x-hat
-//  and statistics, dropout masks, max-pool winners, and the transient
-//  buffer.
+//  and statistics, dropout masks and max-pool winners.
 static void
 s_carve (nn_model_t *self)
 {
-    size_t total = 0, transient = 0;
+    size_t total = 0;
     for (int pass = 0; pass < 2; pass++) {
         size_t at = 0;
         for (int i = 0; i < self->layers_count; i++) {
@@ -177,10 +183,9 @@ s_carve (nn_model_t *self)
                 at += out_count;
             }
             if (l->bn_transient) {
-                //  Output in the transient buffer; x-hat over the input.
+                //  Output a chunk at a time in scratch; x-hat over the input.
                 if (pass)
-                    l->out = self->transient;
-                transient = transient > out_count ? transient : out_count;
+                    l->out = NULL;
             }
             else if (l->spec.kind == NN_LAYER_BATCHNORM || l->spec.kind == NN_LAYER_DROPOUT) {
                 if (pass)
@@ -193,31 +198,36 @@ s_carve (nn_model_t *self)
                 at += s_align (2 * (size_t) l->ishape.c);
             }
             if (l->spec.kind == NN_LAYER_MAXPOOL) {
-                assert (sizeof (int32_t) == sizeof (float));
+                //  One byte a winner.
                 if (pass)
-                    l->argmax = (int32_t *) (self->acts + at);
-                at += out_count;
+                    l->argmax = (uint8_t *) (self->acts + at);
+                at += s_align ((out_count + sizeof (float) - 1) / sizeof (float));
             }
         }
         total = at;
-        if (pass == 0) {
+        if (pass == 0)
             self->acts = nn_alloc_aligned (sizeof (float) * (total ? total : 1));
-            self->transient = nn_alloc_aligned (sizeof (float) * (transient + 16));
-            self->transient_count = transient;
-        }
     }
 }
 
 //  Input gradients alternate between two buffers (layers that can work in
 //  place keep theirs); each is sized to the largest gradient it will hold,
-//  found by walking the backward pass once.
+//  found by walking the backward pass once as nn_model_backward does. A
+//  chained BN writes its input gradient over its x-hat, in the activation
+//  slab, and the ReLU and max-pool of its chain pass their dout to it.
 static void
 s_place_grad_buffers (nn_model_t *self)
 {
     size_t need[2] = { 0, 0 };
-    int g = -1;                         //  -1: the caller's dout
+    int g = -1;                         //  -1: not one of ours (dout, x-hat)
     for (int i = self->layers_count - 1; i >= 1; i--) {
         const nn_layer_t *l = &self->layers[i];
+        if (l->in_bn_chain)
+            continue;
+        if (l->bn_transient) {
+            g = -1;
+            continue;
+        }
         int din = (l->ops->can_inplace && g >= 0) ? g : (g == 0 ? 1 : 0);
         size_t count = (size_t) self->max_batch * nn_shape_size (l->ishape);
         need[din] = need[din] > count ? need[din] : count;
@@ -225,26 +235,40 @@ s_place_grad_buffers (nn_model_t *self)
     }
     self->grad_a = nn_alloc_aligned (sizeof (float) * s_align (need[0] + 1));
     self->grad_b = nn_alloc_aligned (sizeof (float) * s_align (need[1] + 1));
-    //  The transient BN outputs are dead once the max-pool after them has
-    //  run (its backward needs only its winners), and the gradient buffers
-    //  are written by backward only: one memory serves both (10 MB of a
-    //  VGG5 context at batch 100).
-    float *big = need[0] >= need[1] ? self->grad_a : self->grad_b;
-    size_t big_count = need[0] >= need[1] ? need[0] : need[1];
-    if (self->transient_count && self->transient_count <= big_count) {
-        nn_free (self->transient);
-        self->transient = big;
-        self->transient_shared = true;
-        for (int i = 0; i < self->layers_count; i++)
-            if (self->layers[i].bn_transient)
-                self->layers[i].out = big;
+}
+
+//  Point self's layers at owner's per-thread buffers (owner: self, or
+//  the base of a context; the same units and batch size, so the same
+//  layout) and thread count.
+static void
+s_point_thread_buffers (nn_model_t *self, const nn_model_t *owner)
+{
+    size_t at = 0, bn_at = 0;
+    int threads = owner->threads;
+    for (int i = 0; i < self->layers_count; i++) {
+        nn_layer_t *l = &self->layers[i];
+        l->threads = threads;
+        l->scratch = owner->scratch;
+        l->scratch_stride = owner->scratch_stride;
+        l->grad_parts = owner->grad_parts + at;
+        at += s_align (l->w_count + l->b_count) * (size_t) (threads - 1);
+        l->bn_parts = owner->bn_parts + bn_at;
+        if (l->spec.kind == NN_LAYER_BATCHNORM)
+            bn_at += 2 * (size_t) l->ishape.c * (size_t) threads;
     }
 }
 
-//  Per-thread buffers: conv scratch, partial gradients, BN partial sums.
+//  Per-thread buffers: conv scratch (also the chained BN's output chunk),
+//  partial gradients, BN partial sums. Only used during a forward or
+//  backward call, so a context uses its base's.
 static void
 s_place_thread_buffers (nn_model_t *self, int threads)
 {
+    if (self->base) {
+        s_place_thread_buffers (self->base, threads);
+        s_point_thread_buffers (self, self->base);
+        return;
+    }
     nn_free (self->scratch);
     nn_free (self->grad_parts);
     nn_free (self->bn_parts);
@@ -258,21 +282,11 @@ s_place_thread_buffers (nn_model_t *self, int threads)
             bn += 2 * (size_t) l->ishape.c * (size_t) threads;
     }
     self->scratch = nn_alloc_aligned (sizeof (float) * (stride * (size_t) threads + 16));
+    self->scratch_stride = stride;
     self->grad_parts = nn_alloc_aligned (sizeof (float) * (parts + 16));
     self->bn_parts = nn_alloc_aligned (sizeof (double) * (bn + 16));
-    size_t at = 0, bn_at = 0;
-    for (int i = 0; i < self->layers_count; i++) {
-        nn_layer_t *l = &self->layers[i];
-        l->threads = threads;
-        l->scratch = self->scratch;
-        l->scratch_stride = stride;
-        l->grad_parts = self->grad_parts + at;
-        at += s_align (l->w_count + l->b_count) * (size_t) (threads - 1);
-        l->bn_parts = self->bn_parts + bn_at;
-        if (l->spec.kind == NN_LAYER_BATCHNORM)
-            bn_at += 2 * (size_t) l->ishape.c * (size_t) threads;
-    }
     self->threads = threads;
+    s_point_thread_buffers (self, self);
 }
 
 void
@@ -284,7 +298,7 @@ nn_model_set_threads (nn_model_t *self, int threads)
 int
 nn_model_threads (const nn_model_t *self)
 {
-    return self->threads;
+    return self->base ? self->base->threads : self->threads;
 }
 
 nn_model_t *
@@ -366,7 +380,14 @@ nn_model_new_shared (nn_model_t *base, char *err, size_t err_size)
     self->shared = true;
     self->tensors_count = 0;
     s_place_params (self);
-    s_place_thread_buffers (self, base->threads);
+    //  Per-thread buffers are the base's (contexts take turns).
+    nn_free (self->scratch);
+    nn_free (self->grad_parts);
+    nn_free (self->bn_parts);
+    self->scratch = self->grad_parts = NULL;
+    self->bn_parts = NULL;
+    self->base = base;
+    s_point_thread_buffers (self, base);
     return self;
 }
 
@@ -405,8 +426,6 @@ nn_model_destroy (nn_model_t **self_p)
         nn_free (self->optim);
     }
     nn_free (self->acts);
-    if (!self->transient_shared)
-        nn_free (self->transient);
     nn_free (self->grad_a);
     nn_free (self->grad_b);
     nn_free (self->scratch);
@@ -456,6 +475,8 @@ const float *
 nn_model_forward (nn_model_t *self, const float *x, int n, bool train, nn_rng_t *rng)
 {
     assert (n >= 1 && n <= self->max_batch);
+    if (self->base)
+        s_point_thread_buffers (self, self->base);  //  it may have changed threads
     const float *cur = x;
     for (int i = 0; i < self->layers_count; i++) {
         nn_layer_t *l = &self->layers[i];
@@ -471,13 +492,19 @@ nn_model_forward (nn_model_t *self, const float *x, int n, bool train, nn_rng_t 
 void
 nn_model_backward (nn_model_t *self, const float *dout, float *dx)
 {
+    if (self->base)
+        s_point_thread_buffers (self, self->base);
     const float *g = dout;
     for (int i = self->layers_count - 1; i >= 0; i--) {
         nn_layer_t *l = &self->layers[i];
+        if (l->in_bn_chain)
+            continue;                   //  the chain's BN takes g as is
         bool ours = g == self->grad_a || g == self->grad_b;
         float *din;
         if (i == 0)
             din = dx;
+        else if (l->bn_transient)
+            din = l->saved;             //  over x-hat, element for element
         else if (l->ops->can_inplace && ours)
             din = (float *) g;
         else

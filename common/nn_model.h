@@ -107,6 +107,10 @@ void nn_model_destroy (nn_model_t **self_p);
 //  it and stays their owner) but with its own activation memory. A
 //  pipeline keeps one context per micro-batch in flight so that micro-batch
 //  i's forward state survives micro-batch i+1's forward until i's backward.
+//  Contexts also use base's threads and per-thread scratch, which hold
+//  nothing between calls: contexts of one base must take turns (no two
+//  forward or backward calls at once), and nn_model_set_threads on any of
+//  them sets base's.
 nn_model_t *nn_model_new_shared (nn_model_t *base, char *err, size_t err_size);
 
 //  Point self's weights, gradients and optimiser state at owner's slabs

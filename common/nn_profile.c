@@ -58,20 +58,24 @@ s_fastest (double *v, int n)
     return v[0];
 }
 
+//  One unit (or, for the report, the whole model) at a time: its model,
+//  synthetic input of its input shape and, unless it ends the model (where
+//  the loss makes it), a synthetic gradient of its output shape. Only one
+//  is alive at once, so profiling costs about one unit's memory, not the
+//  whole model's twice.
 typedef struct {
     const nn_profile_args_t *args;
-    int units;
     int classes;
-    nn_model_t *full;
-    nn_model_t *unit[NN_MAX_UNITS];
-    float *dx[NN_MAX_UNITS];        //  gradient w.r.t. unit u's input (u >= 1)
+    bool last;                      //  the part ends the model: loss here
+    bool need_dx;                   //  backward computes the input gradient
+    nn_model_t *model;
     float *x;                       //  (B, input)
-    int *y;                         //  (B)
-    float *dlogits;                 //  (B, classes)
+    float *dout;                    //  (B, output), or the loss gradient
+    float *dx;                      //  (B, input) if need_dx
+    int *y;                         //  (B) labels if last
     nn_rng_t rng;
-    //  samples[kind][u][iteration]: kind 0 fwd, 1 bwd, 2 update
-    double *samples[3][NN_MAX_UNITS];
-    double *whole[2];
+    //  samples[kind][iteration]: kind 0 fwd, 1 bwd, 2 update
+    double *samples[3];
 } s_prof_t;
 
 static double
@@ -80,78 +84,101 @@ s_now (const s_prof_t *p)
     return p->args->now (p->args->now_arg);
 }
 
-//  One chained iteration of every unit on n samples; times go to slot it.
 static void
-s_units_iteration (s_prof_t *p, int n, int it, bool record)
+s_free (s_prof_t *p)
 {
-    const float *in = p->x;
-    for (int u = 0; u < p->units; u++) {
-        nn_model_zero_grad (p->unit[u]);
-        double t0 = s_now (p);
-        in = nn_model_forward (p->unit[u], in, n, true, &p->rng);
-        //  The loss belongs to the last unit's step, as on the server.
-        if (u == p->units - 1)
-            nn_softmax_xent (p->dlogits, in, p->y, n, p->classes, 1.0f, NULL);
-        if (record)
-            p->samples[0][u][it] = s_now (p) - t0;
+    nn_model_destroy (&p->model);
+    nn_free (p->x);
+    nn_free (p->dout);
+    nn_free (p->dx);
+    nn_free (p->y);
+    for (int k = 0; k < 3; k++)
+        nn_free (p->samples[k]);
+    memset (p, 0, sizeof *p);
+}
+
+//  Build units [begin, end) at batch b with weights as the full model's
+//  (nn_model_init draws each layer from its own stream) and its synthetic
+//  data. -1 with a message.
+static int
+s_prepare (s_prof_t *p, const nn_model_spec_t *spec, int begin, int end, int b,
+           int samples, char *err, size_t err_size)
+{
+    const nn_profile_args_t *args = p->args;
+    p->classes = spec->classes;
+    p->last = end == spec->units_count;
+    //  Every unit of a split model but the device's first computes its
+    //  input gradient; the whole model does not.
+    p->need_dx = begin > 0;
+    p->model = nn_model_new (spec, begin, end, b, err, err_size);
+    if (!p->model)
+        return -1;
+    nn_rng_t seeded;
+    nn_rng_seed (&seeded, args->seed);
+    nn_model_init (p->model, &seeded);
+    nn_model_set_threads (p->model, args->threads > 0 ? args->threads : 1);
+    p->rng = nn_rng_split (&seeded, 1 + (uint64_t) begin);
+    size_t in = (size_t) b * nn_shape_size (nn_model_input_shape (p->model));
+    size_t out = (size_t) b * nn_shape_size (nn_model_output_shape (p->model));
+    p->x = nn_alloc_aligned (sizeof (float) * in);
+    p->dout = nn_alloc_aligned (sizeof (float) * out);
+    if (p->need_dx)
+        p->dx = nn_alloc_aligned (sizeof (float) * in);
+    //  Normalised inputs and gradients look like noise; the work does not
+    //  depend on the values.
+    for (size_t i = 0; i < in; i++)
+        p->x[i] = (float) nn_rng_normal (&p->rng);
+    for (size_t i = 0; i < out; i++)
+        p->dout[i] = (float) (0.01 * nn_rng_normal (&p->rng));
+    if (p->last) {
+        p->y = nn_malloc (sizeof (int) * (size_t) b);
+        for (int i = 0; i < b; i++)
+            p->y[i] = (int) nn_rng_below (&p->rng, (uint32_t) spec->classes);
     }
-    const float *dout = p->dlogits;
-    for (int u = p->units - 1; u >= 0; u--) {
-        double t0 = s_now (p);
-        nn_model_backward (p->unit[u], dout, u > 0 ? p->dx[u] : NULL);
-        if (record)
-            p->samples[1][u][it] = s_now (p) - t0;
-        dout = p->dx[u];
-    }
+    for (int k = 0; k < 3; k++)
+        p->samples[k] = nn_calloc ((size_t) samples, sizeof (double));
+    return 0;
+}
+
+//  One iteration on n samples: forward (and the loss, which belongs to the
+//  last unit's step, as on the server), backward, an SGD step; times go to
+//  slot it.
+static void
+s_iteration (s_prof_t *p, int n, int it, bool record)
+{
+    nn_model_zero_grad (p->model);
+    double t0 = s_now (p);
+    const float *out = nn_model_forward (p->model, p->x, n, true, &p->rng);
+    if (p->last)
+        nn_softmax_xent (p->dout, out, p->y, n, p->classes, 1.0f, NULL);
+    double t1 = s_now (p);
+    double t2 = s_now (p);
+    nn_model_backward (p->model, p->dout, p->need_dx ? p->dx : NULL);
+    double t3 = s_now (p);
     //  lr 0 keeps the weights (and so the work) the same every iteration.
     nn_sgd_t sgd = { 0.0f, 0.9f, 0.0f };
-    for (int u = 0; u < p->units; u++) {
-        double t0 = s_now (p);
-        nn_sgd_step (nn_model_weights (p->unit[u]), nn_model_optim_state (p->unit[u]),
-                     nn_model_grads (p->unit[u]), nn_model_params_count (p->unit[u]), &sgd);
-        if (record)
-            p->samples[2][u][it] = s_now (p) - t0;
-    }
-}
-
-static void
-s_whole_iteration (s_prof_t *p, int n, int it, bool record)
-{
-    nn_model_zero_grad (p->full);
-    double t0 = s_now (p);
-    const float *out = nn_model_forward (p->full, p->x, n, true, &p->rng);
-    nn_softmax_xent (p->dlogits, out, p->y, n, p->classes, 1.0f, NULL);
-    double t1 = s_now (p);
-    nn_model_backward (p->full, p->dlogits, NULL);
-    double t2 = s_now (p);
+    double t4 = s_now (p);
+    nn_sgd_step (nn_model_weights (p->model), nn_model_optim_state (p->model),
+                 nn_model_grads (p->model), nn_model_params_count (p->model), &sgd);
+    double t5 = s_now (p);
     if (record) {
-        p->whole[0][it] = t1 - t0;
-        p->whole[1][it] = t2 - t1;
+        p->samples[0][it] = t1 - t0;
+        p->samples[1][it] = t3 - t2;
+        p->samples[2][it] = t5 - t4;
     }
 }
 
-//  The fastest per unit and kind over `iters` measured iterations at n
-//  samples.
+//  The fastest of `iters` measured iterations at n samples, per kind.
 static void
-s_measure (s_prof_t *p, int n, int iters, double med[3][NN_MAX_UNITS], bool whole,
-           double wmed[2])
+s_measure (s_prof_t *p, int n, int iters, double fastest[3])
 {
     int warm = p->args->warmup > 0 ? p->args->warmup : 1;
     for (int i = 0; i < warm; i++)
-        s_units_iteration (p, n, 0, false);
+        s_iteration (p, n, 0, false);
     for (int i = 0; i < iters; i++)
-        s_units_iteration (p, n, i, true);
+        s_iteration (p, n, i, true);
     for (int k = 0; k < 3; k++)
-        for (int u = 0; u < p->units; u++)
-            med[k][u] = s_fastest (p->samples[k][u], iters);
-    if (whole) {
-        for (int i = 0; i < warm; i++)
-            s_whole_iteration (p, n, 0, false);
-        for (int i = 0; i < iters; i++)
-            s_whole_iteration (p, n, i, true);
-        wmed[0] = s_fastest (p->whole[0], iters);
-        wmed[1] = s_fastest (p->whole[1], iters);
-    }
+        fastest[k] = s_fastest (p->samples[k], iters);
 }
 
 //  fixed from t(B) = total and t(m): the intercept of the line through
@@ -161,23 +188,6 @@ s_fixed (double total, double small, int b, int m)
 {
     double fixed = (small * b - total * m) / (double) (b - m);
     return fixed < 0.0 ? 0.0 : fixed > total ? total : fixed;
-}
-
-static void
-s_free (s_prof_t *p)
-{
-    for (int u = 0; u < NN_MAX_UNITS; u++) {
-        nn_model_destroy (&p->unit[u]);
-        nn_free (p->dx[u]);
-        for (int k = 0; k < 3; k++)
-            nn_free (p->samples[k][u]);
-    }
-    nn_free (p->whole[0]);
-    nn_free (p->whole[1]);
-    nn_model_destroy (&p->full);
-    nn_free (p->x);
-    nn_free (p->y);
-    nn_free (p->dlogits);
 }
 
 int
@@ -201,74 +211,51 @@ nn_profile_run (const nn_model_spec_t *spec, const nn_profile_args_t *args,
     if (model)
         *model = bytes;
 
-    s_prof_t p = { .args = args, .units = spec->units_count, .classes = spec->classes };
     int iters = args->iterations > 0 ? args->iterations : 5;
     int samples = 3 * iters;            //  room for the small batch's runs
-    int threads = args->threads > 0 ? args->threads : 1;
-    p.full = nn_model_new (spec, 0, p.units, b, err, err_size);
-    if (!p.full)
-        return -1;
-    nn_rng_seed (&p.rng, args->seed);
-    nn_model_init (p.full, &p.rng);
-    nn_model_set_threads (p.full, threads);
-    for (int u = 0; u < p.units; u++) {
-        p.unit[u] = nn_model_new (spec, u, u + 1, b, err, err_size);
-        if (!p.unit[u]) {
+    int m = args->small_batch ? args->small_batch : (b / 10 > 0 ? b / 10 : 1);
+    bool fit = m < b;
+    memset (costs, 0, sizeof *costs);
+    costs->units_count = spec->units_count;
+    for (int u = 0; u < spec->units_count; u++) {
+        s_prof_t p = { .args = args };
+        if (s_prepare (&p, spec, u, u + 1, b, samples, err, err_size)) {
             s_free (&p);
             return -1;
         }
-        nn_model_copy_tensors (p.unit[u], p.full);
-        nn_model_set_threads (p.unit[u], threads);
-        if (u > 0)
-            p.dx[u] = nn_alloc_aligned (sizeof (float) * (size_t) b
-                                        * nn_shape_size (nn_model_input_shape (p.unit[u])));
-        for (int k = 0; k < 3; k++)
-            p.samples[k][u] = nn_calloc ((size_t) samples, sizeof (double));
-    }
-    p.whole[0] = nn_calloc ((size_t) iters, sizeof (double));
-    p.whole[1] = nn_calloc ((size_t) iters, sizeof (double));
-    size_t sample = nn_shape_size (nn_model_spec_input (spec));
-    p.x = nn_alloc_aligned (sizeof (float) * sample * (size_t) b);
-    p.y = nn_malloc (sizeof (int) * (size_t) b);
-    p.dlogits = nn_malloc (sizeof (float) * (size_t) b * (size_t) spec->classes);
-    //  Normalised inputs look like unit-variance noise; the work does not
-    //  depend on the values.
-    for (size_t i = 0; i < sample * (size_t) b; i++)
-        p.x[i] = (float) nn_rng_normal (&p.rng);
-    for (int i = 0; i < b; i++)
-        p.y[i] = (int) nn_rng_below (&p.rng, (uint32_t) spec->classes);
-
-    double big[3][NN_MAX_UNITS], whole[2];
-    s_measure (&p, b, iters, big, true, whole);
-    int m = args->small_batch ? args->small_batch : (b / 10 > 0 ? b / 10 : 1);
-    double small[3][NN_MAX_UNITS];
-    bool fit = m < b;
-    //  The small batch is cheap: measure it more, its noise is amplified
-    //  by the extrapolation to the fixed part.
-    if (fit)
-        s_measure (&p, m, 3 * iters, small, false, NULL);
-
-    memset (costs, 0, sizeof *costs);
-    costs->units_count = p.units;
-    for (int u = 0; u < p.units; u++) {
+        double big[3], small[3];
+        s_measure (&p, b, iters, big);
+        //  The small batch is cheap: measure it more, its noise is
+        //  amplified by the extrapolation to the fixed part.
+        if (fit)
+            s_measure (&p, m, 3 * iters, small);
+        s_free (&p);
         nn_plan_unit_cost_t *c = &costs->unit[u];
-        c->fwd_s = big[0][u];
-        c->bwd_s = big[1][u];
-        c->upd_s = big[2][u];
+        c->fwd_s = big[0];
+        c->bwd_s = big[1];
+        c->upd_s = big[2];
         if (fit) {
-            c->fwd_fixed_s = s_fixed (c->fwd_s, small[0][u], b, m);
-            c->bwd_fixed_s = s_fixed (c->bwd_s, small[1][u], b, m);
+            c->fwd_fixed_s = s_fixed (c->fwd_s, small[0], b, m);
+            c->bwd_fixed_s = s_fixed (c->bwd_s, small[1], b, m);
         }
     }
     if (report) {
+        //  The whole model, for comparison: built only when asked for.
+        s_prof_t p = { .args = args };
+        if (s_prepare (&p, spec, 0, spec->units_count, b, samples, err, err_size)) {
+            s_free (&p);
+            return -1;
+        }
+        double whole[3];
+        s_measure (&p, b, iters, whole);
+        s_free (&p);
         memset (report, 0, sizeof *report);
         report->whole_fwd_s = whole[0];
         report->whole_bwd_s = whole[1];
-        for (int u = 0; u < p.units; u++) {
+        for (int u = 0; u < spec->units_count; u++) {
             report->units_fwd_s += costs->unit[u].fwd_s;
             report->units_bwd_s += costs->unit[u].bwd_s;
         }
     }
-    s_free (&p);
     return 0;
 }

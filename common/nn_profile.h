@@ -3,12 +3,16 @@
 
     The core has no clock (it stays pure): the caller passes one. The
     profile runs the model the way the daemons split it: one nn_model per
-    split unit (u, u+1), chained, on synthetic input, forward then backward
-    (each unit but the first also computes its input gradient, as every
-    unit of a split model does except the device's first), plus an SGD
-    step per unit. Each unit's time is the fastest of the measured
-    iterations (other load on the host only adds time). A second, smaller batch gives each unit's per-call (fixed)
-    cost: t(m) = fixed + (t(B) - fixed) * m / B fitted through both sizes.
+    split unit (u, u+1), forward then backward (each unit but the first
+    also computes its input gradient, as every unit of a split model does
+    except the device's first), plus an SGD step per unit. Units are
+    profiled one after the other, each on synthetic input of its input
+    shape and a synthetic output gradient (the last: the loss's), and freed
+    before the next: the profile needs one unit's memory at batch B, not
+    the model's. Each unit's time is the fastest of the measured
+    iterations (other load on the host only adds time). A second, smaller
+    batch gives each unit's per-call (fixed) cost: t(m) = fixed + (t(B) -
+    fixed) * m / B fitted through both sizes.
 */
 #ifndef NN_PROFILE_H_INCLUDED
 #define NN_PROFILE_H_INCLUDED
@@ -36,7 +40,9 @@ typedef struct {
 } nn_profile_args_t;
 
 //  What the whole (unsplit) model took, for comparison with the sum of
-//  the units (the split's own overhead shows as the difference).
+//  the units (the split's own overhead shows as the difference). The whole
+//  model is built (after the units are freed) only when a report is asked
+//  for.
 typedef struct {
     double whole_fwd_s;     //  forward + loss of the full model, batch B
     double whole_bwd_s;     //  backward of the full model, batch B

@@ -164,7 +164,7 @@ Test (kernels, maxpool_padding_never_wins)
     cr_assert_eq (nn_pool_shape_finish (&s), 0);
     cr_assert_eq (s.p, 2);
     float out[4];
-    int32_t arg[4];
+    uint8_t arg[4];
     nn_maxpool_forward (out, arg, in, &s, false);
     cr_assert_float_eq (out[0], -5.0f, 0.0f);
     cr_assert_float_eq (out[3], -2.0f, 0.0f);
@@ -184,4 +184,42 @@ Test (kernels, sgd_step_matches_pytorch_semantics)
     nn_sgd_step (&p, &v, &g, 1, &hp);
     double d2 = -0.2 + 0.01 * p1, v2 = 0.9 * v1 + d2, p2 = p1 - 0.1 * v2;
     cr_assert_float_eq (p, p2, 1e-6);
+}
+
+Test (kernels, maxpool_winner_bytes_route_the_gradient)
+{
+    //  Global max-pool over 5x5x2: the winner's code is its pixel index;
+    //  backward puts the gradient there and nowhere else.
+    float in[50], out[2], dout[2] = { 3.0f, -7.0f }, din[50];
+    for (int i = 0; i < 50; i++)
+        in[i] = (float) ((i * 37) % 50) - 25.0f;
+    nn_pool_shape_t s = { .n = 1, .h = 5, .w = 5, .c = 2, .kernel = 0 };
+    cr_assert_eq (nn_pool_shape_finish (&s), 0);
+    cr_assert (nn_maxpool_fits (&s));
+    uint8_t win[2];
+    nn_maxpool_forward (out, win, in, &s, false);
+    for (int c = 0; c < 2; c++) {
+        int best = c;
+        for (int i = c; i < 50; i += 2)
+            best = in[i] > in[best] ? i : best;
+        cr_assert_eq (win[c], best / 2, "channel %d", c);
+        cr_assert_float_eq (out[c], in[best], 0.0f);
+    }
+    nn_maxpool_backward (din, dout, win, &s);
+    float sum = 0.0f;
+    for (int i = 0; i < 50; i++)
+        sum += din[i];
+    cr_assert_float_eq (sum, -4.0f, 0.0f);
+    cr_assert_float_eq (din[2 * win[0]], 3.0f, 0.0f);
+    cr_assert_float_eq (din[2 * win[1] + 1], -7.0f, 0.0f);
+    //  Windows past a byte's codes are refused (by the layer shape check).
+    nn_pool_shape_t big = { .n = 1, .h = 16, .w = 16, .c = 1, .kernel = 0 };
+    nn_pool_shape_finish (&big);
+    cr_assert (!nn_maxpool_fits (&big));
+    big.kernel = 16, big.stride = 16;
+    nn_pool_shape_finish (&big);
+    cr_assert (!nn_maxpool_fits (&big));
+    big.kernel = 15, big.stride = 1;
+    nn_pool_shape_finish (&big);
+    cr_assert (nn_maxpool_fits (&big));
 }

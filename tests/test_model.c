@@ -8,6 +8,7 @@
 #include "nn_optim.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #define S_N 6
@@ -314,11 +315,14 @@ Test (model, threads_split_the_batch_without_changing_results)
     nn_model_destroy (&b);
 }
 
-Test (model, shared_contexts_keep_their_own_forward_state)
+//  Forward A then B in two contexts, backward A then B: equals doing each
+//  forward/backward back to back in one model (no BN: the running
+//  statistics would differ in order only). The contexts take turns with
+//  one set of per-thread buffers, the base's; `threads` is set through the
+//  context.
+static void
+s_check_shared_contexts (int threads)
 {
-    //  Forward A then B in two contexts, backward A then B: equals doing
-    //  each forward/backward back to back in one model (no BN: the running
-    //  statistics would differ in order only).
     nn_model_spec_t spec;
     nn_model_spec_vgg5 (&spec, 1, 28, 10, true);
     nn_rng_t rng;
@@ -329,6 +333,10 @@ Test (model, shared_contexts_keep_their_own_forward_state)
     nn_model_init (ref, &rng);
     nn_model_t *ctx = nn_model_new_shared (base, NULL, 0);
     cr_assert_not_null (ctx);
+    nn_model_set_threads (ctx, threads);
+    nn_model_set_threads (ref, threads);
+    cr_assert_eq (nn_model_threads (base), threads);
+    cr_assert_eq (nn_model_threads (ctx), threads);
     cr_assert_eq (nn_model_weights (ctx), nn_model_weights (base));
     cr_assert_eq (nn_model_grads (ctx), nn_model_grads (base));
     size_t in = 3 * 784, out = 3 * nn_shape_size (nn_model_output_shape (base));
@@ -352,6 +360,12 @@ Test (model, shared_contexts_keep_their_own_forward_state)
     nn_free (x), nn_free (g);
     nn_model_destroy (&base);
     nn_model_destroy (&ref);
+}
+
+Test (model, shared_contexts_keep_their_own_forward_state)
+{
+    s_check_shared_contexts (1);
+    s_check_shared_contexts (2);
 }
 
 //  A server worker's context trains two replicas in turn through
@@ -411,5 +425,96 @@ Test (model, use_slabs_trains_whichever_replica_it_points_at)
     for (int i = 0; i < 2; i++) {
         nn_model_destroy (&rep[i]);
         nn_model_destroy (&ref[i]);
+    }
+}
+
+//  conv -> BN -> [dropout 0] -> ReLU -> max-pool -> dense over 32x32x1.
+//  Without the dropout the BN runs the ReLU and pool itself, two samples
+//  at a time (32 KiB floats of BN output per sample); with it nothing is
+//  fused into the BN and every layer keeps whole-batch buffers.
+static void
+s_spec_bn_pool (nn_model_spec_t *spec, bool chained)
+{
+    memset (spec, 0, sizeof *spec);
+    snprintf (spec->name, sizeof spec->name, "bn-pool-%d", chained);
+    spec->in_c = 1, spec->in_h = spec->in_w = 32, spec->classes = 10;
+    spec->units_count = 2;
+    nn_unit_spec_t *u = &spec->units[0];
+    u->layers[u->layers_count++] = (nn_layer_spec_t) {
+        .kind = NN_LAYER_CONV, .out_channels = 32, .kernel = 3, .stride = 1, .pad = 1,
+        .bias = true };
+    u->layers[u->layers_count++] = (nn_layer_spec_t) { .kind = NN_LAYER_BATCHNORM };
+    if (!chained)
+        u->layers[u->layers_count++] = (nn_layer_spec_t) { .kind = NN_LAYER_DROPOUT };
+    u->layers[u->layers_count++] = (nn_layer_spec_t) { .kind = NN_LAYER_RELU };
+    u->layers[u->layers_count++] = (nn_layer_spec_t) {
+        .kind = NN_LAYER_MAXPOOL, .kernel = 2, .stride = 2 };
+    u = &spec->units[1];
+    u->layers[u->layers_count++] = (nn_layer_spec_t) { .kind = NN_LAYER_FLATTEN };
+    u->layers[u->layers_count++] = (nn_layer_spec_t) {
+        .kind = NN_LAYER_DENSE, .out_channels = 10, .bias = true };
+}
+
+//  a == b exactly with one thread (same kernels, same order of sums);
+//  with more, to float rounding (how the layers cut the batch across
+//  threads may differ between the chained and the plain BN).
+static void
+s_assert_same (const float *a, const float *b, size_t count, int threads, const char *what)
+{
+    for (size_t i = 0; i < count; i++) {
+        float tol = threads == 1 ? 0.0f : 1e-5f * (1.0f + fabsf (b[i]));
+        cr_assert (fabsf (a[i] - b[i]) <= tol, "%s[%zu], %d thread(s): %.9g vs %.9g", what,
+                   i, threads, (double) a[i], (double) b[i]);
+    }
+}
+
+Test (model, bn_relu_pool_chain_in_chunks_equals_the_unfused_layers)
+{
+    enum { N = 5, IN = 32 * 32 };
+    nn_model_spec_t sa, sb;
+    s_spec_bn_pool (&sa, true);
+    s_spec_bn_pool (&sb, false);
+    for (int threads = 1; threads <= 2; threads++) {
+        nn_rng_t rng;
+        nn_rng_seed (&rng, 31);
+        nn_model_t *a = nn_model_new (&sa, 0, 2, N, NULL, 0);
+        nn_model_t *b = nn_model_new (&sb, 0, 2, N, NULL, 0);
+        cr_assert (a && b);
+        nn_model_init (a, &rng);
+        cr_assert_eq (nn_model_weights_count (a), nn_model_weights_count (b));
+        memcpy (nn_model_weights (b), nn_model_weights (a),
+                sizeof (float) * nn_model_weights_count (a));
+        nn_model_set_threads (a, threads);
+        nn_model_set_threads (b, threads);
+        float *x = nn_malloc (sizeof (float) * N * IN);
+        s_fill (x, (size_t) N * IN, &rng);
+        int labels[N] = { 1, 3, 5, 7, 9 };
+        float da[N * 10], db[N * 10];
+        float *dxa = nn_calloc (N * IN, sizeof (float)), *dxb = nn_calloc (N * IN, sizeof (float));
+        for (int round = 0; round < 2; round++) {
+            const float *oa = nn_model_forward (a, x, N, true, NULL);
+            const float *ob = nn_model_forward (b, x, N, true, NULL);
+            s_assert_same (oa, ob, N * 10, threads, "train logits");
+            nn_softmax_xent (da, oa, labels, N, 10, 1.0f, NULL);
+            nn_softmax_xent (db, ob, labels, N, 10, 1.0f, NULL);
+            nn_model_backward (a, da, dxa);
+            nn_model_backward (b, db, dxb);
+            s_assert_same (dxa, dxb, N * IN, threads, "dx");
+            //  A batch that is not a whole number of chunks per thread.
+            oa = nn_model_forward (a, x, N - 2, false, NULL);
+            ob = nn_model_forward (b, x, N - 2, false, NULL);
+            s_assert_same (oa, ob, (N - 2) * 10, threads, "eval logits");
+        }
+        s_assert_same (nn_model_grads (a), nn_model_grads (b), nn_model_params_count (a),
+                       threads, "grads");
+        s_assert_same (nn_model_weights (a), nn_model_weights (b),
+                       nn_model_weights_count (a), threads, "running stats");
+        float gsum = 0.0f;
+        for (size_t i = 0; i < nn_model_params_count (a); i++)
+            gsum += fabsf (nn_model_grads (a)[i]);
+        cr_assert (gsum > 0.0f, "the gradients are not all zero");
+        nn_free (x), nn_free (dxa), nn_free (dxb);
+        nn_model_destroy (&a);
+        nn_model_destroy (&b);
     }
 }
