@@ -92,43 +92,51 @@ s_remember (nn_layer_t *self, const float *in, int n, bool train)
     self->train = train;
 }
 
+//  Convolutions split the batch's pixels, not its images, across the
+//  threads: a batch of 25 on two threads is 12.5 images each, not 12 and 13
+//  (the input gradient excepted: see nn_conv2d_backward_input).
 static void
 s_conv_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rng)
 {
     s_remember (self, in, n, train);
-    size_t in_sz = nn_shape_size (self->ishape), out_sz = nn_shape_size (self->oshape);
-    int T = self->threads;
+    nn_conv_shape_t s = s_conv_shape (self, n);
+    int T = self->threads, rows = n * s.p * s.q;
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
-        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
-        if (n1 <= n0)
-            continue;
-        nn_conv_shape_t s = s_conv_shape (self, n1 - n0);
-        nn_conv2d_forward (self->out + n0 * out_sz, in + n0 * in_sz, self->w, self->b,
-                           &s, self->scratch + t * self->scratch_stride);
+        int r0 = s_lo (rows, T, t), r1 = s_lo (rows, T, t + 1);
+        if (r1 > r0)
+            nn_conv2d_forward_rows (self->out, in, self->w, self->b, &s, r0, r1,
+                                    self->scratch + t * self->scratch_stride);
     }
 }
 
 static void
 s_conv_backward (nn_layer_t *self, const float *dout, float *din)
 {
-    size_t in_sz = nn_shape_size (self->ishape), out_sz = nn_shape_size (self->oshape);
     int T = self->threads, n = self->n;
+    nn_conv_shape_t s = s_conv_shape (self, n);
+    size_t in_sz = nn_shape_size (self->ishape), out_sz = nn_shape_size (self->oshape);
+    int rows = n * s.p * s.q;
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
-        float *dw, *db;
+        float *dw, *db, *scratch = self->scratch + t * self->scratch_stride;
         s_grad_slot (self, t, &dw, &db);
+        int r0 = s_lo (rows, T, t), r1 = s_lo (rows, T, t + 1);
+        if (r1 > r0)
+            nn_conv2d_backward_weights_rows (dw, db, dout, self->in_ptr, &s, r0, r1, scratch);
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
-        if (n1 <= n0)
-            continue;
-        nn_conv_shape_t s = s_conv_shape (self, n1 - n0);
-        nn_conv2d_backward (din ? din + n0 * in_sz : NULL, dw, db, dout + n0 * out_sz,
-                            self->in_ptr + n0 * in_sz, self->w, &s,
-                            self->scratch + t * self->scratch_stride);
+        if (din && n1 > n0) {
+            nn_conv_shape_t part = s_conv_shape (self, n1 - n0);
+            nn_conv2d_backward_input (din + n0 * in_sz, dout + n0 * out_sz, self->w, &part,
+                                      scratch);
+        }
     }
     s_grad_reduce (self);
 }
 
+//  Dense layers split units, not samples: each thread reads its own rows
+//  of w once (at small batches w is most of the memory traffic), and the
+//  split stays even at any batch size.
 static void
 s_dense_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rng)
 {
@@ -137,16 +145,15 @@ s_dense_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t 
     int T = self->threads;
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
-        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
-        if (n1 > n0)
-            nn_dense_forward (self->out + (size_t) n0 * o, in + (size_t) n0 * i, self->w,
-                              self->b, n1 - n0, i, o);
+        int o0 = s_lo (o, T, t), o1 = s_lo (o, T, t + 1);
+        if (o1 > o0)
+            nn_dense_forward_cols (self->out, in, self->w, self->b, n, i, o, o0, o1);
     }
 }
 
-//  Weight gradients are split by output unit (each thread owns rows of dw
-//  over the whole batch: no partial sums to add up); the input gradient
-//  by sample.
+//  Weight gradients by output unit (each thread owns rows of dw over the
+//  whole batch: no partial sums to add up); the input gradient by input
+//  unit.
 static void
 s_dense_backward (nn_layer_t *self, const float *dout, float *din)
 {
@@ -159,10 +166,9 @@ s_dense_backward (nn_layer_t *self, const float *dout, float *din)
             nn_dense_backward_weights (self->dw + (size_t) o0 * i,
                                        self->db ? self->db + o0 : NULL, dout + o0,
                                        self->in_ptr, n, i, o1 - o0, o);
-        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
-        if (din && n1 > n0)
-            nn_dense_backward_input (din + (size_t) n0 * i, dout + (size_t) n0 * o,
-                                     self->w, n1 - n0, i, o);
+        int i0 = s_lo (i, T, t), i1 = s_lo (i, T, t + 1);
+        if (din && i1 > i0)
+            nn_dense_backward_input_cols (din, dout, self->w, n, i, o, i0, i1);
     }
 }
 
@@ -170,18 +176,17 @@ static void
 s_bn_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rng)
 {
     s_remember (self, in, n, train);
-    int c = self->ishape.c, hw = self->ishape.h * self->ishape.w, T = self->threads;
-    size_t row = (size_t) hw * c;
+    //  Rows (pixels) split across the threads, not images.
+    int c = self->ishape.c, m = n * self->ishape.h * self->ishape.w, T = self->threads;
     if (!train) {
         S_PARALLEL_FOR (T)
         for (int t = 0; t < T; t++) {
-            int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
-            nn_batchnorm_forward_eval (self->out + n0 * row, in + n0 * row, self->w,
-                                       self->b, self->running_mean, self->running_var,
-                                       (n1 - n0) * hw, c, S_BN_EPS);
+            size_t r0 = (size_t) s_lo (m, T, t), r1 = (size_t) s_lo (m, T, t + 1);
+            nn_batchnorm_forward_eval (self->out + r0 * c, in + r0 * c, self->w, self->b,
+                                       self->running_mean, self->running_var,
+                                       (int) (r1 - r0), c, S_BN_EPS);
             if (self->bn_relu)
-                nn_relu_forward (self->out + n0 * row, self->out + n0 * row,
-                                 (size_t) (n1 - n0) * row);
+                nn_relu_forward (self->out + r0 * c, self->out + r0 * c, (r1 - r0) * c);
         }
         return;
     }
@@ -193,20 +198,20 @@ s_bn_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rn
         double *sum = self->bn_parts + (size_t) t * 2 * c, *sq = sum + c;
         for (int k = 0; k < 2 * c; k++)
             sum[k] = 0.0;
-        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
-        nn_batchnorm_moments (sum, sq, in + n0 * row, (n1 - n0) * hw, c);
+        size_t r0 = (size_t) s_lo (m, T, t), r1 = (size_t) s_lo (m, T, t + 1);
+        nn_batchnorm_moments (sum, sq, in + r0 * c, (int) (r1 - r0), c);
     }
     for (int t = 1; t < T; t++)
         for (int k = 0; k < 2 * c; k++)
             self->bn_parts[k] += self->bn_parts[(size_t) t * 2 * c + k];
     nn_batchnorm_finish (self->stats, self->running_mean, self->running_var,
-                         self->bn_parts, self->bn_parts + c, n * hw, c, S_BN_MOMENTUM,
+                         self->bn_parts, self->bn_parts + c, m, c, S_BN_MOMENTUM,
                          S_BN_EPS);
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
-        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
-        nn_batchnorm_normalize (self->out + n0 * row, self->saved + n0 * row, in + n0 * row,
-                                self->stats, self->w, self->b, (n1 - n0) * hw, c,
+        size_t r0 = (size_t) s_lo (m, T, t), r1 = (size_t) s_lo (m, T, t + 1);
+        nn_batchnorm_normalize (self->out + r0 * c, self->saved + r0 * c, in + r0 * c,
+                                self->stats, self->w, self->b, (int) (r1 - r0), c,
                                 self->bn_relu);
     }
 }
@@ -215,17 +220,16 @@ static void
 s_bn_backward (nn_layer_t *self, const float *dout, float *din)
 {
     //  Backward through evaluation-mode BN is not part of training.
-    int c = self->ishape.c, hw = self->ishape.h * self->ishape.w, T = self->threads;
-    int n = self->n;
-    size_t row = (size_t) hw * c;
+    int c = self->ishape.c, T = self->threads;
+    int m = self->n * self->ishape.h * self->ishape.w;
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
         double *sdy = self->bn_parts + (size_t) t * 2 * c, *sdyx = sdy + c;
         for (int k = 0; k < 2 * c; k++)
             sdy[k] = 0.0;
-        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
-        nn_batchnorm_backward_sums (sdy, sdyx, dout + n0 * row, self->saved + n0 * row,
-                                    (n1 - n0) * hw, c);
+        size_t r0 = (size_t) s_lo (m, T, t), r1 = (size_t) s_lo (m, T, t + 1);
+        nn_batchnorm_backward_sums (sdy, sdyx, dout + r0 * c, self->saved + r0 * c,
+                                    (int) (r1 - r0), c);
     }
     double *sdy = self->bn_parts, *sdyx = sdy + c;
     for (int t = 1; t < T; t++)
@@ -239,10 +243,9 @@ s_bn_backward (nn_layer_t *self, const float *dout, float *din)
         return;
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
-        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
-        nn_batchnorm_backward_apply (din + n0 * row, dout + n0 * row, self->saved + n0 * row,
-                                     self->stats, self->w, sdy, sdyx, (n1 - n0) * hw,
-                                     n * hw, c);
+        size_t r0 = (size_t) s_lo (m, T, t), r1 = (size_t) s_lo (m, T, t + 1);
+        nn_batchnorm_backward_apply (din + r0 * c, dout + r0 * c, self->saved + r0 * c,
+                                     self->stats, self->w, sdy, sdyx, (int) (r1 - r0), m, c);
     }
 }
 
