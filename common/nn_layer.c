@@ -13,6 +13,18 @@
 #define S_PRAGMA(x) _Pragma (#x)
 #define S_PARALLEL_FOR(T) S_PRAGMA (omp parallel for num_threads (T) schedule (static) if (T > 1))
 
+//  Below this much work (multiply-adds or elements) a layer runs on one
+//  thread: the fork and join cost more than they save, and on a shared host
+//  every join may wait for a descheduled thread. (VGG5's last dense layer;
+//  its last BN and ReLU at micro-batch 10.)
+#define S_MIN_PARALLEL_WORK 65536
+
+static inline int
+s_threads (const nn_layer_t *self, size_t work)
+{
+    return work < S_MIN_PARALLEL_WORK ? 1 : self->threads;
+}
+
 //  First sample of range t of n samples split T ways.
 static inline int
 s_lo (int n, int T, int t)
@@ -142,7 +154,7 @@ s_dense_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t 
 {
     s_remember (self, in, n, train);
     int i = (int) nn_shape_size (self->ishape), o = self->spec.out_channels;
-    int T = self->threads;
+    int T = s_threads (self, (size_t) n * i * o);
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
         int o0 = s_lo (o, T, t), o1 = s_lo (o, T, t + 1);
@@ -158,7 +170,7 @@ static void
 s_dense_backward (nn_layer_t *self, const float *dout, float *din)
 {
     int i = (int) nn_shape_size (self->ishape), o = self->spec.out_channels;
-    int T = self->threads, n = self->n;
+    int n = self->n, T = s_threads (self, (size_t) n * i * o);
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
         int o0 = s_lo (o, T, t), o1 = s_lo (o, T, t + 1);
@@ -177,7 +189,8 @@ s_bn_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rn
 {
     s_remember (self, in, n, train);
     //  Rows (pixels) split across the threads, not images.
-    int c = self->ishape.c, m = n * self->ishape.h * self->ishape.w, T = self->threads;
+    int c = self->ishape.c, m = n * self->ishape.h * self->ishape.w;
+    int T = s_threads (self, (size_t) m * c);
     if (!train) {
         S_PARALLEL_FOR (T)
         for (int t = 0; t < T; t++) {
@@ -220,8 +233,8 @@ static void
 s_bn_backward (nn_layer_t *self, const float *dout, float *din)
 {
     //  Backward through evaluation-mode BN is not part of training.
-    int c = self->ishape.c, T = self->threads;
-    int m = self->n * self->ishape.h * self->ishape.w;
+    int c = self->ishape.c, m = self->n * self->ishape.h * self->ishape.w;
+    int T = s_threads (self, (size_t) m * c);
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
         double *sdy = self->bn_parts + (size_t) t * 2 * c, *sdyx = sdy + c;
@@ -256,7 +269,7 @@ s_relu_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *
     if (self->relu_fwd_fused)
         return;                 //  in place, and the BN before already clamped
     size_t sz = nn_shape_size (self->oshape);
-    int T = self->threads;
+    int T = s_threads (self, (size_t) n * sz);
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
@@ -276,7 +289,7 @@ s_relu_backward (nn_layer_t *self, const float *dout, float *din)
             memcpy (din, dout, sizeof (float) * sz * self->n);
         return;
     }
-    int T = self->threads, n = self->n;
+    int n = self->n, T = s_threads (self, (size_t) n * sz);
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
@@ -290,7 +303,7 @@ s_maxpool_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_
 {
     s_remember (self, in, n, train);
     size_t in_sz = nn_shape_size (self->ishape), out_sz = nn_shape_size (self->oshape);
-    int T = self->threads;
+    int T = s_threads (self, (size_t) n * in_sz);
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
@@ -306,7 +319,7 @@ s_maxpool_backward (nn_layer_t *self, const float *dout, float *din)
     if (!din)
         return;
     size_t in_sz = nn_shape_size (self->ishape), out_sz = nn_shape_size (self->oshape);
-    int T = self->threads, n = self->n;
+    int n = self->n, T = s_threads (self, (size_t) n * in_sz);
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
