@@ -71,6 +71,11 @@ Test (kernels, conv_matches_naive_vgg_shapes)
     s_check_conv (3, 28, 28, 1, 8, 3, 1, 1);
     s_check_conv (2, 14, 14, 8, 16, 3, 1, 1);
     s_check_conv (5, 7, 7, 16, 4, 3, 1, 1);
+    //  Output widths that are multiples of 16 take our AVX-512 sgemm where
+    //  the CPU has it: VGG5's second conv (n*p*q = 196, not a multiple of
+    //  the 6-row tile), and 80 = 64 + 16 wide with a 576-long patch.
+    s_check_conv (1, 14, 14, 32, 64, 3, 1, 1);
+    s_check_conv (2, 7, 7, 64, 80, 3, 1, 1);
 }
 
 Test (kernels, conv_matches_naive_odd_shapes)
@@ -131,6 +136,7 @@ Test (kernels, conv_rows_match_naive)
 {
     s_check_conv_rows (5, 14, 8, 16, 3, 1, 1, 2);   //  12.5 images a piece
     s_check_conv_rows (3, 7, 16, 4, 3, 1, 1, 5);
+    s_check_conv_rows (3, 7, 32, 64, 3, 1, 1, 2);   //  our AVX-512 sgemm, if any
     s_check_conv_rows (3, 9, 3, 5, 5, 2, 2, 4);     //  stride 2, 5x5
     s_check_conv_rows (5, 28, 1, 32, 3, 1, 1, 3);   //  direct path, pieces of odd length
     s_check_conv_rows (4, 9, 2, 16, 3, 2, 1, 7);    //  direct path, stride 2
