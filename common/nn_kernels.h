@@ -38,6 +38,23 @@ void nn_conv2d_forward (float *out, const float *in, const float *w,
 void nn_conv2d_backward (float *din, float *dw, float *db, const float *dout,
                          const float *in, const float *w,
                          const nn_conv_shape_t *s, float *scratch);
+//  Parts of the two kernels above for callers that split one batch across
+//  threads at any pixel rather than at image boundaries (a batch of 25 on
+//  two threads is 12.5 images each). Pointers are to the whole batch;
+//  rows are the n*p*q output pixels of out (n,p,q,k).
+//  forward_rows: out rows [r0, r1) only.
+void nn_conv2d_forward_rows (float *out, const float *in, const float *w,
+                             const float *b, const nn_conv_shape_t *s, int r0,
+                             int r1, float *scratch);
+//  dw += , db += (if not NULL) over output rows [r0, r1) only.
+void nn_conv2d_backward_weights_rows (float *dw, float *db, const float *dout,
+                                      const float *in, const nn_conv_shape_t *s,
+                                      int r0, int r1, float *scratch);
+//  din = (n,h,w,c) of the s->n images only. A split by image: col2im
+//  scatters across rows, and a gather (dout im2col) was 15% slower for
+//  VGG5's second conv (sgemm with 32 output columns).
+void nn_conv2d_backward_input (float *din, const float *dout, const float *w,
+                               const nn_conv_shape_t *s, float *scratch);
 void nn_conv2d_forward_naive (float *out, const float *in, const float *w,
                               const float *b, const nn_conv_shape_t *s);
 void nn_conv2d_backward_naive (float *din, float *dw, float *db,
@@ -57,6 +74,13 @@ void nn_dense_backward_weights (float *dw, float *db, const float *dout,
                                 const float *in, int n, int i, int o, int ldo);
 void nn_dense_backward_input (float *din, const float *dout, const float *w,
                               int n, int i, int o);
+//  Column slices, for callers that split the work by unit rather than by
+//  sample (at small batches a split by sample has each thread read all of
+//  w): out columns [o0, o1) of (n, o); din columns [i0, i1) of (n, i).
+void nn_dense_forward_cols (float *out, const float *in, const float *w,
+                            const float *b, int n, int i, int o, int o0, int o1);
+void nn_dense_backward_input_cols (float *din, const float *dout, const float *w,
+                                   int n, int i, int o, int i0, int i1);
 void nn_dense_forward_naive (float *out, const float *in, const float *w,
                              const float *b, int n, int i, int o);
 void nn_dense_backward_naive (float *din, float *dw, float *db,

@@ -14,6 +14,18 @@
 #define S_PRAGMA(x) _Pragma (#x)
 #define S_PARALLEL_FOR(T) S_PRAGMA (omp parallel for num_threads (T) schedule (static) if (T > 1))
 
+//  Below this much work (multiply-adds or elements) a layer runs on one
+//  thread: the fork and join cost more than they save, and on a shared host
+//  every join may wait for a descheduled thread. (VGG5's last dense layer;
+//  its last BN and ReLU at micro-batch 10.)
+#define S_MIN_PARALLEL_WORK 65536
+
+static inline int
+s_threads (const nn_layer_t *self, size_t work)
+{
+    return work < S_MIN_PARALLEL_WORK ? 1 : self->threads;
+}
+
 //  First sample of range t of n samples split T ways.
 static inline int
 s_lo (int n, int T, int t)
@@ -93,66 +105,73 @@ s_remember (nn_layer_t *self, const float *in, int n, bool train)
     self->train = train;
 }
 
+//  Convolutions split the batch's pixels, not its images, across the
+//  threads: a batch of 25 on two threads is 12.5 images each, not 12 and 13
+//  (the input gradient excepted: see nn_conv2d_backward_input).
 static void
 s_conv_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rng)
 {
     s_remember (self, in, n, train);
-    size_t in_sz = nn_shape_size (self->ishape), out_sz = nn_shape_size (self->oshape);
-    int T = self->threads;
+    nn_conv_shape_t s = s_conv_shape (self, n);
+    int T = self->threads, rows = n * s.p * s.q;
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
-        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
-        if (n1 <= n0)
-            continue;
-        nn_conv_shape_t s = s_conv_shape (self, n1 - n0);
-        nn_conv2d_forward (self->out + n0 * out_sz, in + n0 * in_sz, self->w, self->b,
-                           &s, self->scratch + t * self->scratch_stride);
+        int r0 = s_lo (rows, T, t), r1 = s_lo (rows, T, t + 1);
+        if (r1 > r0)
+            nn_conv2d_forward_rows (self->out, in, self->w, self->b, &s, r0, r1,
+                                    self->scratch + t * self->scratch_stride);
     }
 }
 
 static void
 s_conv_backward (nn_layer_t *self, const float *dout, float *din)
 {
-    size_t in_sz = nn_shape_size (self->ishape), out_sz = nn_shape_size (self->oshape);
     int T = self->threads, n = self->n;
+    nn_conv_shape_t s = s_conv_shape (self, n);
+    size_t in_sz = nn_shape_size (self->ishape), out_sz = nn_shape_size (self->oshape);
+    int rows = n * s.p * s.q;
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
-        float *dw, *db;
+        float *dw, *db, *scratch = self->scratch + t * self->scratch_stride;
         s_grad_slot (self, t, &dw, &db);
+        int r0 = s_lo (rows, T, t), r1 = s_lo (rows, T, t + 1);
+        if (r1 > r0)
+            nn_conv2d_backward_weights_rows (dw, db, dout, self->in_ptr, &s, r0, r1, scratch);
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
-        if (n1 <= n0)
-            continue;
-        nn_conv_shape_t s = s_conv_shape (self, n1 - n0);
-        nn_conv2d_backward (din ? din + n0 * in_sz : NULL, dw, db, dout + n0 * out_sz,
-                            self->in_ptr + n0 * in_sz, self->w, &s,
-                            self->scratch + t * self->scratch_stride);
+        if (din && n1 > n0) {
+            nn_conv_shape_t part = s_conv_shape (self, n1 - n0);
+            nn_conv2d_backward_input (din + n0 * in_sz, dout + n0 * out_sz, self->w, &part,
+                                      scratch);
+        }
     }
     s_grad_reduce (self);
 }
 
+//  Dense layers split units, not samples: each thread reads its own rows
+//  of w once (at small batches w is most of the memory traffic), and the
+//  split stays even at any batch size.
 static void
 s_dense_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rng)
 {
     s_remember (self, in, n, train);
     int i = (int) nn_shape_size (self->ishape), o = self->spec.out_channels;
-    int T = self->threads;
+    int T = s_threads (self, (size_t) n * i * o);
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
-        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
-        if (n1 > n0)
-            nn_dense_forward (self->out + (size_t) n0 * o, in + (size_t) n0 * i, self->w,
-                              self->b, n1 - n0, i, o);
+        int o0 = s_lo (o, T, t), o1 = s_lo (o, T, t + 1);
+        if (o1 > o0)
+            nn_dense_forward_cols (self->out, in, self->w, self->b, n, i, o, o0, o1);
     }
 }
 
-//  Weight gradients are split by output unit (each thread owns rows of dw
-//  over the whole batch: no partial sums to add up); the input gradient
-//  by sample.
+//  Weight gradients by output unit (each thread owns rows of dw over the
+//  whole batch: no partial sums to add up); the input gradient by input
+//  unit.
 static void
 s_dense_backward (nn_layer_t *self, const float *dout, float *din)
 {
     int i = (int) nn_shape_size (self->ishape), o = self->spec.out_channels;
-    int T = self->threads, n = self->n;
+    int n = self->n, T = s_threads (self, (size_t) n * i * o);
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
         int o0 = s_lo (o, T, t), o1 = s_lo (o, T, t + 1);
@@ -160,10 +179,9 @@ s_dense_backward (nn_layer_t *self, const float *dout, float *din)
             nn_dense_backward_weights (self->dw + (size_t) o0 * i,
                                        self->db ? self->db + o0 : NULL, dout + o0,
                                        self->in_ptr, n, i, o1 - o0, o);
-        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
-        if (din && n1 > n0)
-            nn_dense_backward_input (din + (size_t) n0 * i, dout + (size_t) n0 * o,
-                                     self->w, n1 - n0, i, o);
+        int i0 = s_lo (i, T, t), i1 = s_lo (i, T, t + 1);
+        if (din && i1 > i0)
+            nn_dense_backward_input_cols (din, dout, self->w, n, i, o, i0, i1);
     }
 }
 
@@ -227,7 +245,10 @@ static void
 s_bn_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rng)
 {
     s_remember (self, in, n, train);
-    int c = self->ishape.c, hw = self->ishape.h * self->ishape.w, T = self->threads;
+    //  Samples split across the threads (a chain's max-pool needs whole
+    //  images); moments below by rows.
+    int c = self->ishape.c, hw = self->ishape.h * self->ishape.w, m = n * hw;
+    int T = s_threads (self, (size_t) m * c);
     size_t row = (size_t) hw * c;
     int chunk = s_bn_chunk (self, n);
     if (!train) {
@@ -255,14 +276,14 @@ s_bn_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rn
         double *sum = self->bn_parts + (size_t) t * 2 * c, *sq = sum + c;
         for (int k = 0; k < 2 * c; k++)
             sum[k] = 0.0;
-        int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
-        nn_batchnorm_moments (sum, sq, in + n0 * row, (n1 - n0) * hw, c);
+        size_t r0 = (size_t) s_lo (m, T, t), r1 = (size_t) s_lo (m, T, t + 1);
+        nn_batchnorm_moments (sum, sq, in + r0 * c, (int) (r1 - r0), c);
     }
     for (int t = 1; t < T; t++)
         for (int k = 0; k < 2 * c; k++)
             self->bn_parts[k] += self->bn_parts[(size_t) t * 2 * c + k];
     nn_batchnorm_finish (self->stats, self->running_mean, self->running_var,
-                         self->bn_parts, self->bn_parts + c, n * hw, c, S_BN_MOMENTUM,
+                         self->bn_parts, self->bn_parts + c, m, c, S_BN_MOMENTUM,
                          S_BN_EPS);
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
@@ -284,8 +305,9 @@ static void
 s_bn_backward (nn_layer_t *self, const float *dout, float *din)
 {
     //  Backward through evaluation-mode BN is not part of training.
-    int c = self->ishape.c, hw = self->ishape.h * self->ishape.w, T = self->threads;
-    int n = self->n, chunk = s_bn_chunk (self, n);
+    int c = self->ishape.c, hw = self->ishape.h * self->ishape.w;
+    int n = self->n, m = n * hw, chunk = s_bn_chunk (self, n);
+    int T = s_threads (self, (size_t) m * c);
     size_t row = (size_t) hw * c;
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
@@ -329,7 +351,7 @@ s_relu_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *
     if (self->relu_fwd_fused)
         return;                 //  in place, and the BN before already clamped
     size_t sz = nn_shape_size (self->oshape);
-    int T = self->threads;
+    int T = s_threads (self, (size_t) n * sz);
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
@@ -349,7 +371,7 @@ s_relu_backward (nn_layer_t *self, const float *dout, float *din)
             memcpy (din, dout, sizeof (float) * sz * self->n);
         return;
     }
-    int T = self->threads, n = self->n;
+    int n = self->n, T = s_threads (self, (size_t) n * sz);
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
@@ -365,7 +387,7 @@ s_maxpool_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_
     if (self->in_bn_chain)
         return;                 //  the BN before ran us chunk by chunk
     size_t in_sz = nn_shape_size (self->ishape), out_sz = nn_shape_size (self->oshape);
-    int T = self->threads;
+    int T = s_threads (self, (size_t) n * in_sz);
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
@@ -383,7 +405,7 @@ s_maxpool_backward (nn_layer_t *self, const float *dout, float *din)
     if (!din)
         return;
     size_t in_sz = nn_shape_size (self->ishape), out_sz = nn_shape_size (self->oshape);
-    int T = self->threads, n = self->n;
+    int n = self->n, T = s_threads (self, (size_t) n * in_sz);
     S_PARALLEL_FOR (T)
     for (int t = 0; t < T; t++) {
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);

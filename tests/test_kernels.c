@@ -71,6 +71,11 @@ Test (kernels, conv_matches_naive_vgg_shapes)
     s_check_conv (3, 28, 28, 1, 8, 3, 1, 1);
     s_check_conv (2, 14, 14, 8, 16, 3, 1, 1);
     s_check_conv (5, 7, 7, 16, 4, 3, 1, 1);
+    //  Output widths that are multiples of 16 take our AVX-512 sgemm where
+    //  the CPU has it: VGG5's second conv (n*p*q = 196, not a multiple of
+    //  the 6-row tile), and 80 = 64 + 16 wide with a 576-long patch.
+    s_check_conv (1, 14, 14, 32, 64, 3, 1, 1);
+    s_check_conv (2, 7, 7, 64, 80, 3, 1, 1);
 }
 
 Test (kernels, conv_matches_naive_odd_shapes)
@@ -89,6 +94,52 @@ Test (kernels, direct_small_patch_conv_matches_naive)
     s_check_conv (4, 9, 9, 2, 16, 3, 2, 1);     //  stride 2, 2 channels
     s_check_conv (3, 8, 7, 1, 8, 5, 1, 2);      //  5x5, non-square input
     s_check_conv (2, 6, 6, 3, 64, 3, 1, 0);     //  3 channels, no padding
+}
+
+//  The row-range kernels, run over pieces cut anywhere (mid-image, mid-row),
+//  add up to the naive whole-batch result.
+static void
+s_check_conv_rows (int n, int h, int c, int k, int r, int stride, int pad, int pieces)
+{
+    nn_rng_t rng;
+    nn_rng_seed (&rng, (uint64_t) (n * 7 + h * 5 + c * 3 + k + pieces));
+    nn_conv_shape_t s = { .n = n, .h = h, .w = h, .c = c, .k = k, .r = r, .s = r,
+                          .stride = stride, .pad = pad };
+    cr_assert_eq (nn_conv_shape_finish (&s), 0);
+    int rows = n * s.p * s.q;
+    size_t in_n = (size_t) n * h * h * c, out_n = (size_t) rows * k;
+    size_t w_n = (size_t) k * r * r * c;
+    float *in = s_random (in_n, &rng), *wt = s_random (w_n, &rng), *b = s_random (k, &rng);
+    float *dout = s_random (out_n, &rng);
+    float *out1 = nn_calloc (out_n, sizeof (float)), *out2 = nn_calloc (out_n, sizeof (float));
+    float *dw1 = nn_calloc (w_n, sizeof (float)), *dw2 = nn_calloc (w_n, sizeof (float));
+    float *db1 = nn_calloc (k, sizeof (float)), *db2 = nn_calloc (k, sizeof (float));
+    float *scratch = nn_calloc (nn_conv2d_scratch_count (&s), sizeof (float));
+    for (int i = 0; i < pieces; i++) {
+        //  Uneven cuts: piece i ends at rows * (i+1)^2 / pieces^2.
+        int r0 = (int) ((long) rows * i * i / ((long) pieces * pieces));
+        int r1 = (int) ((long) rows * (i + 1) * (i + 1) / ((long) pieces * pieces));
+        nn_conv2d_forward_rows (out1, in, wt, b, &s, r0, r1, scratch);
+        nn_conv2d_backward_weights_rows (dw1, db1, dout, in, &s, r0, r1, scratch);
+    }
+    nn_conv2d_forward_naive (out2, in, wt, b, &s);
+    nn_conv2d_backward_naive (NULL, dw2, db2, dout, in, wt, &s);
+    s_assert_close (out1, out2, out_n, 1e-5f, "conv forward by rows");
+    s_assert_close (dw1, dw2, w_n, 1e-4f, "conv dw by rows");
+    s_assert_close (db1, db2, (size_t) k, 1e-4f, "conv db by rows");
+    nn_free (in), nn_free (wt), nn_free (b), nn_free (dout), nn_free (out1);
+    nn_free (out2), nn_free (dw1), nn_free (dw2), nn_free (db1), nn_free (db2);
+    nn_free (scratch);
+}
+
+Test (kernels, conv_rows_match_naive)
+{
+    s_check_conv_rows (5, 14, 8, 16, 3, 1, 1, 2);   //  12.5 images a piece
+    s_check_conv_rows (3, 7, 16, 4, 3, 1, 1, 5);
+    s_check_conv_rows (3, 7, 32, 64, 3, 1, 1, 2);   //  our AVX-512 sgemm, if any
+    s_check_conv_rows (3, 9, 3, 5, 5, 2, 2, 4);     //  stride 2, 5x5
+    s_check_conv_rows (5, 28, 1, 32, 3, 1, 1, 3);   //  direct path, pieces of odd length
+    s_check_conv_rows (4, 9, 2, 16, 3, 2, 1, 7);    //  direct path, stride 2
 }
 
 Test (kernels, conv_shape_rejects_kernel_larger_than_input)
@@ -121,6 +172,16 @@ Test (kernels, dense_matches_naive)
     nn_dense_backward (NULL, dw1, db1, dout, in, w, n, i, o);
     for (int k = 0; k < o; k++)
         cr_assert_float_eq (db1[k], 2.0f * db2[k], 1e-5f);
+    //  Column slices (as the layer splits units across threads), cut unevenly.
+    int ocut[] = { 0, 1, 6, 11 }, icut[] = { 0, 28, 29, 57 };
+    memset (out1, 0, sizeof out1);
+    memset (din1, 0, sizeof (float) * (size_t) n * i);
+    for (int k = 0; k < 3; k++) {
+        nn_dense_forward_cols (out1, in, w, b, n, i, o, ocut[k], ocut[k + 1]);
+        nn_dense_backward_input_cols (din1, dout, w, n, i, o, icut[k], icut[k + 1]);
+    }
+    s_assert_close (out1, out2, (size_t) n * o, 1e-5f, "dense forward by columns");
+    s_assert_close (din1, din2, (size_t) n * i, 1e-5f, "dense din by columns");
     nn_free (in), nn_free (w), nn_free (b), nn_free (dout);
     nn_free (din1), nn_free (din2), nn_free (dw1), nn_free (dw2);
 }
