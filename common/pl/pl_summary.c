@@ -85,7 +85,8 @@ void
 pl_memory_setup (void)
 {
 #if defined (M_MMAP_THRESHOLD) && defined (M_ARENA_MAX)
-    mallopt (M_MMAP_THRESHOLD, 256 * 1024);
+    mallopt (M_MMAP_THRESHOLD, 8 * 1024 * 1024);
+    mallopt (M_TRIM_THRESHOLD, 32 * 1024 * 1024);
     mallopt (M_ARENA_MAX, 2);
 #endif
 }
