@@ -12,7 +12,20 @@
 //  Every threaded op is a loop over `threads` sample ranges; OpenMP runs
 //  the iterations in parallel (serially when threads is 1 or OpenMP is off).
 #define S_PRAGMA(x) _Pragma (#x)
-#define S_PARALLEL_FOR(T) S_PRAGMA (omp parallel for num_threads (T) schedule (static) if (T > 1))
+//  for (int t = 0; t < T; t++) { body }, on T threads when T > 1. With
+//  T == 1 no OpenMP region is entered: libgomp ends even a one-thread
+//  region with a futex wake, one system call per layer call, and the
+//  daemons' server workers and devices run one thread each (in a virtual
+//  machine a system call is dear: 7000 per worker per loopback epoch).
+#define S_THREADS_FOR(T, t, ...)                                            \
+    do {                                                                    \
+        if ((T) > 1) {                                                      \
+            S_PRAGMA (omp parallel for num_threads (T) schedule (static))   \
+            for (int t = 0; t < (T); t++) { __VA_ARGS__ }                   \
+        }                                                                   \
+        else                                                                \
+            for (int t = 0; t < 1; t++) { __VA_ARGS__ }                     \
+    } while (0)
 
 //  Below this much work (multiply-adds or elements) a layer runs on one
 //  thread: the fork and join cost more than they save, and on a shared host
@@ -59,8 +72,7 @@ s_grad_reduce (nn_layer_t *self)
     if (T < 2)
         return;
     size_t pc = self->w_count + self->b_count;
-    S_PARALLEL_FOR (T)
-    for (int t = 0; t < T; t++) {
+    S_THREADS_FOR (T, t,
         size_t i0 = pc * (size_t) t / (size_t) T, i1 = pc * (size_t) (t + 1) / (size_t) T;
         for (int u = 1; u < T; u++) {
             const float *part = self->grad_parts + (size_t) (u - 1) * pc;
@@ -71,7 +83,7 @@ s_grad_reduce (nn_layer_t *self)
                     self->db[i - self->w_count] += part[i];
             }
         }
-    }
+    );
 }
 
 static nn_conv_shape_t
@@ -114,13 +126,12 @@ s_conv_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *
     s_remember (self, in, n, train);
     nn_conv_shape_t s = s_conv_shape (self, n);
     int T = self->threads, rows = n * s.p * s.q;
-    S_PARALLEL_FOR (T)
-    for (int t = 0; t < T; t++) {
+    S_THREADS_FOR (T, t,
         int r0 = s_lo (rows, T, t), r1 = s_lo (rows, T, t + 1);
         if (r1 > r0)
             nn_conv2d_forward_rows (self->out, in, self->w, self->b, &s, r0, r1,
                                     self->scratch + t * self->scratch_stride);
-    }
+    );
 }
 
 static void
@@ -130,8 +141,7 @@ s_conv_backward (nn_layer_t *self, const float *dout, float *din)
     nn_conv_shape_t s = s_conv_shape (self, n);
     size_t in_sz = nn_shape_size (self->ishape), out_sz = nn_shape_size (self->oshape);
     int rows = n * s.p * s.q;
-    S_PARALLEL_FOR (T)
-    for (int t = 0; t < T; t++) {
+    S_THREADS_FOR (T, t,
         float *dw, *db, *scratch = self->scratch + t * self->scratch_stride;
         s_grad_slot (self, t, &dw, &db);
         int r0 = s_lo (rows, T, t), r1 = s_lo (rows, T, t + 1);
@@ -143,7 +153,7 @@ s_conv_backward (nn_layer_t *self, const float *dout, float *din)
             nn_conv2d_backward_input (din + n0 * in_sz, dout + n0 * out_sz, self->w, &part,
                                       scratch);
         }
-    }
+    );
     s_grad_reduce (self);
 }
 
@@ -156,12 +166,11 @@ s_dense_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t 
     s_remember (self, in, n, train);
     int i = (int) nn_shape_size (self->ishape), o = self->spec.out_channels;
     int T = s_threads (self, (size_t) n * i * o);
-    S_PARALLEL_FOR (T)
-    for (int t = 0; t < T; t++) {
+    S_THREADS_FOR (T, t,
         int o0 = s_lo (o, T, t), o1 = s_lo (o, T, t + 1);
         if (o1 > o0)
             nn_dense_forward_cols (self->out, in, self->w, self->b, n, i, o, o0, o1);
-    }
+    );
 }
 
 //  Weight gradients by output unit (each thread owns rows of dw over the
@@ -172,8 +181,7 @@ s_dense_backward (nn_layer_t *self, const float *dout, float *din)
 {
     int i = (int) nn_shape_size (self->ishape), o = self->spec.out_channels;
     int n = self->n, T = s_threads (self, (size_t) n * i * o);
-    S_PARALLEL_FOR (T)
-    for (int t = 0; t < T; t++) {
+    S_THREADS_FOR (T, t,
         int o0 = s_lo (o, T, t), o1 = s_lo (o, T, t + 1);
         if (o1 > o0)
             nn_dense_backward_weights (self->dw + (size_t) o0 * i,
@@ -182,7 +190,7 @@ s_dense_backward (nn_layer_t *self, const float *dout, float *din)
         int i0 = s_lo (i, T, t), i1 = s_lo (i, T, t + 1);
         if (din && i1 > i0)
             nn_dense_backward_input_cols (din, dout, self->w, n, i, o, i0, i1);
-    }
+    );
 }
 
 //  A BN -> ReLU -> max-pool chain (bn_transient) normalises this many
@@ -252,8 +260,7 @@ s_bn_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rn
     size_t row = (size_t) hw * c;
     int chunk = s_bn_chunk (self, n);
     if (!train) {
-        S_PARALLEL_FOR (T)
-        for (int t = 0; t < T; t++) {
+        S_THREADS_FOR (T, t,
             int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
             for (int s0 = n0; s0 < n1; s0 += chunk) {
                 int g = n1 - s0 < chunk ? n1 - s0 : chunk;
@@ -265,28 +272,26 @@ s_bn_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rn
                     nn_relu_forward (y, y, (size_t) g * row);
                 s_bn_chain_pool (self, y, s0, g);
             }
-        }
+        );
         return;
     }
     //  In a chain, x-hat goes over the input (see s_fuse).
     if (self->bn_transient)
         self->saved = (float *) in;
-    S_PARALLEL_FOR (T)
-    for (int t = 0; t < T; t++) {
+    S_THREADS_FOR (T, t,
         double *sum = self->bn_parts + (size_t) t * 2 * c, *sq = sum + c;
         for (int k = 0; k < 2 * c; k++)
             sum[k] = 0.0;
         size_t r0 = (size_t) s_lo (m, T, t), r1 = (size_t) s_lo (m, T, t + 1);
         nn_batchnorm_moments (sum, sq, in + r0 * c, (int) (r1 - r0), c);
-    }
+    );
     for (int t = 1; t < T; t++)
         for (int k = 0; k < 2 * c; k++)
             self->bn_parts[k] += self->bn_parts[(size_t) t * 2 * c + k];
     nn_batchnorm_finish (self->stats, self->running_mean, self->running_var,
                          self->bn_parts, self->bn_parts + c, m, c, S_BN_MOMENTUM,
                          S_BN_EPS);
-    S_PARALLEL_FOR (T)
-    for (int t = 0; t < T; t++) {
+    S_THREADS_FOR (T, t,
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
         for (int s0 = n0; s0 < n1; s0 += chunk) {
             int g = n1 - s0 < chunk ? n1 - s0 : chunk;
@@ -295,7 +300,7 @@ s_bn_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rn
                                     self->w, self->b, g * hw, c, self->bn_relu);
             s_bn_chain_pool (self, y, s0, g);
         }
-    }
+    );
 }
 
 //  In a chain, dout is the gradient w.r.t. the max-pool's output; the
@@ -309,8 +314,7 @@ s_bn_backward (nn_layer_t *self, const float *dout, float *din)
     int n = self->n, m = n * hw, chunk = s_bn_chunk (self, n);
     int T = s_threads (self, (size_t) m * c);
     size_t row = (size_t) hw * c;
-    S_PARALLEL_FOR (T)
-    for (int t = 0; t < T; t++) {
+    S_THREADS_FOR (T, t,
         double *sdy = self->bn_parts + (size_t) t * 2 * c, *sdyx = sdy + c;
         for (int k = 0; k < 2 * c; k++)
             sdy[k] = 0.0;
@@ -320,7 +324,7 @@ s_bn_backward (nn_layer_t *self, const float *dout, float *din)
             nn_batchnorm_backward_sums (sdy, sdyx, s_bn_chain_dy (self, dout, t, s0, g),
                                         self->saved + s0 * row, g * hw, c);
         }
-    }
+    );
     double *sdy = self->bn_parts, *sdyx = sdy + c;
     for (int t = 1; t < T; t++)
         for (int k = 0; k < 2 * c; k++)
@@ -331,8 +335,7 @@ s_bn_backward (nn_layer_t *self, const float *dout, float *din)
     }
     if (!din)
         return;
-    S_PARALLEL_FOR (T)
-    for (int t = 0; t < T; t++) {
+    S_THREADS_FOR (T, t,
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
         for (int s0 = n0; s0 < n1; s0 += chunk) {
             int g = n1 - s0 < chunk ? n1 - s0 : chunk;
@@ -341,7 +344,7 @@ s_bn_backward (nn_layer_t *self, const float *dout, float *din)
                                          self->saved + s0 * row, self->stats, self->w, sdy,
                                          sdyx, g * hw, n * hw, c);
         }
-    }
+    );
 }
 
 static void
@@ -352,11 +355,10 @@ s_relu_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *
         return;                 //  in place, and the BN before already clamped
     size_t sz = nn_shape_size (self->oshape);
     int T = s_threads (self, (size_t) n * sz);
-    S_PARALLEL_FOR (T)
-    for (int t = 0; t < T; t++) {
+    S_THREADS_FOR (T, t,
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
         nn_relu_forward (self->out + n0 * sz, in + n0 * sz, (size_t) (n1 - n0) * sz);
-    }
+    );
 }
 
 static void
@@ -372,12 +374,11 @@ s_relu_backward (nn_layer_t *self, const float *dout, float *din)
         return;
     }
     int n = self->n, T = s_threads (self, (size_t) n * sz);
-    S_PARALLEL_FOR (T)
-    for (int t = 0; t < T; t++) {
+    S_THREADS_FOR (T, t,
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
         nn_relu_backward (din + n0 * sz, dout + n0 * sz, self->out + n0 * sz,
                           (size_t) (n1 - n0) * sz);
-    }
+    );
 }
 
 static void
@@ -388,13 +389,12 @@ s_maxpool_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_
         return;                 //  the BN before ran us chunk by chunk
     size_t in_sz = nn_shape_size (self->ishape), out_sz = nn_shape_size (self->oshape);
     int T = s_threads (self, (size_t) n * in_sz);
-    S_PARALLEL_FOR (T)
-    for (int t = 0; t < T; t++) {
+    S_THREADS_FOR (T, t,
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
         nn_pool_shape_t s = s_pool_shape (self, n1 - n0);
         nn_maxpool_forward (self->out + n0 * out_sz, self->argmax + n0 * out_sz,
                             in + n0 * in_sz, &s, self->pool_mask_input);
-    }
+    );
 }
 
 static void
@@ -406,13 +406,12 @@ s_maxpool_backward (nn_layer_t *self, const float *dout, float *din)
         return;
     size_t in_sz = nn_shape_size (self->ishape), out_sz = nn_shape_size (self->oshape);
     int n = self->n, T = s_threads (self, (size_t) n * in_sz);
-    S_PARALLEL_FOR (T)
-    for (int t = 0; t < T; t++) {
+    S_THREADS_FOR (T, t,
         int n0 = s_lo (n, T, t), n1 = s_lo (n, T, t + 1);
         nn_pool_shape_t s = s_pool_shape (self, n1 - n0);
         nn_maxpool_backward (din + n0 * in_sz, dout + n0 * out_sz,
                              self->argmax + n0 * out_sz, &s);
-    }
+    );
 }
 
 static void
