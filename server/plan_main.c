@@ -718,6 +718,7 @@ s_iterations (const pl_config_t *cfg, const nn_dataset_t *train, char *err, size
 int
 main (int argc, char **argv)
 {
+    pl_memory_setup ();                 //  as the daemons: the copy cost matches theirs
     pl_blas_setup (argv);
     pl_config_t cfg;
     pl_config_defaults (&cfg);

@@ -8,10 +8,13 @@
 #include "nn_plan.h"
 #include "nn_profile.h"
 #include "nn_rng.h"
+#include "pl_hostcopy.h"
+#include "pl_summary.h"
 #include "runcmd.h"
 
 #include <cJSON.h>
 #include <math.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -949,4 +952,27 @@ Test (plan_cli, profiles_this_host_and_round_trips_the_costs)
                   cJSON_GetObjectItem (cJSON_GetObjectItem (b, "chosen"), "split_point")->valueint);
     cJSON_Delete (a);
     cJSON_Delete (b);
+}
+
+//  The copy cost of a loopback transfer (the one-host floor's `copy`): a
+//  positive rate, far above what a fresh page per frame would allow with
+//  pl_memory_setup keeping buffers (not asserted: a busy host varies), and
+//  durations out of range refused with a message.
+TestSuite (hostcopy, .timeout = 240);
+
+Test (hostcopy, measures_a_positive_rate_and_refuses_bad_durations)
+{
+    pl_memory_setup ();
+    char err[256] = "";
+    double bps = pl_hostcopy_measure (0.2, 627360, err, sizeof err);
+    cr_assert_gt (bps, 1e6, "host copy: %g B/s (%s)", bps, err);
+    cr_assert_lt (bps, 1e12, "host copy: %g B/s is not a CPU's rate", bps);
+    err[0] = '\0';
+    cr_assert_lt (pl_hostcopy_measure (0.01, 627360, err, sizeof err), 0.0);
+    cr_assert (strstr (err, "0.05..10 s"), "message: %s", err);
+    err[0] = '\0';
+    cr_assert_lt (pl_hostcopy_measure (60.0, 627360, err, sizeof err), 0.0);
+    cr_assert (strstr (err, "0.05..10 s"), "message: %s", err);
+    //  A tiny frame is taken as 64 KiB and still measured.
+    cr_assert_gt (pl_hostcopy_measure (0.1, 16, err, sizeof err), 1e6, "%s", err);
 }

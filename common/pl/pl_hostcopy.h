@@ -5,13 +5,13 @@
 
     Measured with ZeroMQ over TCP loopback, the transport the daemons use,
     along the daemons' path: a PUSH socket streams frames of the size given
-    to a PULL socket in the same process, each frame built in fresh pages
-    and handed to libzmq without a copy, each received one copied into
-    fresh pages (a daemon's big buffers are mostly fresh: glibc maps and
-    unmaps allocations this large, and their page faults are a large part
-    of a transfer's cost, above all in a virtual machine: 30 Gbit/s per
-    core with reused buffers against 1.2 with fresh ones on the development
-    VM, where the daemons' own traffic costs about 1.1). The bytes are
+    to a PULL socket in the same process, each frame copied into a heap
+    buffer and handed to libzmq without a copy, each received one read in
+    place from libzmq's buffer. Call pl_memory_setup first, as the daemons
+    do: their buffers then come back from glibc's heap already mapped.
+    Fresh pages per frame cost 25x more on the development VM (1.2 Gbit/s
+    per core against 30): before pl_memory_setup kept them, page faults
+    were most of the daemons' loopback overhead. The bytes are
     divided by the CPU time the process used (getrusage, all threads:
     both ends, libzmq's I/O threads, the kernel's copies). The result is
     bytes per core-second.
