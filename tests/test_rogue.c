@@ -87,8 +87,11 @@ s_dealer (void *ctx, const char *endpoint)
 {
     void *sock = zmq_socket (ctx, ZMQ_DEALER);
     cr_assert_not_null (sock);
-    int linger = 0;
+    int linger = 0, timeout_ms = REPLY_TIMEOUT_MS;
     zmq_setsockopt (sock, ZMQ_LINGER, &linger, sizeof linger);
+    //  A DEALER blocks a send while it has no peer: if the server is gone,
+    //  fail the test with a message instead of hanging until meson's timeout.
+    zmq_setsockopt (sock, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms);
     cr_assert_eq (zmq_connect (sock, endpoint), 0, "connect %s: %s", endpoint,
                   zmq_strerror (errno));
     return sock;
