@@ -1377,6 +1377,8 @@ s_workers_start (srv_t *self)
     //  One worker per core: more would only oversubscribe the host
     //  (OpenBLAS runs one thread inside each worker).
     self->workers_count = srv_workers_for (self);
+    if (!self->bufpool)                 //  two GRADIENTS in flight per device
+        self->bufpool = srv_bufpool_new (2 * self->devices + 2);
     for (int i = 0; i < self->workers_count; i++) {
         srv_worker_args_t wa = {
             .spec = &self->spec, .unit_begin = self->split, .max_batch = self->worker_batch,
@@ -1384,7 +1386,8 @@ s_workers_start (srv_t *self)
             .sgd = { (float) cfg->learning_rate, (float) cfg->momentum,
                      (float) cfg->weight_decay },
             .origin = self->origin, .replica = self->rep[0].model,
-            .shared_replica = self->mode == PROTO_MODE_SL
+            .shared_replica = self->mode == PROTO_MODE_SL,
+            .bufpool = self->bufpool
         };
         self->worker_rep[i] = -1;
         self->workers[i] = zactor_new (srv_worker_actor, &wa);
@@ -1737,6 +1740,9 @@ s_teardown (srv_t *self)
         nn_model_destroy (&r->model);
     }
     zsock_destroy (&self->router);
+    //  GRADIENTS still queued in libzmq give their buffers back later; the
+    //  last one frees the pool.
+    srv_bufpool_destroy (&self->bufpool);
     pl_curve_destroy (&self->curve);
     for (int i = 0; i < SRV_MAX_DEVICES; i++)
         nn_free (self->dev[i].params);

@@ -17,6 +17,7 @@
 #include "pl_summary.h"
 #include "pl_timeline.h"
 #include "proto_msg.h"
+#include "srv_bufpool.h"
 
 #define SRV_MAX_DEVICES 64
 #define SRV_EVAL_BATCH  8
@@ -131,6 +132,7 @@ typedef struct {
     int worker_batch;           //  micro-batch size the workers are built for
     int rr;                     //  replica the next dispatch scan starts at
     zactor_t *workers[SRV_MAX_DEVICES];
+    srv_bufpool_t *bufpool;     //  the workers' GRADIENTS tensors (reused mappings)
     int worker_rep[SRV_MAX_DEVICES];    //  replica a worker is training, -1 idle
     int workers_count;
     nn_model_t *devpart;        //  current device part (fl: the whole model)

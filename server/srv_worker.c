@@ -22,6 +22,7 @@ typedef struct {
     pl_timeline_t *timeline;
     double origin;
     double busy_s;
+    srv_bufpool_t *bufpool;     //  the reactor's: GRADIENTS tensors
 } s_worker_t;
 
 //  Forward, loss and backward for one micro-batch. The ACTIVATIONS were
@@ -45,7 +46,12 @@ s_worker_step (s_worker_t *self, proto_msg_t **act_p, nn_model_t *replica)
     float loss = nn_softmax_xent (self->dlogits, out, self->labels, n, self->classes,
                                   (float) n / (float) self->batch_size, &correct);
     size_t in_count = proto_msg_tensor_count (act);
-    float *dx = nn_alloc_aligned (sizeof (float) * in_count);
+    float *dx = srv_bufpool_zeroed (self->bufpool, sizeof (float) * in_count);
+    if (!dx) {
+        pl_log_error ("server worker: out of memory for a GRADIENTS tensor");
+        proto_msg_destroy (act_p);
+        return NULL;
+    }
     nn_model_backward (self->model, self->dlogits, dx);
     bool last = proto_msg_is_last (act);
     if (last) {
@@ -67,8 +73,8 @@ s_worker_step (s_worker_t *self, proto_msg_t **act_p, nn_model_t *replica)
     proto_msg_set_last (grad, last);
     uint32_t dims[PROTO_MAX_RANK];
     memcpy (dims, d->dims, sizeof dims);
-    if (proto_msg_set_tensor_owned (grad, &dx, dims, d->rank, nn_free)) {
-        nn_free (dx);
+    if (proto_msg_set_tensor_owned (grad, &dx, dims, d->rank, srv_bufpool_free)) {
+        srv_bufpool_free (dx);
         proto_msg_destroy (&grad);
         proto_msg_destroy (act_p);
         return NULL;
@@ -85,7 +91,8 @@ srv_worker_actor (zsock_t *pipe, void *args_)
     const srv_worker_args_t *args = args_;
     char err[NN_ERR_SIZE];
     s_worker_t self = { .batch_size = args->batch_size, .sgd = args->sgd,
-                        .origin = args->origin, .shared_replica = args->shared_replica };
+                        .origin = args->origin, .shared_replica = args->shared_replica,
+                        .bufpool = args->bufpool };
     self.model = nn_model_new (args->spec, args->unit_begin, args->spec->units_count,
                                args->max_batch, err, sizeof err);
     if (!self.model) {

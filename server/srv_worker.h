@@ -29,6 +29,7 @@
 
 #include "nn_model.h"
 #include "nn_optim.h"
+#include "srv_bufpool.h"
 
 typedef struct {
     const nn_model_spec_t *spec;    //  copied by the worker before it signals
@@ -42,6 +43,8 @@ typedef struct {
     nn_model_t *replica;            //  any replica: the context drops its own
                                     //  slabs for views of it at once
     bool shared_replica;            //  sl: events as "server", else "server:dN"
+    srv_bufpool_t *bufpool;         //  where GRADIENTS tensors come from (the
+                                    //  reactor's; outlives the worker)
 } srv_worker_args_t;
 
 //  zactor function; args is a srv_worker_args_t * valid until it signals.

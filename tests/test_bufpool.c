@@ -1,0 +1,92 @@
+/*  test_bufpool: the server's reused GRADIENTS buffers (srv_bufpool.h):
+    reuse without new mappings, zeroed on every hand-out, the keep bound,
+    and buffers that come back after the pool is destroyed (as libzmq
+    frees queued messages after the server's teardown). */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "srv_bufpool.h"
+
+TestSuite (bufpool, .timeout = 60);
+
+Test (bufpool, reuses_zeroed_aligned_buffers)
+{
+    srv_bufpool_t *pool = srv_bufpool_new (2);
+    float *a = srv_bufpool_zeroed (pool, 627360);
+    cr_assert_not_null (a);
+    cr_assert_eq ((uintptr_t) a % 64, 0, "not 64-byte aligned");
+    for (size_t i = 0; i < 627360 / sizeof (float); i++)
+        a[i] = 1.0f;
+    srv_bufpool_free (a);
+    float *b = srv_bufpool_zeroed (pool, 627360);
+    cr_assert_eq (b, a, "an idle buffer of the right size was not reused");
+    for (size_t i = 0; i < 627360 / sizeof (float); i++)
+        cr_assert_eq (b[i], 0.0f, "reused buffer not zeroed at %zu", i);
+    //  A smaller request fits the same buffer; a bigger one maps anew.
+    srv_bufpool_free (b);
+    float *c = srv_bufpool_zeroed (pool, 1000);
+    cr_assert_eq (c, a);
+    float *d = srv_bufpool_zeroed (pool, 2508800);
+    cr_assert_neq (d, a);
+    long mapped;
+    int idle;
+    srv_bufpool_counts (pool, &mapped, &idle);
+    cr_assert_eq (mapped, 2);
+    cr_assert_eq (idle, 0);
+    srv_bufpool_free (c);
+    srv_bufpool_free (d);
+    srv_bufpool_free (NULL);
+    srv_bufpool_counts (pool, &mapped, &idle);
+    cr_assert_eq (idle, 2);
+    srv_bufpool_destroy (&pool);
+    cr_assert_null (pool);
+}
+
+Test (bufpool, keeps_at_most_keep_idle)
+{
+    srv_bufpool_t *pool = srv_bufpool_new (2);
+    float *b[5];
+    for (int i = 0; i < 5; i++)
+        b[i] = srv_bufpool_zeroed (pool, 4096);
+    for (int i = 0; i < 5; i++)
+        srv_bufpool_free (b[i]);
+    long mapped;
+    int idle;
+    srv_bufpool_counts (pool, &mapped, &idle);
+    cr_assert_eq (mapped, 5);
+    cr_assert_eq (idle, 2, "%d idle buffers kept, want the bound 2", idle);
+    //  Taking 2 again maps nothing new.
+    float *x = srv_bufpool_zeroed (pool, 4096), *y = srv_bufpool_zeroed (pool, 4096);
+    srv_bufpool_counts (pool, &mapped, &idle);
+    cr_assert_eq (mapped, 5);
+    srv_bufpool_free (x);
+    srv_bufpool_free (y);
+    srv_bufpool_destroy (&pool);
+}
+
+//  Buffers still out when the owner destroys the pool come back later,
+//  from another thread; the last one frees the pool (ASan/LSan check it).
+static void *
+s_give_back (void *arg)
+{
+    float **bufs = arg;
+    for (int i = 0; i < 3; i++)
+        srv_bufpool_free (bufs[i]);
+    return NULL;
+}
+
+Test (bufpool, buffers_outlive_the_pool)
+{
+    srv_bufpool_t *pool = srv_bufpool_new (4);
+    float *bufs[3];
+    for (int i = 0; i < 3; i++) {
+        bufs[i] = srv_bufpool_zeroed (pool, 65536);
+        bufs[i][0] = (float) i;
+    }
+    srv_bufpool_destroy (&pool);
+    pthread_t t;
+    cr_assert_eq (pthread_create (&t, NULL, s_give_back, bufs), 0);
+    pthread_join (t, NULL);
+}
