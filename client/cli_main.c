@@ -862,7 +862,11 @@ s_prepare (cli_t *self)
                                  .flip = cfg->flip };
     pl_log_info ("client: device %d: %d samples, %d iteration(s) per epoch", self->id,
                  self->shard_count, self->iterations);
-    return 0;
+    //  Ready: the server starts the first epoch's clock at the first ready
+    //  device (PROTOCOL.md), so loading the shard is not epoch time.
+    proto_msg_t *ready = proto_msg_new (PROTO_MSG_HEARTBEAT);
+    proto_msg_set_route (ready, (uint32_t) self->id, 0, 0, 0);
+    return cli_send (self, &ready);
 fail:
     pl_log_error ("client: %s", err);
     cli_send_error (self, PROTO_ERR_INTERNAL, err);

@@ -888,6 +888,7 @@ srv_start (srv_t *self)
         self->round_iter = 0;
     }
     self->epoch_start = pl_monotonic ();
+    self->clock_wait = true;
     int lo = self->plan.slot[0].micro, hi = lo;
     for (int i = 1; i < self->devices; i++) {
         int m = self->plan.slot[i].micro;
@@ -1183,6 +1184,17 @@ s_on_router (srv_t *self)
         return;
     }
     int id = (int) (d - self->dev);
+    //  A device is ready to train once it has loaded its shard and built
+    //  its contexts: it says so with a HEARTBEAT, and any training message
+    //  implies it. The first epoch's clock starts at the first ready
+    //  device, so the devices' loading is not epoch time (as the trainer's
+    //  wall_s leaves out its own loading).
+    if (self->clock_wait && self->started
+    &&  (type == PROTO_MSG_HEARTBEAT || type == PROTO_MSG_ACTIVATIONS
+    ||   type == PROTO_MSG_PARAMS || type == PROTO_MSG_STATS || type == PROTO_MSG_EVENTS)) {
+        self->epoch_start = pl_monotonic ();
+        self->clock_wait = false;
+    }
     switch (type) {
         case PROTO_MSG_ACTIVATIONS: {
             const proto_header_t *h = proto_msg_header (msg);

@@ -144,6 +144,7 @@ typedef struct {
     bool timeline_written;      //  timeline.csv has this run's header and rows
     const char *results;
     bool started, done;
+    bool clock_wait;            //  epoch clock starts at the first ready device
     bool resumed;               //  epoch / round_iter came from a checkpoint
     int rc;
     int epoch;                  //  1-based

@@ -277,6 +277,23 @@ Test (timeline, pipelearn_server_overlaps_device, .timeout = 600)
                   "that device's forward or backward (largest overlap %.6f s)", overlap);
     cr_expect_gt (links, 0.0, "pipelearn: the server compute for a device never overlaps "
                   "that device's transfers (largest overlap %.6f s)", links);
+    //  The epoch's clock starts when the first device is ready (PROTOCOL.md),
+    //  not when the devices joined: wall_s is the span of the recorded
+    //  stages, not that plus the devices' loading.
+    double first = 1e30, last = -1e30;
+    for (int i = 0; i < csv.count; i++) {
+        first = csv.rows[i].start_s < first ? csv.rows[i].start_s : first;
+        last = csv.rows[i].end_s > last ? csv.rows[i].end_s : last;
+    }
+    cJSON *summary = s_summary (run.dir, "pipe");
+    cJSON *epochs = cJSON_GetObjectItemCaseSensitive (summary, "epochs");
+    double wall = cJSON_GetObjectItemCaseSensitive (cJSON_GetArrayItem (epochs, 0),
+                                                    "wall_s")->valuedouble;
+    cr_log_info ("pipelearn: epoch wall_s %.4f s, stages span %.4f s", wall, last - first);
+    cr_expect (wall <= last - first + 0.01 && wall >= (last - first) * 0.5,
+               "pipelearn: epoch wall_s %.4f s against the stages' span %.4f s", wall,
+               last - first);
+    cJSON_Delete (summary);
     free (csv.rows);
     s_rmtree (run.dir);
 }
