@@ -119,15 +119,31 @@ srv_bufpool_free (void *data)
         return;
     s_header_t *h = (s_header_t *) ((char *) data - S_HEADER);
     srv_bufpool_t *self = h->pool;
+    s_header_t *drop = h;               //  what gets unmapped, if anything
     pthread_mutex_lock (&self->lock);
     self->out--;
-    bool kept = !self->closed && self->idle_count < self->keep;
-    if (kept)
+    if (!self->closed && self->idle_count < self->keep) {
         self->idle[self->idle_count++] = h;
+        drop = NULL;
+    }
+    else
+    if (!self->closed) {
+        //  Full: keep the bigger buffers (after a re-plan to a split with
+        //  larger tensors the old ones would otherwise fill the pool and
+        //  every new one would be mapped afresh).
+        int smallest = 0;
+        for (int i = 1; i < self->idle_count; i++)
+            if (self->idle[i]->map_bytes < self->idle[smallest]->map_bytes)
+                smallest = i;
+        if (self->idle[smallest]->map_bytes < h->map_bytes) {
+            drop = self->idle[smallest];
+            self->idle[smallest] = h;
+        }
+    }
     bool last = self->closed && self->out == 0;
     pthread_mutex_unlock (&self->lock);
-    if (!kept)
-        munmap (h, h->map_bytes);
+    if (drop)
+        munmap (drop, drop->map_bytes);
     if (last)
         s_free_pool (self);
 }

@@ -66,6 +66,31 @@ Test (bufpool, keeps_at_most_keep_idle)
     srv_bufpool_destroy (&pool);
 }
 
+//  A full pool keeps the bigger buffers: after a re-plan to larger tensors
+//  the old small ones must not crowd the new ones out.
+Test (bufpool, full_pool_keeps_the_bigger_buffers)
+{
+    srv_bufpool_t *pool = srv_bufpool_new (2);
+    float *s1 = srv_bufpool_zeroed (pool, 4096), *s2 = srv_bufpool_zeroed (pool, 4096);
+    srv_bufpool_free (s1);
+    srv_bufpool_free (s2);
+    float *b1 = srv_bufpool_zeroed (pool, 1 << 20), *b2 = srv_bufpool_zeroed (pool, 1 << 20);
+    srv_bufpool_free (b1);
+    srv_bufpool_free (b2);
+    long mapped;
+    int idle;
+    srv_bufpool_counts (pool, &mapped, &idle);
+    cr_assert_eq (mapped, 4);
+    cr_assert_eq (idle, 2);
+    //  Both big ones are idle now: taking two big buffers maps nothing.
+    float *x = srv_bufpool_zeroed (pool, 1 << 20), *y = srv_bufpool_zeroed (pool, 1 << 20);
+    srv_bufpool_counts (pool, &mapped, &idle);
+    cr_assert_eq (mapped, 4, "the small buffers crowded out the big ones");
+    srv_bufpool_free (x);
+    srv_bufpool_free (y);
+    srv_bufpool_destroy (&pool);
+}
+
 //  Buffers still out when the owner destroys the pool come back later,
 //  from another thread; the last one frees the pool (ASan/LSan check it).
 static void *
