@@ -934,9 +934,14 @@ cli_run (int argc, char **argv)
         proto_msg_t *bye = proto_msg_new (PROTO_MSG_BYE);
         proto_msg_set_route (bye, (uint32_t) (self->id < 0 ? 0 : self->id), self->cur_epoch,
                              self->cur_iter, 0);
-        if (proto_msg_send (&bye, self->dh))
+        //  A DEALER with no peer blocks a send (a server that refused this
+        //  device's CURVE handshake leaves none): wait a second at most.
+        zsock_set_sndtimeo (self->dealer, 1000);
+        bool told = proto_msg_send (&bye, self->dh) == 0;
+        if (!told)
             proto_msg_destroy (&bye);
-        pl_log_info ("client: stopped by a signal; told the server (BYE)");
+        pl_log_info (told ? "client: stopped by a signal; told the server (BYE)"
+                          : "client: stopped by a signal (no server to tell)");
         rc = 0;
     }
     zsock_destroy (&self->dealer);

@@ -84,6 +84,18 @@ Test (curve, allowed_device_trains_and_strangers_learn_nothing, .timeout = 300)
     cr_assert_not (s_log_has (&lab.run, "client1.log", "joined"),
                    "a device outside the allow-list joined");
     cr_assert (s_log_has (&lab.run, "client1.log", "silent"), "no clear message");
+    //  The same stranger stopped by SIGTERM while it waits: it exits at once
+    //  (its BYE has no peer to go to and must not block the exit).
+    stranger = s_start_client_sec (&lab.run, 1, endpoint, cert, lab.server_cert, "60");
+    cr_assert (s_wait_log (&lab.run, "client1.log", "openblas: core", 30),
+               "the stranger did not start");
+    usleep (300000);                    //  past its signal handlers' set-up
+    kill (stranger, SIGTERM);
+    rc = s_wait (&lab.run, stranger, pl_monotonic () + 10);
+    cr_assert_eq (rc, 0, "a stranger stopped by SIGTERM: exit status %d (-1: still running "
+                  "after 10 s)", rc);
+    cr_assert (s_log_has (&lab.run, "client1.log", "stopped by a signal"),
+               "no message about the signal");
     //  A device that pins another server key: same (it is device0's real
     //  key, so only the server key is wrong).
     s_path (cert, lab.keys, "device0_secret");
