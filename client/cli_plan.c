@@ -13,30 +13,21 @@
 */
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli_state.h"
 #include "nn_alloc.h"
 #include "nn_profile.h"
 #include "pl_log.h"
-
-static double
-s_now (void *arg)
-{
-    (void) arg;
-    struct timespec ts;
-    clock_gettime (CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
-}
+#include "pl_timeline.h"
 
 int
 cli_plan_profile (cli_t *self)
 {
     char err[NN_ERR_SIZE];
     nn_profile_args_t args = { .batch_size = self->batch, .threads = self->args.threads,
-                               .seed = self->plan.seed, .now = s_now };
+                               .seed = self->plan.seed, .now = pl_monotonic_clock };
     nn_plan_costs_t costs;
-    double t0 = s_now (NULL);
+    double t0 = pl_monotonic ();
     if (nn_profile_run (&self->spec, &args, &costs, NULL, NULL, err, sizeof err)) {
         pl_log_error ("client: profiling: %s", err);
         cli_send_error (self, PROTO_ERR_INTERNAL, err);
@@ -63,7 +54,7 @@ cli_plan_profile (cli_t *self)
     }
     pl_log_info ("client: profiled %d units at batch %d in %.1f s: forward %.3f s, "
                  "backward %.3f s per batch (whole model)", costs.units_count, self->batch,
-                 s_now (NULL) - t0, fwd, bwd);
+                 pl_monotonic () - t0, fwd, bwd);
     return cli_send (self, &msg);
 }
 

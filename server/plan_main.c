@@ -683,13 +683,6 @@ s_slow_devices (nn_plan_device_t *devs, double f)
     pl_log_info ("devices modelled %g times slower than the costs given", f);
 }
 
-static double
-s_clock (void *arg)
-{
-    (void) arg;
-    return pl_monotonic ();
-}
-
 //  Iterations per epoch as the devices compute them: every device runs
 //  as many as the largest shard needs (cli_main.c's s_prepare).
 static int
@@ -783,7 +776,7 @@ main (int argc, char **argv)
                      "the same costs stand for the devices and the server", cfg.model,
                      cfg.batch_size, pl_blas_corename ());
         nn_profile_args_t pa = { .batch_size = cfg.batch_size, .seed = cfg.seed,
-                                 .now = s_clock };
+                                 .now = pl_monotonic_clock };
         nn_profile_report_t rep;
         if (nn_profile_run (&spec, &pa, &in.server, NULL, &rep, err, sizeof err)) {
             pl_log_error ("%s", err);
@@ -817,15 +810,11 @@ main (int argc, char **argv)
 
     if (cfg.host_cores > 0) {
         in.host_cores = cfg.host_cores;
-        in.host_copy_Bps = cfg.host_copy_mbps * 1e6 / 8.0;
-        if (cfg.host_copy_mbps <= 0.0) {
-            //  A quarter batch's activations at the first split.
-            in.host_copy_Bps = pl_hostcopy_measure (
-                0.3, (size_t) (in.model.out_bytes[0] / 4.0), err, sizeof err);
-            if (in.host_copy_Bps < 0.0) {
-                pl_log_error ("%s", err);
-                return 1;
-            }
+        in.host_copy_Bps = pl_hostcopy_rate (cfg.host_copy_mbps, in.model.out_bytes[0],
+                                             err, sizeof err);
+        if (in.host_copy_Bps < 0.0) {
+            pl_log_error ("%s", err);
+            return 1;
         }
         pl_log_info ("one host: the server and %d device(s) share %d core(s); moving bytes "
                      "costs a core %.0f Mbit/s%s", in.devices_count, in.host_cores,

@@ -25,13 +25,6 @@ enum {
     S_PROBE_DONE
 };
 
-static double
-s_now (void *arg)
-{
-    (void) arg;
-    return pl_monotonic ();
-}
-
 static bool
 s_auto (const srv_t *self)
 {
@@ -201,22 +194,18 @@ srv_plan_setup (srv_t *self)
     pl->measure = cfg->measure_link;
     char err[NN_ERR_SIZE];
     nn_profile_args_t pa = { .batch_size = self->batch, .threads = 1, .seed = cfg->seed,
-                             .now = s_now };
+                             .now = pl_monotonic_clock };
     double t0 = pl_monotonic ();
     if (nn_profile_run (&self->spec, &pa, &pl->server, &pl->model, NULL, err, sizeof err)) {
         pl_log_error ("server: planner: %s", err);
         return -1;
     }
     if (cfg->host_cores > 0) {
-        pl->host_copy_Bps = cfg->host_copy_mbps * 1e6 / 8.0;
-        if (cfg->host_copy_mbps <= 0.0) {
-            //  A quarter batch's activations at the first split.
-            pl->host_copy_Bps = pl_hostcopy_measure (
-                0.3, (size_t) (pl->model.out_bytes[0] / 4.0), err, sizeof err);
-            if (pl->host_copy_Bps < 0.0) {
-                pl_log_error ("server: planner: %s", err);
-                return -1;
-            }
+        pl->host_copy_Bps = pl_hostcopy_rate (cfg->host_copy_mbps, pl->model.out_bytes[0],
+                                              err, sizeof err);
+        if (pl->host_copy_Bps < 0.0) {
+            pl_log_error ("server: planner: %s", err);
+            return -1;
         }
         pl_log_info ("server: planner: one host: the server and the devices share %d "
                      "core(s); moving bytes costs a core %.0f Mbit/s%s", cfg->host_cores,

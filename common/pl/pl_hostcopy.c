@@ -2,12 +2,12 @@
 #include "pl_hostcopy.h"
 
 #include "nn_alloc.h"
+#include "pl_timeline.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <zmq.h>
 
 static double
@@ -17,14 +17,6 @@ s_cpu_s (void)
     getrusage (RUSAGE_SELF, &ru);
     return (double) ru.ru_utime.tv_sec + (double) ru.ru_utime.tv_usec / 1e6
          + (double) ru.ru_stime.tv_sec + (double) ru.ru_stime.tv_usec / 1e6;
-}
-
-static double
-s_wall_s (void)
-{
-    struct timespec ts;
-    clock_gettime (CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
 }
 
 //  Frames kept in flight: enough to keep both ends and the I/O threads
@@ -112,14 +104,14 @@ pl_hostcopy_measure (double seconds, size_t frame_bytes, char *err, size_t err_s
     //  One warm-up frame (connection set-up, first buffers), then the
     //  measured stream.
     bool ok = s_send (push, buf, frame_bytes) && s_recv (pull, frame_bytes);
-    double wall0 = s_wall_s (), cpu0 = s_cpu_s ();
+    double wall0 = pl_monotonic (), cpu0 = s_cpu_s ();
     long sent = 0, received = 0;
     while (ok && sent < S_IN_FLIGHT)
         ok = s_send (push, buf, frame_bytes) && ++sent;
     while (ok && received < sent) {
         ok = s_recv (pull, frame_bytes);
         received++;
-        if (ok && s_wall_s () - wall0 < seconds)
+        if (ok && pl_monotonic () - wall0 < seconds)
             ok = s_send (push, buf, frame_bytes) && ++sent;
     }
     double cpu = s_cpu_s () - cpu0;
@@ -140,4 +132,12 @@ done:
     if (ctx)
         zmq_ctx_term (ctx);
     return result;
+}
+
+double
+pl_hostcopy_rate (double configured_mbps, double split_bytes, char *err, size_t err_size)
+{
+    if (configured_mbps > 0.0)
+        return configured_mbps * 1e6 / 8.0;
+    return pl_hostcopy_measure (0.3, (size_t) (split_bytes / 4.0), err, err_size);
 }

@@ -9,9 +9,9 @@
     buffer and handed to libzmq without a copy, each received one read in
     place from libzmq's buffer. Call pl_memory_setup first, as the daemons
     do: their buffers then come back from glibc's heap already mapped.
-    Fresh pages per frame cost 25x more on the development VM (1.2 Gbit/s
-    per core against 30): before pl_memory_setup kept them, page faults
-    were most of the daemons' loopback overhead. The bytes are
+    Fresh pages per frame cost 8-17x more on the development VM (1.2
+    Gbit/s per core against 10-21): before pl_memory_setup kept them, page
+    faults were most of the daemons' loopback overhead. The bytes are
     divided by the CPU time the process used (getrusage, all threads:
     both ends, libzmq's I/O threads, the kernel's copies). The result is
     bytes per core-second.
@@ -26,5 +26,12 @@
 //  16 MiB (pass the size of the messages that matter, e.g. a micro-batch's
 //  activations). -1 with a message if the sockets cannot be set up.
 double pl_hostcopy_measure (double seconds, size_t frame_bytes, char *err, size_t err_size);
+
+//  The copy cost the planner uses, in bytes per core-second: configured_mbps
+//  if > 0, else measured for 0.3 s with frames of a quarter of
+//  split_bytes (a batch's activations at the first split: a micro-batch's
+//  at N = 4). -1 with a message if it cannot be measured.
+double pl_hostcopy_rate (double configured_mbps, double split_bytes, char *err,
+                         size_t err_size);
 
 #endif

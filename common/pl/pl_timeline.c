@@ -25,6 +25,13 @@ pl_wall_clock (void)
 }
 
 double
+pl_monotonic_clock (void *arg)
+{
+    (void) arg;
+    return pl_monotonic ();
+}
+
+double
 pl_monotonic (void)
 {
     struct timespec ts;

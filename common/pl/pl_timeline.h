@@ -40,5 +40,7 @@ int pl_timeline_write_csv (const pl_timeline_t *self, const char *path, bool app
 double pl_wall_clock (void);
 //  Seconds on CLOCK_MONOTONIC, for durations.
 double pl_monotonic (void);
+//  pl_monotonic as a clock callback (nn_profile_args_t.now); arg unused.
+double pl_monotonic_clock (void *arg);
 
 #endif
