@@ -584,6 +584,19 @@ s_link_spans (pl_event_t *ev, size_t n)
     return kept;
 }
 
+//  A transfer's server end, now: "uplink" (activations arrived) or
+//  "downlink" (gradients leave) of device's micro-batch h, an instant that
+//  s_link_spans stretches to the device's end.
+static void
+s_link_event (srv_t *self, uint32_t device, const char *stage, const proto_header_t *h)
+{
+    char who[16];
+    snprintf (who, sizeof who, "link:d%u", device & 0xffff);
+    double now = pl_timeline_now (self->timeline);
+    pl_timeline_add (self->timeline, who, stage, (int) h->epoch, (int) h->iteration,
+                     (int) h->micro_batch, now, now);
+}
+
 //  self->timeline's events, transfers completed, sorted by start time, as
 //  a new timeline.
 static pl_timeline_t *
@@ -871,11 +884,7 @@ s_on_grad (srv_t *self, proto_msg_t *grad)
     d->last_seen = pl_monotonic ();     //  its silence counts from its work's return
     //  The gradients leave now; s_link_spans ends the span where the device
     //  starts their backward.
-    char who[16];
-    snprintf (who, sizeof who, "link:d%u", h->device_id & 0xffff);
-    double now = pl_timeline_now (self->timeline);
-    pl_timeline_add (self->timeline, who, "downlink", (int) h->epoch, (int) h->iteration,
-                     (int) h->micro_batch, now, now);
+    s_link_event (self, h->device_id, "downlink", h);
     srv_send (self, d, &grad);
 }
 
@@ -1230,11 +1239,7 @@ s_on_router (srv_t *self)
             if (self->mode != PROTO_MODE_FL) {
                 //  Arrived now; s_link_spans starts the span where the
                 //  device's forward of this micro-batch ended.
-                char who[16];
-                snprintf (who, sizeof who, "link:d%d", id & 0xffff);
-                double now = pl_timeline_now (self->timeline);
-                pl_timeline_add (self->timeline, who, "uplink", (int) h->epoch,
-                                 (int) h->iteration, (int) h->micro_batch, now, now);
+                s_link_event (self, (uint32_t) id, "uplink", h);
             }
             //  The worker routes GRADIENTS by the header's device id.
             proto_msg_set_route (msg, (uint32_t) id, h->epoch, h->iteration, h->micro_batch);
