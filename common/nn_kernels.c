@@ -764,11 +764,17 @@ s_pool_window (const nn_pool_shape_t *s, int p, int q,
     *w1 = ws + s->kernel > s->w ? s->w : ws + s->kernel;
 }
 
+//  Pixels in a window: kernel x kernel, or the whole image (global pooling).
+static long
+s_pool_cells (const nn_pool_shape_t *s)
+{
+    return s->kernel == 0 ? (long) s->h * s->w : (long) s->kernel * s->kernel;
+}
+
 bool
 nn_maxpool_fits (const nn_pool_shape_t *s)
 {
-    long window = s->kernel == 0 ? (long) s->h * s->w : (long) s->kernel * s->kernel;
-    return window <= NN_POOL_MAX_WINDOW - 1;    //  one code is NN_POOL_NO_WINNER
+    return s_pool_cells (s) <= NN_POOL_MAX_WINDOW - 1;  //  one code is NN_POOL_NO_WINNER
 }
 
 //  The unpadded corner of window (p, q) and its row width, for win codes.
@@ -838,7 +844,7 @@ nn_maxpool_backward (float *din, const float *dout, const uint8_t *win,
     //  Input offset of each code from the window's corner, channel 0.
     ptrdiff_t offset[NN_POOL_MAX_WINDOW];
     int width = s->kernel == 0 ? s->w : s->kernel;
-    int cells = s->kernel == 0 ? s->h * s->w : s->kernel * s->kernel;
+    int cells = (int) s_pool_cells (s);
     for (int k = 0; k < cells; k++)
         offset[k] = ((ptrdiff_t) (k / width) * s->w + k % width) * C;
     for (int n = 0; n < s->n; n++) {

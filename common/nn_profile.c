@@ -152,19 +152,17 @@ s_iteration (s_prof_t *p, int n, int it, bool record)
     if (p->last)
         nn_softmax_xent (p->dout, out, p->y, n, p->classes, 1.0f, NULL);
     double t1 = s_now (p);
-    double t2 = s_now (p);
     nn_model_backward (p->model, p->dout, p->need_dx ? p->dx : NULL);
-    double t3 = s_now (p);
+    double t2 = s_now (p);
     //  lr 0 keeps the weights (and so the work) the same every iteration.
     nn_sgd_t sgd = { 0.0f, 0.9f, 0.0f };
-    double t4 = s_now (p);
     nn_sgd_step (nn_model_weights (p->model), nn_model_optim_state (p->model),
                  nn_model_grads (p->model), nn_model_params_count (p->model), &sgd);
-    double t5 = s_now (p);
+    double t3 = s_now (p);
     if (record) {
         p->samples[0][it] = t1 - t0;
-        p->samples[1][it] = t3 - t2;
-        p->samples[2][it] = t5 - t4;
+        p->samples[1][it] = t2 - t1;
+        p->samples[2][it] = t3 - t2;
     }
 }
 

@@ -10,12 +10,12 @@
 #include "nn_rng.h"
 #include "pl_hostcopy.h"
 #include "pl_summary.h"
+#include "pl_timeline.h"
 #include "runcmd.h"
 
 #include <cJSON.h>
 #include <math.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 //  A plan input with its own devices.
@@ -631,21 +631,12 @@ s_fake_clock (void *arg)
     return *t += 1.0;
 }
 
-static double
-s_real_clock (void *arg)
-{
-    (void) arg;
-    struct timespec ts;
-    clock_gettime (CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + 1e-9 * (double) ts.tv_nsec;
-}
-
 Test (plan, profile_fills_every_unit_and_the_sizes)
 {
     nn_model_spec_t spec;
     nn_model_spec_vgg5 (&spec, 1, 28, 10, true);
-    //  A clock that ticks once per reading: every timed section reads it
-    //  twice, so every measured cost is exactly 1 "second".
+    //  A clock that ticks once per reading: every timed section spans one
+    //  reading, so every measured cost is exactly 1 "second".
     double t = 0.0;
     nn_profile_args_t a = { .batch_size = 8, .iterations = 3, .now = s_fake_clock,
                             .now_arg = &t };
@@ -684,7 +675,7 @@ Test (plan, profile_measures_real_time)
 {
     nn_model_spec_t spec;
     nn_model_spec_vgg5 (&spec, 1, 28, 10, true);
-    nn_profile_args_t a = { .batch_size = 20, .iterations = 3, .now = s_real_clock };
+    nn_profile_args_t a = { .batch_size = 20, .iterations = 3, .now = pl_monotonic_clock };
     nn_plan_costs_t costs;
     nn_profile_report_t rep;
     char err[NN_ERR_SIZE];
