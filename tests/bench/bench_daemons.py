@@ -125,67 +125,78 @@ def run_trainer(args, work, rep):
             "srv_rss_kb": rss_kb, "summary_rss_kb": summary.get("peak_rss_kb")}
 
 
-def run_daemons(args, work, mode, rep):
-    res = os.path.join(work, "%s-%d" % (mode, rep))
-    ep = os.path.join(work, "%s-%d.endpoint" % (mode, rep))
-    stfile = os.path.join(work, "%s-%d.server.time" % (mode, rep))
-    srv_log = open(os.path.join(work, "%s-%d.server.log" % (mode, rep)), "w")
-    sets = ["samples=%d" % SAMPLES, "test_samples=%d" % TEST_SAMPLES, "epochs=1",
-            "batch_size=100", "devices=%d" % DEVICES]
-    if mode == "pipelearn":
-        sets += ["micro_batches=4", "split_point=1"]
-    argv = [os.path.join(args.build, "server", "pipelearn-server"),
-            "--config", "configs/%s.json" % mode, "--bind", "tcp://127.0.0.1:*",
+def launch(build, work, tag, config, sets, client_threads, timeout, timed):
+    """A server (config with --set sets) and DEVICES clients on loopback,
+    run to the end. Logs go to work/tag.server.log and tag.clientD.log;
+    with timed, /usr/bin/time files to tag.server.time and
+    tag.clientD.time. Returns the results directory (work/tag); raises
+    RuntimeError if a process fails or the run outlasts timeout seconds."""
+    res = os.path.join(work, tag)
+    ep = os.path.join(work, tag + ".endpoint")
+
+    def wrap(name, argv):
+        return time_wrap(os.path.join(work, tag + name), argv) if timed else argv
+
+    argv = [os.path.join(build, "server", "pipelearn-server"),
+            "--config", config, "--bind", "tcp://127.0.0.1:*",
             "--endpoint-file", ep, "--results", res, "--quiet", "--insecure"]
     for s in sets:
         argv += ["--set", s]
     procs = []
+    logs = [open(os.path.join(work, tag + ".server.log"), "w")]
     try:
-        server = subprocess.Popen(time_wrap(stfile, argv), stdout=srv_log,
+        server = subprocess.Popen(wrap(".server.time", argv), stdout=logs[0],
                                   stderr=subprocess.STDOUT)
         procs.append(server)
         deadline = time.monotonic() + 30
         while not (os.path.exists(ep) and os.path.getsize(ep) > 0):
             if server.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("%s: the server did not start (log %s)"
-                                   % (mode, srv_log.name))
+                                   % (tag, logs[0].name))
             time.sleep(0.05)
         time.sleep(0.05)    # the endpoint file may be written in two steps
         with open(ep) as f:
             endpoint = f.read().strip()
-        clients = []
         for dev in range(DEVICES):
-            ctfile = os.path.join(work, "%s-%d.client%d.time" % (mode, rep, dev))
-            clog = open(os.path.join(work, "%s-%d.client%d.log" % (mode, rep, dev)), "w")
-            c = subprocess.Popen(time_wrap(ctfile, [
-                os.path.join(args.build, "client", "pipelearn-client"),
+            logs.append(open(os.path.join(work, "%s.client%d.log" % (tag, dev)), "w"))
+            procs.append(subprocess.Popen(wrap(".client%d.time" % dev, [
+                os.path.join(build, "client", "pipelearn-client"),
                 "--connect", endpoint, "--device-id", str(dev), "--insecure",
-                "--threads", str(args.client_threads)]),
-                stdout=clog, stderr=subprocess.STDOUT)
-            procs.append(c)
-            clients.append((c, ctfile, clog))
-        deadline = time.monotonic() + args.timeout
+                "--threads", str(client_threads)]),
+                stdout=logs[-1], stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + timeout
         for p in procs:
             rc = p.wait(timeout=max(1, deadline - time.monotonic()))
             if rc != 0:
-                raise RuntimeError("%s rep %d: %s exited %d (logs in %s)"
-                                   % (mode, rep, p.args[5], rc, work))
+                raise RuntimeError("%s: %s exited %d (logs in %s)"
+                                   % (tag, " ".join(p.args[:6]), rc, work))
     except subprocess.TimeoutExpired:
         terminate(procs)
-        raise RuntimeError("%s rep %d timed out after %ds" % (mode, rep, args.timeout))
+        raise RuntimeError("%s timed out after %ds" % (tag, timeout))
     except BaseException:
         terminate(procs)
         raise
     finally:
-        srv_log.close()
+        for f in logs:
+            f.close()
+    return res
+
+
+def run_daemons(args, work, mode, rep):
+    tag = "%s-%d" % (mode, rep)
+    sets = ["samples=%d" % SAMPLES, "test_samples=%d" % TEST_SAMPLES, "epochs=1",
+            "batch_size=100", "devices=%d" % DEVICES]
+    if mode == "pipelearn":
+        sets += ["micro_batches=4", "split_point=1"]
+    res = launch(args.build, work, tag, "configs/%s.json" % mode, sets, args.client_threads,
+                 args.timeout, timed=True)
     with open(os.path.join(res, "summary.json")) as f:
         summary = json.load(f)
     e = summary["epochs"][0]
     devs = e["devices"]
     workers = max(1, e["server"].get("workers", 1))
-    cli_rss = [read_time(t)[0] for _, t, _ in clients]
-    for _, _, clog in clients:
-        clog.close()
+    cli_rss = [read_time(os.path.join(work, "%s.client%d.time" % (tag, dev)))[0]
+               for dev in range(DEVICES)]
     return {
         "epoch_s": e["wall_s"],
         "eval_s": e.get("eval_s", 0.0),
@@ -196,7 +207,7 @@ def run_daemons(args, work, mode, rep):
         "workers": workers,
         "dev_idle_s": max(d["idle_s"] for d in devs),
         "bytes": sum(d["bytes_up"] + d["bytes_down"] for d in devs),
-        "srv_rss_kb": read_time(stfile)[0],
+        "srv_rss_kb": read_time(os.path.join(work, tag + ".server.time"))[0],
         "summary_rss_kb": summary.get("peak_rss_kb"),
         "cli_rss_kb": max(cli_rss),
     }

@@ -37,12 +37,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_daemons import log, terminate  # noqa: E402
+from bench_daemons import DEVICES, launch, log  # noqa: E402
 
-DEVICES = 2
 
 
 def plan_estimate(args, costs, p, n, link_mbps):
@@ -60,46 +58,11 @@ def plan_estimate(args, costs, p, n, link_mbps):
 
 
 def run_daemons(args, work, p, n, rep):
-    tag = "P%d-N%d-%d" % (p, n, rep)
-    res = os.path.join(work, tag)
-    ep = os.path.join(work, tag + ".endpoint")
-    srv_log = open(os.path.join(work, tag + ".server.log"), "w")
-    argv = [os.path.join(args.build, "server", "pipelearn-server"),
-            "--config", "configs/pipelearn.json", "--bind", "tcp://127.0.0.1:*",
-            "--endpoint-file", ep, "--results", res, "--quiet", "--insecure"]
-    for s in ["samples=%d" % (DEVICES * args.samples_per_device), "test_samples=500",
-              "epochs=%d" % args.epochs, "devices=%d" % DEVICES, "split_point=%d" % p,
-              "micro_batches=%d" % n]:
-        argv += ["--set", s]
-    procs, logs = [], [srv_log]
-    try:
-        procs.append(subprocess.Popen(argv, stdout=srv_log, stderr=subprocess.STDOUT))
-        deadline = time.monotonic() + 30
-        while not (os.path.exists(ep) and os.path.getsize(ep) > 0):
-            if procs[0].poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("%s: the server did not start (log %s)" % (tag, srv_log.name))
-            time.sleep(0.05)
-        time.sleep(0.05)
-        with open(ep) as f:
-            endpoint = f.read().strip()
-        for dev in range(DEVICES):
-            clog = open(os.path.join(work, "%s.client%d.log" % (tag, dev)), "w")
-            logs.append(clog)
-            procs.append(subprocess.Popen(
-                [os.path.join(args.build, "client", "pipelearn-client"), "--connect", endpoint,
-                 "--device-id", str(dev), "--insecure", "--threads", "1"],
-                stdout=clog, stderr=subprocess.STDOUT))
-        deadline = time.monotonic() + args.timeout
-        for proc in procs:
-            rc = proc.wait(timeout=max(1, deadline - time.monotonic()))
-            if rc != 0:
-                raise RuntimeError("%s: %s exited %d (logs in %s)" % (tag, proc.args[0], rc, work))
-    except BaseException:
-        terminate(procs)
-        raise
-    finally:
-        for f in logs:
-            f.close()
+    sets = ["samples=%d" % (DEVICES * args.samples_per_device), "test_samples=500",
+            "epochs=%d" % args.epochs, "devices=%d" % DEVICES, "split_point=%d" % p,
+            "micro_batches=%d" % n]
+    res = launch(args.build, work, "P%d-N%d-%d" % (p, n, rep), "configs/pipelearn.json", sets,
+                 1, args.timeout, timed=False)
     with open(os.path.join(res, "summary.json")) as f:
         summary = json.load(f)
     return summary["epochs"][-1]["wall_s"]
