@@ -580,6 +580,10 @@ PLAN_SETTINGS = [("4g", 4, 1), ("4g", 4, 10), ("4g", 3, 2), ("wifi", 3, 5)]
 PLAN_MAX_ERROR = 0.35
 
 
+def _fmt(value, spec, scale=1.0):
+    return spec % (scale * value) if value is not None else "-"
+
+
 def test_plan(t):
     """The planner's estimate versus a measured epoch under a shaped link.
     The devices run without a CPU quota in namespaces of this host, so the
@@ -597,19 +601,17 @@ def test_plan(t):
         t.ok(r.returncode == 0, "this host profiled (pipelearn-plan --write-costs)", r.stderr)
         rows = []
         for profile, p, n in PLAN_SETTINGS:
-            argv = [plan_bin, "--config", cfg, "--costs", costs, "--link", profile,
-                    "--host-cores", str(cores), "--json"]
+            pinned = []
             for kv in sets + ["split_point=%d" % p, "micro_batches=%d" % n]:
-                argv += ["--set", kv]
-            r, _ = run(argv, timeout=120)
+                pinned += ["--set", kv]
+            r, _ = run([plan_bin, "--config", cfg, "--costs", costs, "--link", profile,
+                        "--host-cores", str(cores), "--json"] + pinned, timeout=120)
             est = json.loads(r.stdout)["chosen"]["estimated_epoch_s"] if r.returncode == 0 \
                 else None
             prefix = "tp" + secrets.token_hex(3)
             lab_out = os.path.join(out, "%s-P%d-N%d" % (profile, p, n))
             extra = ["--config", cfg, "--devices", "2", "--profile", profile, "--modes",
-                     "pipelearn", "--device-cpu", "0", "--repeat", "1", "--no-report"]
-            for kv in sets + ["split_point=%d" % p, "micro_batches=%d" % n]:
-                extra += ["--set", kv]
+                     "pipelearn", "--device-cpu", "0", "--repeat", "1", "--no-report"] + pinned
             r, secs = run(lab_argv(prefix, lab_out, *extra), timeout=600)
             summary = os.path.join(lab_out, "runs", "pipelearn-%s-r1" % profile,
                                    "summary.json")
@@ -620,19 +622,17 @@ def test_plan(t):
             err = (est - meas) / meas if ok else None
             rows.append((profile, p, n, est, meas, err))
             t.ok(ok and abs(err) <= PLAN_MAX_ERROR, "%s P=%d N=%d: predicted %s s, measured "
-                 "%s s, error %s (bar %d%%)" % (profile, p, n,
-                                              "%.2f" % est if est is not None else "-",
-                                              "%.2f" % meas if meas is not None else "-",
-                                              "%+.1f%%" % (100 * err) if ok else "-",
+                 "%s s, error %s (bar %d%%)" % (profile, p, n, _fmt(est, "%.2f"),
+                                              _fmt(meas, "%.2f"),
+                                              _fmt(err, "%+.1f%%", 100),
                                               100 * PLAN_MAX_ERROR),
                  r.stderr[-3000:])
             t.ok(not leftovers(prefix), "nothing left behind", leftovers(prefix))
         t.note("profile   P   N  predicted_s  measured_s   error")
         for profile, p, n, est, meas, err in rows:
             t.note("%-8s %2d %3d %12s %11s %8s" % (
-                profile, p, n, "%.2f" % est if est is not None else "-",
-                "%.2f" % meas if meas is not None else "-",
-                "%+.1f%%" % (100 * err) if err is not None else "-"))
+                profile, p, n, _fmt(est, "%.2f"), _fmt(meas, "%.2f"),
+                _fmt(err, "%+.1f%%", 100)))
 
 
 def main(argv):

@@ -217,11 +217,11 @@ def _lane_key(who):
 
 def infer_links(events):
     """Link events inferred from a split run's timeline that records
-    compute but not transfers (written before the server recorded them): a micro-batch's activations are on the
-    uplink from the end of its forward on the device (or the end of the
-    previous micro-batch's upload, the link being serial) to the start of its
-    compute on the server, and its gradients on the downlink from the end
-    of that compute (or of the previous download) to the start of its
+    compute but not transfers (written before the server recorded them): a
+    micro-batch's activations are on the uplink from the end of its forward
+    on the device (or the end of the previous micro-batch's upload, the link
+    being serial) to the start of its compute on the server, and its
+    gradients on the downlink from the end of that compute (or of the previous download) to the start of its
     backward on the device. Both spans include the propagation delay and any
     wait for a free server worker or a busy device. who = "link:dN",
     stage "uplink" / "downlink"."""
