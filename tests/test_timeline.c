@@ -279,7 +279,11 @@ Test (timeline, pipelearn_server_overlaps_device, .timeout = 600)
                   "that device's transfers (largest overlap %.6f s)", links);
     //  The epoch's clock starts when the first device is ready (PROTOCOL.md),
     //  not when the devices joined: wall_s is the span of the recorded
-    //  stages, not that plus the devices' loading.
+    //  stages, not that plus the devices' loading. Between readiness and
+    //  the first recorded stage a device takes MODEL and builds its first
+    //  batch, which is epoch time: allowed up to 2% of the span plus 10 ms
+    //  (ASan makes it 30 ms of a 5.6 s span; the devices' loading, which
+    //  the old clock counted, was 46% of a 0.12 s span without ASan).
     double first = 1e30, last = -1e30;
     for (int i = 0; i < csv.count; i++) {
         first = csv.rows[i].start_s < first ? csv.rows[i].start_s : first;
@@ -290,7 +294,7 @@ Test (timeline, pipelearn_server_overlaps_device, .timeout = 600)
     double wall = cJSON_GetObjectItemCaseSensitive (cJSON_GetArrayItem (epochs, 0),
                                                     "wall_s")->valuedouble;
     cr_log_info ("pipelearn: epoch wall_s %.4f s, stages span %.4f s", wall, last - first);
-    cr_expect (wall <= last - first + 0.01 && wall >= (last - first) * 0.5,
+    cr_expect (wall <= (last - first) * 1.02 + 0.01 && wall >= (last - first) * 0.5,
                "pipelearn: epoch wall_s %.4f s against the stages' span %.4f s", wall,
                last - first);
     cJSON_Delete (summary);
