@@ -650,6 +650,9 @@ s_join (cli_t *self)
                         .sample_count = 0 };
     snprintf (h.name, sizeof h.name, "pipelearn-client");
     proto_msg_set_hello (hello, &h);
+    //  The signal handlers are set by now: from this line on SIGTERM and
+    //  SIGINT end the run with a BYE (tests wait for it before signalling).
+    pl_log_info ("client: connecting to %s", self->args.connect);
     if (cli_send (self, &hello))
         return -1;
     proto_msg_t *msg = s_recv (self, -1);

@@ -53,18 +53,21 @@ s_spawn (s_run_t *run, const char *log_name, char *const argv[])
 {
     char log[4096];
     s_path (log, run->dir, log_name);
+    //  Opened (and emptied) before the fork: a caller that reads the log
+    //  right after this returns sees this process's lines, never those of
+    //  an earlier process that wrote the same log.
+    int fd = open (log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    cr_assert (fd >= 0, "%s: %s", log, strerror (errno));
     pid_t pid = fork ();
     cr_assert (pid >= 0, "fork: %s", strerror (errno));
     if (pid == 0) {
-        int fd = open (log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2 (fd, 1);
-            dup2 (fd, 2);
-            close (fd);
-        }
+        dup2 (fd, 1);
+        dup2 (fd, 2);
+        close (fd);
         execv (argv[0], argv);
         _exit (127);
     }
+    close (fd);
     cr_assert (run->count < MAX_PROCS);
     run->pids[run->count++] = pid;
     return pid;
