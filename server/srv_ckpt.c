@@ -5,6 +5,7 @@
 #include "nn_checkpoint.h"
 #include "pl_log.h"
 #include "pl_summary.h"
+#include "pl_timeline.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -126,6 +127,7 @@ srv_ckpt_save (const char *results_dir, int keep, srv_ckpt_point_t point,
         cJSON_AddNumberToObject (state, "epoch", point.epoch);
         cJSON_AddNumberToObject (state, "round_iter", point.round_iter);
         cJSON_AddNumberToObject (state, "replicas", replicas_count);
+        cJSON_AddNumberToObject (state, "origin_s", point.origin_s);
         cJSON_AddItemToObject (state, "config", pl_config_to_json (cfg));
         cJSON_AddItemToObject (state, "epochs", epochs ? cJSON_Duplicate (epochs, 1)
                                                        : cJSON_CreateArray ());
@@ -211,8 +213,12 @@ s_read_state (const char *path, char *err, size_t err_size)
     return state;
 }
 
-int
-srv_ckpt_peek_plan (const char *results_dir, int *split_point, int *micro_batches)
+//  Walk the checkpoints newest first until take (state, out) returns 0 (it
+//  found what it reads in that state.json). 0, or -1 if none had it.
+typedef int (s_take_fn) (const cJSON *state, void *out);
+
+static int
+s_peek (const char *results_dir, s_take_fn *take, void *out)
 {
     char dir[1024];
     snprintf (dir, sizeof dir, "%s/checkpoints", results_dir);
@@ -222,19 +228,55 @@ srv_ckpt_peek_plan (const char *results_dir, int *split_point, int *micro_batche
         char path[2048], why[512];
         snprintf (path, sizeof path, "%s/%s", dir, names[i]);
         cJSON *state = s_read_state (path, why, sizeof why);
-        const cJSON *config = cJSON_GetObjectItemCaseSensitive (state, "config");
-        const cJSON *p = cJSON_GetObjectItemCaseSensitive (config, "split_point");
-        const cJSON *n = cJSON_GetObjectItemCaseSensitive (config, "micro_batches");
-        if (cJSON_IsNumber (p) && cJSON_IsNumber (n) && p->valuedouble >= 1
-        &&  p->valuedouble <= 1e6 && n->valuedouble >= 1 && n->valuedouble <= 1e6) {
-            *split_point = (int) p->valuedouble;
-            *micro_batches = (int) n->valuedouble;
-            rc = 0;
-        }
+        if (state)
+            rc = take (state, out);
         cJSON_Delete (state);
     }
     s_list_free (names, count);
     return rc;
+}
+
+static int
+s_take_plan (const cJSON *state, void *out)
+{
+    const cJSON *config = cJSON_GetObjectItemCaseSensitive (state, "config");
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive (config, "split_point");
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive (config, "micro_batches");
+    if (!cJSON_IsNumber (p) || !cJSON_IsNumber (n) || p->valuedouble < 1
+    ||  p->valuedouble > 1e6 || n->valuedouble < 1 || n->valuedouble > 1e6)
+        return -1;
+    int *pn = out;
+    pn[0] = (int) p->valuedouble;
+    pn[1] = (int) n->valuedouble;
+    return 0;
+}
+
+int
+srv_ckpt_peek_plan (const char *results_dir, int *split_point, int *micro_batches)
+{
+    int pn[2];
+    if (s_peek (results_dir, s_take_plan, pn))
+        return -1;
+    *split_point = pn[0];
+    *micro_batches = pn[1];
+    return 0;
+}
+
+static int
+s_take_origin (const cJSON *state, void *out)
+{
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive (state, "origin_s");
+    //  A CLOCK_REALTIME second after 2001 and not in the future.
+    if (!cJSON_IsNumber (o) || o->valuedouble <= 1e9 || o->valuedouble > pl_wall_clock ())
+        return -1;
+    *(double *) out = o->valuedouble;
+    return 0;
+}
+
+int
+srv_ckpt_peek_origin (const char *results_dir, double *origin_s)
+{
+    return s_peek (results_dir, s_take_origin, origin_s);
 }
 
 //  Load one checkpoint. 0; -1 corrupt (skip it); -2 another run (stop).
@@ -276,6 +318,8 @@ s_load_one (const char *path, const char *name, const pl_config_t *cfg, nn_model
     if (rc == 0) {
         point->epoch = (int) epoch->valuedouble;
         point->round_iter = (unsigned) iter->valuedouble;
+        const cJSON *origin = cJSON_GetObjectItemCaseSensitive (state, "origin_s");
+        point->origin_s = cJSON_IsNumber (origin) ? origin->valuedouble : 0.0;
         *epochs_out = cJSON_Duplicate (epochs, 1);
     }
     cJSON_Delete (state);

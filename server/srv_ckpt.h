@@ -6,7 +6,7 @@
       devpart.ckpt      the device part every device gets next (nn_checkpoint)
       replica-K.ckpt    server replica K with its optimiser state (split modes)
       state.json        epoch, round_iter, the run's config, the summary's
-                        epochs so far
+                        epochs so far, origin_s (the run's time 0)
     It is written as round-...tmp-PID, every file fsynced, then renamed into
     place and the parent directory fsynced: a crash leaves either the whole
     checkpoint or none. The newest `keep` are kept.
@@ -33,6 +33,7 @@
 typedef struct {
     int epoch;                  //  the round starts in this epoch (1-based)
     unsigned round_iter;        //  at this iteration
+    double origin_s;            //  the run's time 0 for timeline.csv (pl_wall_clock)
 } srv_ckpt_point_t;
 
 //  Write a checkpoint of the models for the round at point, with the
@@ -58,5 +59,10 @@ int srv_ckpt_load (const char *results_dir, const pl_config_t *cfg, nn_model_t *
 //  them (a run planned with "auto" resumes with the plan it ran; the
 //  planner may still move them once the devices are in). 0, or -1 if none.
 int srv_ckpt_peek_plan (const char *results_dir, int *split_point, int *micro_batches);
+
+//  The run's time 0 (origin_s) from the newest checkpoint that has one, so
+//  that a resumed run's timeline.csv goes on in the same time base. 0, or
+//  -1 if none has it (no checkpoint, or only ones older than the field).
+int srv_ckpt_peek_origin (const char *results_dir, double *origin_s);
 
 #endif

@@ -309,7 +309,7 @@ s_checkpoint (srv_t *self)
     for (int i = 0; i < self->replicas_count; i++)
         reps[i] = self->rep[i].model;
     char err[NN_ERR_SIZE];
-    srv_ckpt_point_t pt = { self->epoch, self->round_iter };
+    srv_ckpt_point_t pt = { self->epoch, self->round_iter, self->origin };
     if (srv_ckpt_save (self->results, SRV_CKPT_KEEP, pt, &self->cfg, self->devpart, reps,
                        self->replicas_count, pl_summary_epochs (self->summary), err,
                        sizeof err))
@@ -1719,6 +1719,18 @@ s_resume (srv_t *self)
         return 1;
     }
     pl_summary_set_epochs (self->summary, epochs);
+    //  timeline.csv keeps the epochs that ended before this point, in the
+    //  run's time base (rows of the interrupted epoch are dropped: its
+    //  rounds from the checkpoint on are run again, those before it had
+    //  not been written). A checkpoint without origin_s: a new file.
+    if (self->origin_kept && pt.origin_s == self->origin) {
+        char path[1024];
+        snprintf (path, sizeof path, "%s/timeline.csv", self->results);
+        int kept = pl_timeline_csv_keep_before (path, pt.epoch, err, sizeof err);
+        if (kept < 0)
+            pl_log_warn ("server: %s (timeline.csv starts again)", err);
+        self->timeline_written = kept == 1;
+    }
     self->epoch = pt.epoch;
     self->round_iter = pt.round_iter;
     self->resumed = true;
@@ -1795,6 +1807,8 @@ srv_run (int argc, char **argv)
     self->tty = isatty (STDOUT_FILENO);
     self->results = args.results_dir ? args.results_dir : self->cfg.results_dir;
     self->origin = pl_wall_clock ();
+    //  A resumed run keeps its time 0: timeline.csv goes on where it was.
+    self->origin_kept = args.resume && srv_ckpt_peek_origin (self->results, &self->origin) == 0;
     self->timeline = pl_timeline_new (self->origin);
     self->summary = pl_summary_new (&self->cfg, "pipelearn-server", 1);
     int resumed = 0;

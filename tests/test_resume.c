@@ -32,6 +32,43 @@ s_free_port (void)
     return ntohs (a.sin_port);
 }
 
+//  Per epoch 1..3 of DIR/sub/timeline.csv: rows (but "wait": how often a
+//  device waits depends on timing), earliest start, latest end. Every line
+//  must be the header (first line only) or a row.
+typedef struct {
+    int rows[4];
+    double first[4], last[4];
+} s_tl_t;
+
+static s_tl_t
+s_timeline (const char *dir, const char *sub)
+{
+    char path[4096];
+    snprintf (path, sizeof path, "%s/%s/timeline.csv", dir, sub);
+    FILE *f = fopen (path, "r");
+    cr_assert_not_null (f, "%s: %s", path, strerror (errno));
+    s_tl_t tl = { { 0 }, { 1e300, 1e300, 1e300, 1e300 }, { 0 } };
+    char line[512];
+    int n = 0;
+    while (fgets (line, sizeof line, f)) {
+        if (n++ == 0) {
+            cr_assert_str_eq (line, "who,stage,epoch,iteration,micro_batch,start_s,end_s\n");
+            continue;
+        }
+        char who[32], stage[32];
+        int epoch, iter, micro;
+        double start, end;
+        cr_assert_eq (sscanf (line, "%31[^,],%31[^,],%d,%d,%d,%lf,%lf", who, stage, &epoch,
+                              &iter, &micro, &start, &end), 7, "%s line %d: %s", path, n, line);
+        cr_assert (epoch >= 1 && epoch <= 3, "%s line %d: %s", path, n, line);
+        tl.rows[epoch] += strcmp (stage, "wait") != 0;
+        tl.first[epoch] = start < tl.first[epoch] ? start : tl.first[epoch];
+        tl.last[epoch] = end > tl.last[epoch] ? end : tl.last[epoch];
+    }
+    fclose (f);
+    return tl;
+}
+
 static void
 s_full_run (s_run_t *run, const char *sub)
 {
@@ -103,6 +140,17 @@ s_crash_and_resume (bool corrupt)
     cr_expect_eq (cJSON_GetArraySize (cJSON_GetObjectItemCaseSensitive (s, "epochs")), 3,
                   "the resumed summary has not the 3 epochs");
     cJSON_Delete (s);
+    //  timeline.csv: each epoch's rows once (as many as the uninterrupted
+    //  run's: the interrupted epoch's were dropped and run again), in one
+    //  time base: epoch 1's rows (written before the crash) end before the
+    //  resumed epoch 2 starts, the downtime between them.
+    s_tl_t whole = s_timeline (run.dir, "whole"), tl = s_timeline (run.dir, "crash");
+    for (int e = 1; e <= 3; e++)
+        cr_expect_eq (tl.rows[e], whole.rows[e], "epoch %d: %d rows in timeline.csv, the "
+                      "uninterrupted run has %d", e, tl.rows[e], whole.rows[e]);
+    if (!corrupt)
+        cr_expect (tl.first[2] > tl.last[1] + 0.3, "the resumed epoch 2 starts at %.3f s, "
+                   "epoch 1 ended at %.3f s: not one time base", tl.first[2], tl.last[1]);
     nn_model_destroy (&a);
     nn_model_destroy (&b);
     s_kill_all (&run);

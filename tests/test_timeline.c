@@ -443,3 +443,38 @@ Test (timeline, server_refuses_events_that_do_not_fit, .timeout = 600)
     e.micro_batch = 1;          //  sfl has one micro-batch
     s_bad_events (1, e, "micro-batch 1 do not fit epoch 1 with 1 micro-batch");
 }
+
+//  A resumed run's timeline.csv keeps the rows of the epochs before the
+//  checkpoint; whatever else is in the file (later epochs, broken or
+//  over-long lines, a last line cut short) is dropped, never trusted.
+Test (timeline, resume_keeps_the_earlier_epochs_only)
+{
+    char dir[] = TMP_TEMPLATE, path[4096], err[256];
+    cr_assert_not_null (mkdtemp (dir));
+    s_path (path, dir, "timeline.csv");
+    cr_assert_eq (pl_timeline_csv_keep_before (path, 2, err, sizeof err), 0,
+                  "no file: nothing kept, a new file to start");
+    char longrow[2000];
+    memset (longrow, 'x', sizeof longrow);
+    memcpy (longrow, "device0,forward,1,", 18);
+    longrow[sizeof longrow - 1] = 0;
+    char text[8192];
+    snprintf (text, sizeof text,
+              "who,stage,epoch,iteration,micro_batch,start_s,end_s\n"
+              "device0,forward,1,0,0,0.100000,0.200000\n"
+              "server,compute,2,0,0,0.300000,0.400000\n"
+              "not a row\n"
+              "%s\n"
+              "device1,backward,-3,0,0,0.5,0.6\n"
+              "device1,backward,1,0,0,0.500000,0.600000\n"
+              "device1,update,3,0,-1,9.0,9.1\n"
+              "device1,update,1,0,-1,0.7,0.8", longrow);
+    s_write (path, text);
+    cr_assert_eq (pl_timeline_csv_keep_before (path, 2, err, sizeof err), 1, "%s", err);
+    char *kept = s_read (path);
+    cr_assert_str_eq (kept, "who,stage,epoch,iteration,micro_batch,start_s,end_s\n"
+                            "device0,forward,1,0,0,0.100000,0.200000\n"
+                            "device1,backward,1,0,0,0.500000,0.600000\n");
+    free (kept);
+    s_rmtree (dir);
+}

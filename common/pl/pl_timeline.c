@@ -102,6 +102,59 @@ pl_timeline_clear (pl_timeline_t *self)
     self->count = 0;
 }
 
+//  The epoch column of a timeline.csv row (the third field), or -1.
+static long
+s_row_epoch (const char *row)
+{
+    const char *p = strchr (row, ',');
+    p = p ? strchr (p + 1, ',') : NULL;
+    if (!p)
+        return -1;
+    char *end;
+    errno = 0;
+    long epoch = strtol (p + 1, &end, 10);
+    return errno || end == p + 1 || *end != ',' ? -1 : epoch;
+}
+
+int
+pl_timeline_csv_keep_before (const char *path, int epoch, char *err, size_t err_size)
+{
+    FILE *f = fopen (path, "r");
+    if (!f) {
+        if (errno == ENOENT)
+            return 0;
+        return nn_errf (err, err_size, "%s: cannot read: %s", path, strerror (errno));
+    }
+    size_t size = 0, cap = 1 << 16;
+    char *kept = nn_malloc (cap), line[512];
+    const char *header = "who,stage,epoch,iteration,micro_batch,start_s,end_s\n";
+    size_t hlen = strlen (header);
+    memcpy (kept, header, hlen);
+    size = hlen;
+    bool first = true, whole = true;
+    while (fgets (line, sizeof line, f)) {
+        size_t len = strlen (line);
+        bool complete = len > 0 && line[len - 1] == '\n';
+        //  A line longer than the buffer is no row of ours: skip its rest.
+        bool keep = whole && complete && !first;
+        whole = complete;
+        first = false;
+        long e = keep ? s_row_epoch (line) : -1;
+        if (e < 1 || e >= epoch)
+            continue;
+        if (size + len > cap) {
+            cap = 2 * cap + len;
+            kept = nn_realloc (kept, cap);
+        }
+        memcpy (kept + size, line, len);
+        size += len;
+    }
+    fclose (f);
+    int rc = pl_write_file_atomic (path, kept, size, err, err_size) ? -1 : 1;
+    nn_free (kept);
+    return rc;
+}
+
 int
 pl_timeline_write_csv (const pl_timeline_t *self, const char *path, bool append,
                        char *err, size_t err_size)

@@ -36,6 +36,11 @@ void pl_timeline_clear (pl_timeline_t *self);
 //  add the rows to what is there.
 int pl_timeline_write_csv (const pl_timeline_t *self, const char *path, bool append,
                            char *err, size_t err_size);
+//  For a resumed run: rewrite the CSV at path (atomically) keeping only the
+//  rows of epochs before `epoch` (later ones are run again); rows that do
+//  not parse are dropped. 1 when the file was there (append to it from now
+//  on), 0 when there is none, -1 with a message.
+int pl_timeline_csv_keep_before (const char *path, int epoch, char *err, size_t err_size);
 //  Seconds since the epoch on CLOCK_REALTIME.
 double pl_wall_clock (void);
 //  Seconds on CLOCK_MONOTONIC, for durations.
