@@ -1722,8 +1722,9 @@ s_resume (srv_t *self)
     //  timeline.csv keeps the epochs that ended before this point, in the
     //  run's time base (rows of the interrupted epoch are dropped: its
     //  rounds from the checkpoint on are run again, those before it had
-    //  not been written). A checkpoint without origin_s: a new file.
-    if (self->origin_kept && pt.origin_s == self->origin) {
+    //  not been written). A checkpoint without origin_s, or another one
+    //  than the run's time 0 taken at the start: a new file.
+    if (pt.origin_s == self->origin) {
         char path[1024];
         snprintf (path, sizeof path, "%s/timeline.csv", self->results);
         int kept = pl_timeline_csv_keep_before (path, pt.epoch, err, sizeof err);
@@ -1808,7 +1809,8 @@ srv_run (int argc, char **argv)
     self->results = args.results_dir ? args.results_dir : self->cfg.results_dir;
     self->origin = pl_wall_clock ();
     //  A resumed run keeps its time 0: timeline.csv goes on where it was.
-    self->origin_kept = args.resume && srv_ckpt_peek_origin (self->results, &self->origin) == 0;
+    if (args.resume)
+        srv_ckpt_peek_origin (self->results, &self->origin);
     self->timeline = pl_timeline_new (self->origin);
     self->summary = pl_summary_new (&self->cfg, "pipelearn-server", 1);
     int resumed = 0;

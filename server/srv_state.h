@@ -142,7 +142,6 @@ typedef struct {
     pl_summary_t *summary;
     pl_timeline_t *timeline;
     bool timeline_written;      //  timeline.csv has this run's header and rows
-    bool origin_kept;           //  origin is a resumed run's, from its checkpoints
     const char *results;
     bool started, done;
     bool clock_wait;            //  epoch clock starts at the first ready device
