@@ -43,29 +43,17 @@ typedef struct {
 static s_tl_t
 s_timeline (const char *dir, const char *sub)
 {
-    char path[4096];
-    snprintf (path, sizeof path, "%s/%s/timeline.csv", dir, sub);
-    FILE *f = fopen (path, "r");
-    cr_assert_not_null (f, "%s: %s", path, strerror (errno));
+    s_csv_t csv = s_load_csv (dir, sub);
     s_tl_t tl = { { 0 }, { 1e300, 1e300, 1e300, 1e300 }, { 0 } };
-    char line[512];
-    int n = 0;
-    while (fgets (line, sizeof line, f)) {
-        if (n++ == 0) {
-            cr_assert_str_eq (line, "who,stage,epoch,iteration,micro_batch,start_s,end_s\n");
-            continue;
-        }
-        char who[32], stage[32];
-        int epoch, iter, micro;
-        double start, end;
-        cr_assert_eq (sscanf (line, "%31[^,],%31[^,],%d,%d,%d,%lf,%lf", who, stage, &epoch,
-                              &iter, &micro, &start, &end), 7, "%s line %d: %s", path, n, line);
-        cr_assert (epoch >= 1 && epoch <= 3, "%s line %d: %s", path, n, line);
-        tl.rows[epoch] += strcmp (stage, "wait") != 0;
-        tl.first[epoch] = start < tl.first[epoch] ? start : tl.first[epoch];
-        tl.last[epoch] = end > tl.last[epoch] ? end : tl.last[epoch];
+    for (int i = 0; i < csv.count; i++) {
+        const s_row_t *r = &csv.rows[i];
+        cr_assert (r->epoch >= 1 && r->epoch <= 3, "%s/timeline.csv row %d: epoch %d", sub,
+                   i + 1, r->epoch);
+        tl.rows[r->epoch] += strcmp (r->stage, "wait") != 0;
+        tl.first[r->epoch] = r->start_s < tl.first[r->epoch] ? r->start_s : tl.first[r->epoch];
+        tl.last[r->epoch] = r->end_s > tl.last[r->epoch] ? r->end_s : tl.last[r->epoch];
     }
-    fclose (f);
+    free (csv.rows);
     return tl;
 }
 

@@ -51,54 +51,6 @@
 //  ---------------------------------------------------------------------
 //  timeline.csv
 
-typedef struct {
-    char who[16], stage[16];
-    int epoch, iteration, micro_batch;
-    double start_s, end_s;
-} s_row_t;
-
-typedef struct {
-    s_row_t *rows;
-    int count;
-} s_csv_t;
-
-static const char s_header[] = "who,stage,epoch,iteration,micro_batch,start_s,end_s\n";
-
-//  Parse DIR/sub/timeline.csv; every line must be a well-formed row.
-static s_csv_t
-s_load_csv (const char *dir, const char *sub)
-{
-    char path[4096], name[128];
-    snprintf (name, sizeof name, "%s/timeline.csv", sub);
-    s_path (path, dir, name);
-    char *text = s_read (path);
-    cr_assert_not_null (text, "no %s", path);
-    cr_assert (strncmp (text, s_header, strlen (s_header)) == 0, "%s: header", path);
-    s_csv_t csv = { .rows = NULL, .count = 0 };
-    int capacity = 0;
-    char *save = NULL;
-    int line_no = 1;
-    for (char *line = strtok_r (text + strlen (s_header), "\n", &save); line;
-         line = strtok_r (NULL, "\n", &save)) {
-        line_no++;
-        if (csv.count == capacity) {
-            capacity = capacity ? 2 * capacity : 1024;
-            csv.rows = realloc (csv.rows, sizeof (s_row_t) * (size_t) capacity);
-            cr_assert_not_null (csv.rows);
-        }
-        s_row_t *r = &csv.rows[csv.count];
-        int used = 0;
-        int n = sscanf (line, "%15[^,],%15[^,],%d,%d,%d,%lf,%lf%n", r->who, r->stage,
-                        &r->epoch, &r->iteration, &r->micro_batch, &r->start_s, &r->end_s,
-                        &used);
-        cr_assert (n == 7 && line[used] == '\0', "%s:%d: malformed row \"%s\"", path,
-                   line_no, line);
-        csv.count++;
-    }
-    free (text);
-    return csv;
-}
-
 static bool
 s_is (const s_row_t *r, const char *who, const char *stage)
 {

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#define S_CSV_HEADER "who,stage,epoch,iteration,micro_batch,start_s,end_s\n"
+
 struct _pl_timeline_t {
     double origin;
     pl_event_t *events;
@@ -127,10 +129,8 @@ pl_timeline_csv_keep_before (const char *path, int epoch, char *err, size_t err_
     }
     size_t size = 0, cap = 1 << 16;
     char *kept = nn_malloc (cap), line[512];
-    const char *header = "who,stage,epoch,iteration,micro_batch,start_s,end_s\n";
-    size_t hlen = strlen (header);
-    memcpy (kept, header, hlen);
-    size = hlen;
+    memcpy (kept, S_CSV_HEADER, strlen (S_CSV_HEADER));
+    size = strlen (S_CSV_HEADER);
     bool first = true, whole = true;
     while (fgets (line, sizeof line, f)) {
         size_t len = strlen (line);
@@ -163,7 +163,7 @@ pl_timeline_write_csv (const pl_timeline_t *self, const char *path, bool append,
     if (!f)
         return nn_errf (err, err_size, "%s: cannot write: %s", path, strerror (errno));
     if (!append)
-        fprintf (f, "who,stage,epoch,iteration,micro_batch,start_s,end_s\n");
+        fputs (S_CSV_HEADER, f);
     for (size_t i = 0; i < self->count; i++) {
         const pl_event_t *e = &self->events[i];
         fprintf (f, "%s,%s,%d,%d,%d,%.6f,%.6f\n", e->who, e->stage, e->epoch, e->iteration,
