@@ -299,10 +299,14 @@ def test_shaping(t):
                      "dev%d %s: one-way delay %s ms within 5 ms of 30" % (
                          k, direction, "%.2f" % delay if delay else None), m)
                 # Jitter 5 ms uniform: the spread must show, but bounded.
-                lo, hi = m.get("delay_ms_min"), m.get("delay_ms_max")
+                # The bound is on the 95th percentile of the 50 probes: the
+                # maximum is one probe, and a 2-core host running another
+                # test suite once stalled one for 14 ms (49.5 ms, CI failed).
+                lo, hi = m.get("delay_ms_min"), m.get("delay_ms_p95")
                 t.ok(lo is not None and hi is not None and 24.0 <= lo and hi <= 45.0
                      and hi - lo >= 3.0, "dev%d %s: delays spread by the 5 ms jitter "
-                     "(%s..%s ms)" % (k, direction, lo, hi), m)
+                     "(%s..%s ms, 95th percentile; max %s)" % (
+                         k, direction, lo, hi, m.get("delay_ms_max")), m)
         # A relay prints its counters when it exits on SIGTERM: both relays
         # were stopped cleanly, and their logs kept with the results.
         logs = os.path.join(out, "relay-logs")
