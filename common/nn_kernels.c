@@ -1,6 +1,8 @@
 /*  nn_kernels.c: BLAS-backed and elementwise kernels (NHWC). */
 #include "nn_kernels.h"
 
+#include "nn_isa.h"
+
 #include <assert.h>
 #include <cblas.h>
 #include <float.h>
@@ -26,19 +28,37 @@
 #define S_DIRECT_PATCH 32
 
 //  Elementwise kernels are compiled twice, for AVX2+FMA (x86-64-v3) and for
-//  the baseline, and the loader picks one: one binary for every x86-64 host.
+//  the baseline, from one body: S_BODY marks the body (always inlined into
+//  both), S_DISPATCH defines NAME_avx2, NAME_generic and NAME, which calls
+//  the one nn_isa_active () allows. One binary for every x86-64 host, and
+//  PIPELEARN_ISA=generic can turn the AVX2 path off (GCC's target_clones
+//  picks at load time with no way to say no). LINK is static or extern.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#   define S_CLONES __attribute__ ((target_clones ("arch=x86-64-v3", "default")))
+#   define S_BODY static inline __attribute__ ((always_inline))
+#   define S_DISPATCH(LINK, NAME, PARAMS, ARGS)                                 \
+    __attribute__ ((target ("arch=x86-64-v3"))) static void                    \
+    NAME##_avx2 PARAMS { NAME##_body ARGS; }                                   \
+    static void NAME##_generic PARAMS { NAME##_body ARGS; }                    \
+    LINK void NAME PARAMS                                                      \
+    {                                                                          \
+        if (nn_isa_active () >= NN_ISA_AVX2)                                   \
+            NAME##_avx2 ARGS;                                                  \
+        else                                                                   \
+            NAME##_generic ARGS;                                               \
+    }
 #else
-#   define S_CLONES
+#   define S_BODY static inline
+#   define S_DISPATCH(LINK, NAME, PARAMS, ARGS)                                 \
+    LINK void NAME PARAMS { NAME##_body ARGS; }
 #endif
 
 //  Our own sgemm for the convolutions' shapes on AVX-512 CPUs: a 6 x 64
 //  register tile of 24 accumulators ran at 200-220 GFLOP/s on one core here
 //  (AMD Zen 5), against 95-100 for OpenBLAS with OPENBLAS_CORETYPE=Haswell
 //  and 187-190 with its own Cooperlake kernels. Used for every conv gemm
-//  whose output width is a multiple of 16 when the CPU has AVX-512
-//  (valgrind hides it: the OpenBLAS path runs there); nothing else changes.
+//  whose output width is a multiple of 16 when the CPU has AVX-512 and
+//  PIPELEARN_ISA allows it (nn_isa.h; valgrind hides AVX-512: the OpenBLAS
+//  path runs there); nothing else changes.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #   define S_GEMM16 1
 typedef float s_v16 __attribute__ ((vector_size (64), aligned (4)));
@@ -109,7 +129,7 @@ s_gemm16 (float *c, size_t ldc, const float *a, size_t lda, size_t as, const flo
 static bool
 s_gemm16_ok (int n)
 {
-    return n % 16 == 0 && __builtin_cpu_supports ("avx512f");
+    return n % 16 == 0 && nn_isa_active () >= NN_ISA_AVX512;
 }
 #else
 #   define S_GEMM16 0
@@ -237,8 +257,8 @@ s_conv_direct (const nn_conv_shape_t *s)
 #define s_v8_load(p) (*(const s_v8 *) (p))
 #define s_v8_store(p, v) (*(s_v8 *) (p) = (v))
 
-S_CLONES static void
-s_conv_direct_forward (float *out, const float *in, const float *w, const float *b,
+S_BODY void
+s_conv_direct_forward_body (float *out, const float *in, const float *w, const float *b,
                        const nn_conv_shape_t *s, int r0, int r1, float *scratch)
 {
     int K = s->k, J = s->r * s->s * s->c, V = K / 8;
@@ -284,9 +304,13 @@ s_conv_direct_forward (float *out, const float *in, const float *w, const float 
                 s_v8_store (o + K + 8 * v, a1[v]);
     }
 }
+S_DISPATCH (static, s_conv_direct_forward,
+            (float *out, const float *in, const float *w, const float *b,
+             const nn_conv_shape_t *s, int r0, int r1, float *scratch),
+            (out, in, w, b, s, r0, r1, scratch))
 
-S_CLONES static void
-s_conv_direct_backward_weights (float *dw, float *db, const float *dout, const float *in,
+S_BODY void
+s_conv_direct_backward_weights_body (float *dw, float *db, const float *dout, const float *in,
                                 const nn_conv_shape_t *s, int r0, int r1, float *scratch)
 {
     int K = s->k, J = s->r * s->s * s->c, V = K / 8;
@@ -322,11 +346,15 @@ s_conv_direct_backward_weights (float *dw, float *db, const float *dout, const f
         for (int j = 0; j < J; j++)
             dw[(size_t) k * J + j] += dwt[(size_t) j * K + k];
 }
+S_DISPATCH (static, s_conv_direct_backward_weights,
+            (float *dw, float *db, const float *dout, const float *in,
+             const nn_conv_shape_t *s, int r0, int r1, float *scratch),
+            (dw, db, dout, in, s, r0, r1, scratch))
 
 //  Output rows [g0, g0 + rows) of the batch -> cols (rows, r*s*c), each
 //  row laid out (r, s, c) like a weight row.
-S_CLONES static void
-s_im2col_rows (float *cols, const float *in, const nn_conv_shape_t *s, int g0, int rows)
+S_BODY void
+s_im2col_rows_body (float *cols, const float *in, const nn_conv_shape_t *s, int g0, int rows)
 {
     size_t row_len = (size_t) s->r * s->s * s->c;
     size_t in_size = (size_t) s->h * s->w * s->c;
@@ -360,11 +388,14 @@ s_im2col_rows (float *cols, const float *in, const nn_conv_shape_t *s, int g0, i
         }
     }
 }
+S_DISPATCH (static, s_im2col_rows,
+            (float *cols, const float *in, const nn_conv_shape_t *s, int g0, int rows),
+            (cols, in, s, g0, rows))
 
 //  Adjoint of s_im2col_rows: din (the batch) += scatter of cols, output
 //  rows [g0, g0 + rows).
-S_CLONES static void
-s_col2im_rows_add (float *din, const float *cols, const nn_conv_shape_t *s, int g0,
+S_BODY void
+s_col2im_rows_add_body (float *din, const float *cols, const nn_conv_shape_t *s, int g0,
                    int rows)
 {
     size_t row_len = (size_t) s->r * s->s * s->c;
@@ -390,6 +421,9 @@ s_col2im_rows_add (float *din, const float *cols, const nn_conv_shape_t *s, int 
         }
     }
 }
+S_DISPATCH (static, s_col2im_rows_add,
+            (float *din, const float *cols, const nn_conv_shape_t *s, int g0, int rows),
+            (din, cols, s, g0, rows))
 
 void
 nn_conv2d_forward_rows (float *out, const float *in, const float *w, const float *b,
@@ -564,8 +598,8 @@ nn_dense_backward (float *din, float *dw, float *db, const float *dout,
         nn_dense_backward_input (din, dout, w, n, i, o);
 }
 
-S_CLONES void
-nn_batchnorm_moments (double *sum, double *sumsq, const float *in, int m, int c)
+S_BODY void
+nn_batchnorm_moments_body (double *sum, double *sumsq, const float *in, int m, int c)
 {
     for (int r = 0; r < m; r++) {
         const float *x = in + (size_t) r * c;
@@ -575,6 +609,9 @@ nn_batchnorm_moments (double *sum, double *sumsq, const float *in, int m, int c)
         }
     }
 }
+S_DISPATCH (extern, nn_batchnorm_moments,
+            (double *sum, double *sumsq, const float *in, int m, int c),
+            (sum, sumsq, in, m, c))
 
 void
 nn_batchnorm_finish (float *mean_invstd, float *running_mean, float *running_var,
@@ -596,8 +633,8 @@ nn_batchnorm_finish (float *mean_invstd, float *running_mean, float *running_var
     }
 }
 
-S_CLONES void
-nn_batchnorm_normalize (float *out, float *xhat, const float *in,
+S_BODY void
+nn_batchnorm_normalize_body (float *out, float *xhat, const float *in,
                         const float *mean_invstd, const float *gamma, const float *beta,
                         int m, int c, bool relu)
 {
@@ -624,6 +661,10 @@ S_IVDEP
         }
     }
 }
+S_DISPATCH (extern, nn_batchnorm_normalize,
+            (float *out, float *xhat, const float *in, const float *mean_invstd,
+             const float *gamma, const float *beta, int m, int c, bool relu),
+            (out, xhat, in, mean_invstd, gamma, beta, m, c, relu))
 
 void
 nn_batchnorm_forward_train (float *out, float *xhat, float *mean_invstd,
@@ -640,8 +681,8 @@ nn_batchnorm_forward_train (float *out, float *xhat, float *mean_invstd,
     nn_batchnorm_normalize (out, xhat, in, mean_invstd, gamma, beta, m, c, false);
 }
 
-S_CLONES void
-nn_batchnorm_forward_eval (float *out, const float *in, const float *gamma,
+S_BODY void
+nn_batchnorm_forward_eval_body (float *out, const float *in, const float *gamma,
                            const float *beta, const float *running_mean,
                            const float *running_var, int m, int c, float eps)
 {
@@ -658,9 +699,14 @@ S_IVDEP
             y[k] = x[k] * scale[k] + shift[k];
     }
 }
+S_DISPATCH (extern, nn_batchnorm_forward_eval,
+            (float *out, const float *in, const float *gamma, const float *beta,
+             const float *running_mean, const float *running_var, int m, int c,
+             float eps),
+            (out, in, gamma, beta, running_mean, running_var, m, c, eps))
 
-S_CLONES void
-nn_batchnorm_backward_sums (double *sdy, double *sdyx, const float *dout,
+S_BODY void
+nn_batchnorm_backward_sums_body (double *sdy, double *sdyx, const float *dout,
                             const float *xhat, int m, int c)
 {
     for (int r = 0; r < m; r++) {
@@ -672,9 +718,13 @@ nn_batchnorm_backward_sums (double *sdy, double *sdyx, const float *dout,
         }
     }
 }
+S_DISPATCH (extern, nn_batchnorm_backward_sums,
+            (double *sdy, double *sdyx, const float *dout, const float *xhat, int m,
+             int c),
+            (sdy, sdyx, dout, xhat, m, c))
 
-S_CLONES void
-nn_batchnorm_backward_apply (float *din, const float *dout, const float *xhat,
+S_BODY void
+nn_batchnorm_backward_apply_body (float *din, const float *dout, const float *xhat,
                              const float *mean_invstd, const float *gamma,
                              const double *sdy, const double *sdyx, int m, int m_total,
                              int c)
@@ -696,6 +746,11 @@ S_IVDEP
             dx[k] = a[k] * (dy[k] - mdy[k] - xh[k] * mdyx[k]);
     }
 }
+S_DISPATCH (extern, nn_batchnorm_backward_apply,
+            (float *din, const float *dout, const float *xhat, const float *mean_invstd,
+             const float *gamma, const double *sdy, const double *sdyx, int m,
+             int m_total, int c),
+            (din, dout, xhat, mean_invstd, gamma, sdy, sdyx, m, m_total, c))
 
 void
 nn_batchnorm_backward (float *din, float *dgamma, float *dbeta, const float *dout,
@@ -714,21 +769,27 @@ nn_batchnorm_backward (float *din, float *dgamma, float *dbeta, const float *dou
         nn_batchnorm_backward_apply (din, dout, xhat, mean_invstd, gamma, sdy, sdyx, m, m, c);
 }
 
-S_CLONES void
-nn_relu_forward (float *out, const float *in, size_t count)
+S_BODY void
+nn_relu_forward_body (float *out, const float *in, size_t count)
 {
 S_IVDEP
     for (size_t i = 0; i < count; i++)
         out[i] = in[i] > 0.0f ? in[i] : 0.0f;
 }
+S_DISPATCH (extern, nn_relu_forward,
+            (float *out, const float *in, size_t count),
+            (out, in, count))
 
-S_CLONES void
-nn_relu_backward (float *din, const float *dout, const float *out, size_t count)
+S_BODY void
+nn_relu_backward_body (float *din, const float *dout, const float *out, size_t count)
 {
 S_IVDEP
     for (size_t i = 0; i < count; i++)
         din[i] = out[i] > 0.0f ? dout[i] : 0.0f;
 }
+S_DISPATCH (extern, nn_relu_backward,
+            (float *din, const float *dout, const float *out, size_t count),
+            (din, dout, out, count))
 
 int
 nn_pool_shape_finish (nn_pool_shape_t *s)
@@ -791,8 +852,8 @@ s_pool_corner (const nn_pool_shape_t *s, int p, int q, int *hs, int *ws, int *wi
     *width = s->kernel;
 }
 
-S_CLONES void
-nn_maxpool_forward (float *out, uint8_t *win, const float *in, const nn_pool_shape_t *s,
+S_BODY void
+nn_maxpool_forward_body (float *out, uint8_t *win, const float *in, const nn_pool_shape_t *s,
                     bool drop_nonpositive)
 {
     assert (nn_maxpool_fits (s));
@@ -832,9 +893,13 @@ nn_maxpool_forward (float *out, uint8_t *win, const float *in, const nn_pool_sha
             }
     }
 }
+S_DISPATCH (extern, nn_maxpool_forward,
+            (float *out, uint8_t *win, const float *in, const nn_pool_shape_t *s,
+             bool drop_nonpositive),
+            (out, win, in, s, drop_nonpositive))
 
-S_CLONES void
-nn_maxpool_backward (float *din, const float *dout, const uint8_t *win,
+S_BODY void
+nn_maxpool_backward_body (float *din, const float *dout, const uint8_t *win,
                      const nn_pool_shape_t *s)
 {
     size_t in_size = (size_t) s->h * s->w * s->c;
@@ -863,6 +928,9 @@ nn_maxpool_backward (float *din, const float *dout, const uint8_t *win,
             }
     }
 }
+S_DISPATCH (extern, nn_maxpool_backward,
+            (float *din, const float *dout, const uint8_t *win, const nn_pool_shape_t *s),
+            (din, dout, win, s))
 
 static float
 s_pool_divisor (const nn_pool_shape_t *s)

@@ -712,7 +712,8 @@ int
 main (int argc, char **argv)
 {
     pl_memory_setup ();                 //  as the daemons: the copy cost matches theirs
-    pl_blas_setup (argv);
+    if (pl_blas_setup (argv))
+        return 2;
     pl_config_t cfg;
     pl_config_defaults (&cfg);
     s_args_t args = { 0 };

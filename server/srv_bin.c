@@ -6,7 +6,8 @@
 int
 main (int argc, char **argv)
 {
-    pl_blas_setup (argv);
+    if (pl_blas_setup (argv))
+        return 2;
     pl_memory_setup ();
     return srv_run (argc, argv);
 }

@@ -146,7 +146,8 @@ s_progress (bool tty, int epoch, int epochs, int done, int total, double loss, d
 int
 main (int argc, char **argv)
 {
-    pl_blas_setup (argv);
+    if (pl_blas_setup (argv))
+        return 2;
     pl_config_t cfg;
     pl_config_defaults (&cfg);
     s_args_t args = { 0 };

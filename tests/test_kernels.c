@@ -2,11 +2,13 @@
 #include <criterion/criterion.h>
 
 #include "nn_alloc.h"
+#include "nn_isa.h"
 #include "nn_kernels.h"
 #include "nn_optim.h"
 #include "nn_rng.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static float *
@@ -283,4 +285,42 @@ Test (kernels, maxpool_winner_bytes_route_the_gradient)
     big.kernel = 15, big.stride = 1;
     nn_pool_shape_finish (&big);
     cr_assert (nn_maxpool_fits (&big));
+}
+
+//  The kernel level: names, the cap a request puts on the CPU's level, and
+//  the level this process runs. meson registers this suite (and layers,
+//  model) once per level with PIPELEARN_ISA set, so every path the kernels
+//  have is compared with the naive references on this host.
+Test (kernels, isa_names_and_cap)
+{
+    nn_isa_t isa;
+    cr_assert_eq (nn_isa_parse ("generic", &isa), 0);
+    cr_assert_eq (isa, NN_ISA_GENERIC);
+    cr_assert_eq (nn_isa_parse ("avx2", &isa), 0);
+    cr_assert_eq (isa, NN_ISA_AVX2);
+    cr_assert_eq (nn_isa_parse ("avx512", &isa), 0);
+    cr_assert_eq (isa, NN_ISA_AVX512);
+    cr_assert_eq (nn_isa_parse ("AVX2", &isa), -1);
+    cr_assert_eq (nn_isa_parse ("", &isa), -1);
+    cr_assert_str_eq (nn_isa_name (NN_ISA_AVX2), "avx2");
+    nn_isa_t cpu = nn_isa_cpu ();
+    bool valid;
+    cr_assert_eq (nn_isa_resolve (NULL, &valid), cpu);
+    cr_assert (valid);
+    cr_assert_eq (nn_isa_resolve ("", &valid), cpu);
+    cr_assert_eq (nn_isa_resolve ("generic", &valid), NN_ISA_GENERIC);
+    cr_assert (valid);
+    //  A request above the CPU runs what the CPU has.
+    cr_assert_eq (nn_isa_resolve ("avx512", &valid), cpu);
+    cr_assert_eq (nn_isa_resolve ("avx2", &valid), cpu < NN_ISA_AVX2 ? cpu : NN_ISA_AVX2);
+    cr_assert_eq (nn_isa_resolve ("sse9", &valid), cpu);
+    cr_assert (!valid);
+}
+
+Test (kernels, isa_active_follows_the_environment)
+{
+    const char *request = getenv (NN_ISA_ENV);
+    cr_assert_eq (nn_isa_active (), nn_isa_resolve (request, NULL),
+                  "PIPELEARN_ISA=%s, CPU %s, active %s", request ? request : "(unset)",
+                  nn_isa_name (nn_isa_cpu ()), nn_isa_name (nn_isa_active ()));
 }

@@ -1,6 +1,7 @@
 /*  pl_blas.c: OpenBLAS core detection and re-exec (see pl_blas.h). */
 #include "pl_blas.h"
 
+#include "nn_isa.h"
 #include "pl_log.h"
 
 #include <cblas.h>
@@ -56,11 +57,31 @@ pl_blas_corename (void)
 //  library loads, so it is set by re-executing.
 #define S_GOMP_SPINCOUNT "100000"
 
-void
+//  The level of our own kernels, and why.
+static void
+s_log_isa (void)
+{
+    const char *request = getenv (NN_ISA_ENV);
+    nn_isa_t cpu = nn_isa_cpu (), isa = nn_isa_active ();
+    if (request && *request)
+        pl_log_info ("kernels: %s (%s=%s; the CPU runs %s)", nn_isa_name (isa), NN_ISA_ENV,
+                     request, nn_isa_name (cpu));
+    else
+        pl_log_info ("kernels: %s", nn_isa_name (isa));
+}
+
+int
 pl_blas_setup (char **argv)
 {
     const char *core = pl_blas_corename ();
     const char *user = getenv ("OPENBLAS_CORETYPE");
+    bool valid;
+    nn_isa_resolve (getenv (NN_ISA_ENV), &valid);
+    if (!valid) {
+        pl_log_error ("%s=%s: not a kernel level (generic, avx2, avx512)", NN_ISA_ENV,
+                      getenv (NN_ISA_ENV));
+        return -1;
+    }
     if (getenv (S_REEXEC_MARK)) {
         const char *mark = getenv (S_REEXEC_MARK);
         if (strcmp (mark, "blas") == 0)
@@ -69,7 +90,8 @@ pl_blas_setup (char **argv)
         else
             pl_log_info ("openblas: core %s", core);
         unsetenv (S_REEXEC_MARK);
-        return;
+        s_log_isa ();
+        return 0;
     }
     bool reexec = false;
     const char *mark = "omp";
@@ -94,14 +116,18 @@ pl_blas_setup (char **argv)
         else if (!reexec)
             pl_log_info ("openblas: core %s", core);
     }
-    if (!reexec)
-        return;
+    if (!reexec) {
+        s_log_isa ();
+        return 0;
+    }
     setenv (S_REEXEC_MARK, mark, 1);
     execv ("/proc/self/exe", argv);
     //  Still here: carry on with what we have rather than fail.
     pl_log_warn ("re-exec failed (%s); continuing with OpenBLAS core %s",
                  strerror (errno), core);
     unsetenv (S_REEXEC_MARK);
+    s_log_isa ();
+    return 0;
 }
 
 int

@@ -19,8 +19,10 @@ const char *pl_blas_choose_coretype (const char *corename, bool avx2, bool avx51
 //  OPENBLAS_CORETYPE set when OpenBLAS picked a generic core on a capable
 //  CPU and the user has not set the variable, and with GOMP_SPINCOUNT
 //  bounded when neither it nor OMP_WAIT_POLICY is set (see pl_blas.c).
-//  Logs the core in use.
-void pl_blas_setup (char **argv);
+//  Logs the core in use and the level of pipelearn's own kernels
+//  (nn_isa.h). Returns -1, having logged why, when PIPELEARN_ISA names no
+//  level (the caller exits 2); else 0.
+int pl_blas_setup (char **argv);
 
 //  Thread count for OpenBLAS: threads <= 0 means the number of cores.
 //  Returns the count set.

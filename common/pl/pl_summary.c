@@ -2,6 +2,7 @@
 #include "pl_summary.h"
 
 #include "nn_alloc.h"
+#include "nn_isa.h"
 #include "pl_blas.h"
 
 #include <errno.h>
@@ -31,6 +32,7 @@ pl_summary_new (const pl_config_t *config, const char *binary, int threads)
     cJSON_AddStringToObject (self->root, "binary", binary);
     self->epochs = cJSON_AddArrayToObject (self->root, "epochs");
     cJSON_AddStringToObject (self->root, "openblas_core", pl_blas_corename ());
+    cJSON_AddStringToObject (self->root, "kernels", nn_isa_name (nn_isa_active ()));
     cJSON_AddNumberToObject (self->root, "threads", threads);
     cJSON_AddNumberToObject (self->root, "peak_rss_kb", (double) pl_peak_rss_kb ());
     return self;

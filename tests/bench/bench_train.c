@@ -14,6 +14,7 @@
 #include "nn_alloc.h"
 #include "nn_dataset.h"
 #include "nn_kernels.h"
+#include "nn_isa.h"
 #include "nn_model.h"
 #include "nn_optim.h"
 #include "pl_blas.h"
@@ -172,7 +173,8 @@ s_train_rss (int threads, double *acc)
 int
 main (int argc, char **argv)
 {
-    pl_blas_setup (argv);
+    if (pl_blas_setup (argv))
+        return 2;
     int threads = 2, images = 2000, repeats = 5;
     bool torch = true, rss = true;
     int only_micro = 0;             //  0: every setting; else that micro-batch size
@@ -208,10 +210,12 @@ main (int argc, char **argv)
     char version[64] = "-";
     cJSON *out = cJSON_CreateObject ();
     cJSON_AddStringToObject (out, "openblas_core", pl_blas_corename ());
+    cJSON_AddStringToObject (out, "kernels", nn_isa_name (nn_isa_active ()));
     cJSON_AddNumberToObject (out, "threads", threads);
     cJSON *rows = cJSON_AddArrayToObject (out, "settings");
-    printf ("VGG5 training, 28x28x1, %d thread(s), OpenBLAS core %s, median of %d x %d images\n",
-            threads, pl_blas_corename (), repeats, images);
+    printf ("VGG5 training, 28x28x1, %d thread(s), OpenBLAS core %s, kernels %s, "
+            "median of %d x %d images\n", threads, pl_blas_corename (),
+            nn_isa_name (nn_isa_active ()), repeats, images);
     printf ("%-8s %-6s %14s %14s %8s\n", "batch", "micro", "ours img/s", "torch img/s", "ratio");
     for (int i = 0; i < S_SETTINGS; i++) {
         const s_setting_t *s = &s_settings[i];
