@@ -5,9 +5,12 @@
 #include "nn_dataset.h"
 
 #include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "nn_alloc.h"
@@ -21,6 +24,7 @@
 #define DS_CIFAR_BATCHES  5
 #define DS_SYNTH_TRAIN    2000
 #define DS_SYNTH_TEST     500
+#define DS_SYNTH_MAX      1000000         //  784 MB of pixels
 #define DS_SYNTH_SEED     0x5eed7a1aULL
 
 void
@@ -33,6 +37,27 @@ nn_dataset_destroy (nn_dataset_t **self_p)
         nn_free (*self_p);
         *self_p = NULL;
     }
+}
+
+int
+nn_dataset_open_file (const char *path, const char *what, long long *size_out,
+                      char *err, size_t err_size)
+{
+    int fd = open (path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return nn_errf (err, err_size, "%s: %s: cannot open: %s", what, path,
+                        strerror (errno));
+    struct stat st;
+    int rc = fstat (fd, &st);
+    int errnum = errno;
+    if (rc != 0 || !S_ISREG (st.st_mode)) {
+        close (fd);
+        return rc != 0 ? nn_errf (err, err_size, "%s: %s: cannot stat: %s", what, path,
+                                  strerror (errnum))
+                       : nn_errf (err, err_size, "%s: %s: not a regular file", what, path);
+    }
+    *size_out = (long long) st.st_size;
+    return fd;
 }
 
 //  ---------------------------------------------------------------------
@@ -183,6 +208,13 @@ nn_dataset_load_named_select (const char *name, const char *dir, bool train, int
     else
     if (strcmp (name, "synthetic") == 0) {
         int count = limit > 0 ? limit : train ? DS_SYNTH_TRAIN : DS_SYNTH_TEST;
+        //  Generated, not read: no file bounds it, so a bound of its own
+        //  keeps a huge sample count an error rather than an abort.
+        if (count > DS_SYNTH_MAX) {
+            nn_errf (err, err_size, "dataset: synthetic: %d samples asked for, at most %d",
+                     count, DS_SYNTH_MAX);
+            return NULL;
+        }
         ds = nn_dataset_synthetic (count, 28, 28, 1, 10, DS_SYNTH_SEED + (train ? 0 : 1));
     }
     else {

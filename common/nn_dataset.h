@@ -27,6 +27,14 @@ typedef struct {
 
 void nn_dataset_destroy (nn_dataset_t **self_p);
 
+//  Opens path read-only if it is a regular file: a FIFO would block the
+//  open (it is opened O_NONBLOCK to look), a device never ends, and only a
+//  regular file has a size that bounds what may be allocated for it.
+//  Returns the descriptor (the caller's to close) and the size in
+//  *size_out; -1 with "<what>: <path>: <reason>" in err.
+int nn_dataset_open_file (const char *path, const char *what, long long *size_out,
+                          char *err, size_t err_size);
+
 //  Chooses the samples a load keeps, given the dataset before its pixels
 //  are read (count, shape, classes, labels, mean/std set; pixels NULL for
 //  IDX files, which stream, already loaded for the others). Uses labels only.

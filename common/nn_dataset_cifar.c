@@ -3,6 +3,8 @@
     A batch file is a bare sequence of 3073-byte records: one label byte and
     a 32x32 image stored channel-planar (1024 R, 1024 G, 1024 B, each plane
     row-major). The core keeps pixels NHWC, so records are transposed here.
+    The dataset is allocated from the files' sizes (regular files only), so
+    nothing is allocated that the files do not hold.
 */
 #include "nn_dataset.h"
 
@@ -10,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "nn_alloc.h"
 
@@ -30,6 +33,8 @@ s_file_records (const char *path, char *err, size_t err_size)
     if (stat (path, &st) != 0)
         return nn_errf (err, err_size, "cifar10: %s: cannot open: %s", path,
                         strerror (errno));
+    if (!S_ISREG (st.st_mode))
+        return nn_errf (err, err_size, "cifar10: %s: not a regular file", path);
     long long size = (long long) st.st_size;
     if (size == 0)
         return nn_errf (err, err_size, "cifar10: %s: empty file", path);
@@ -71,10 +76,20 @@ static int
 s_read_file (nn_dataset_t *ds, int first, int want, const char *path,
              char *err, size_t err_size)
 {
-    FILE *file = fopen (path, "rb");
-    if (!file)
+    //  The path may have changed since s_file_records looked at it: refuse
+    //  anything but a regular file again, without trusting its size (short
+    //  reads are caught below).
+    long long size;
+    int fd = nn_dataset_open_file (path, "cifar10", &size, err, err_size);
+    if (fd < 0)
+        return -1;
+    FILE *file = fdopen (fd, "rb");
+    if (!file) {
+        int errnum = errno;
+        close (fd);
         return nn_errf (err, err_size, "cifar10: %s: cannot open: %s", path,
-                        strerror (errno));
+                        strerror (errnum));
+    }
     uint8_t record[CIFAR_RECORD];
     int rc = 0;
     for (int r = 0; r < want && rc == 0; r++) {

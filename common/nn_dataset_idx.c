@@ -2,13 +2,16 @@
 
     zlib's gz* functions read gzip and plain files alike, so the format is
     told by content, not by the file name. Every check here is about file
-    content, so failures are reported through err, never asserted.
+    content, so failures are reported through err, never asserted. A
+    header is only a claim: nothing is allocated for a payload before the
+    file's size shows it can hold it (s_check_size).
 */
 #include "nn_dataset.h"
 
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "nn_alloc.h"
@@ -20,10 +23,15 @@
 #define IDX_CLASSES      10
 //  First allocation for a payload; grown as data actually arrives.
 #define IDX_READ_CHUNK   ((size_t) 1 << 20)
+//  Deflate never expands more than 1032:1 (a run of one byte), so a gzip
+//  file of n bytes holds at most 1032 n bytes of data: the bound that lets
+//  a claimed size be refused before anything is allocated for it.
+#define IDX_DEFLATE_MAX_RATIO 1032u
 
 typedef struct {
     const char *path;
     gzFile gz;
+    long long size;         //  bytes on disk (compressed, for gzip)
     uint32_t dims[3];
 } s_idx_file_t;
 
@@ -31,11 +39,16 @@ static int
 s_open (s_idx_file_t *f, const char *path, char *err, size_t err_size)
 {
     f->path = path;
+    int fd = nn_dataset_open_file (path, "idx", &f->size, err, err_size);
+    if (fd < 0)
+        return -1;
     errno = 0;
-    f->gz = gzopen (path, "rb");
-    if (!f->gz)
+    f->gz = gzdopen (fd, "rb");
+    if (!f->gz) {
+        close (fd);
         return nn_errf (err, err_size, "idx: %s: cannot open: %s", path,
                         strerror (errno ? errno : ENOMEM));
+    }
     return 0;
 }
 
@@ -167,6 +180,31 @@ s_read_payload (s_idx_file_t *f, size_t need, const char *what,
     return buf;
 }
 
+//  Refuses a payload of need bytes (after a header of header bytes) that the
+//  file cannot hold, before anything is allocated for it. Plain files must
+//  hold it byte for byte; gzip files within deflate's maximum ratio. Call
+//  after the header was read (gzdirect knows the format by then).
+static int
+s_check_size (s_idx_file_t *f, size_t header, size_t need, const char *what,
+              char *err, size_t err_size)
+{
+    long long payload = f->size - (long long) header;
+    if (payload < 0)
+        payload = 0;
+    if (gzdirect (f->gz)) {
+        if ((unsigned long long) payload < need)
+            return nn_errf (err, err_size,
+                            "idx: %s: truncated: expected %zu bytes of %s, got %lld",
+                            f->path, need, what, payload);
+    }
+    else
+    if ((unsigned long long) f->size * IDX_DEFLATE_MAX_RATIO < need)
+        return nn_errf (err, err_size,
+                        "idx: %s: truncated: expected %zu bytes of %s, more than a gzip "
+                        "file of %lld bytes can hold", f->path, need, what, f->size);
+    return 0;
+}
+
 static int
 s_check_labels (const uint8_t *labels, int count, const char *path,
                 char *err, size_t err_size)
@@ -256,6 +294,10 @@ nn_dataset_load_idx_select (const char *images_path, const char *labels_path, in
     int count = (int) img.dims[0];
     if (limit > 0 && limit < count)
         count = limit;
+    size_t image_bytes = (size_t) img.dims[1] * img.dims[2];
+    if (s_check_size (&img, 16, (size_t) count * image_bytes, "pixels", err, err_size)
+    ||  s_check_size (&lbl, 8, (size_t) count, "labels", err, err_size))
+        goto done;
     labels = s_read_payload (&lbl, (size_t) count, "labels", err, err_size);
     if (!labels || s_check_labels (labels, count, labels_path, err, err_size))
         goto done;
@@ -265,7 +307,6 @@ nn_dataset_load_idx_select (const char *images_path, const char *labels_path, in
     picks = select (all, &n, arg, err, err_size);
     if (!picks || !(pos = s_positions (picks, n, count, err, err_size)))
         goto done;
-    size_t image_bytes = (size_t) img.dims[1] * img.dims[2];
     uint8_t *pixels = nn_malloc (image_bytes * (size_t) (n > 0 ? n : 1));
     uint8_t *kept = nn_malloc ((size_t) (n > 0 ? n : 1));
     ds = s_dataset_new (n, all->h, all->w, pixels, kept);
@@ -311,6 +352,9 @@ nn_dataset_load_idx (const char *images_path, const char *labels_path, int limit
     if (limit > 0 && limit < count)
         count = limit;
     size_t image_bytes = (size_t) img.dims[1] * img.dims[2];
+    if (s_check_size (&img, 16, (size_t) count * image_bytes, "pixels", err, err_size)
+    ||  s_check_size (&lbl, 8, (size_t) count, "labels", err, err_size))
+        goto done;
     pixels = s_read_payload (&img, (size_t) count * image_bytes, "pixels",
                              err, err_size);
     if (!pixels)

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "nn_alloc.h"
@@ -240,7 +241,7 @@ Test (config, alias_value_errors_name_the_alias)
 {
     char err [NN_ERR_SIZE];
     s_parse_fails ("{\"epoch_num\": 0}", err, sizeof err);
-    cr_assert_str_eq (err, "config.json: epoch_num (alias of epochs): expected an integer > 0, got 0");
+    cr_assert_str_eq (err, "config.json: epoch_num (alias of epochs): expected an integer from 1 to 1000000, got 0");
     //  The reference's "no split" is a mode here, and the message says so.
     s_parse_fails ("{\"layer_num_on_client\": -1}", err, sizeof err);
     S_ASSERT_HAS (err, "layer_num_on_client");
@@ -289,7 +290,7 @@ Test (config, out_of_range_values_name_field_and_value)
 {
     char err [NN_ERR_SIZE];
     s_parse_fails ("{\"batch_size\": -3}", err, sizeof err);
-    cr_assert_str_eq (err, "config.json: batch_size: expected an integer > 0, got -3");
+    cr_assert_str_eq (err, "config.json: batch_size: expected an integer from 1 to 4096, got -3");
     s_parse_fails ("{\"momentum\": 1}", err, sizeof err);
     S_ASSERT_HAS (err, "momentum");
     s_parse_fails ("{\"learning_rate\": 0}", err, sizeof err);
@@ -328,9 +329,9 @@ Test (config, wrong_types_say_what_was_found)
 {
     char err [NN_ERR_SIZE];
     s_parse_fails ("{\"batch_size\": \"abc\"}", err, sizeof err);
-    cr_assert_str_eq (err, "config.json: batch_size: expected an integer > 0, got \"abc\" (string)");
+    cr_assert_str_eq (err, "config.json: batch_size: expected an integer from 1 to 4096, got \"abc\" (string)");
     s_parse_fails ("{\"batch_size\": 100.5}", err, sizeof err);
-    cr_assert_str_eq (err, "config.json: batch_size: expected an integer > 0, got 100.5");
+    cr_assert_str_eq (err, "config.json: batch_size: expected an integer from 1 to 4096, got 100.5");
     s_parse_fails ("{\"augment\": 1}", err, sizeof err);
     cr_assert_str_eq (err, "config.json: augment: expected true or false, got 1");
     s_parse_fails ("{\"learning_rate\": true}", err, sizeof err);
@@ -451,7 +452,7 @@ Test (config, set_errors_name_the_source)
     pl_config_t before = config;
     char err [NN_ERR_SIZE] = "";
     cr_assert_eq (pl_config_set (&config, "batch_size=abc", err, sizeof err), -1);
-    cr_assert_str_eq (err, "--set: batch_size: expected an integer > 0, got \"abc\" (string)");
+    cr_assert_str_eq (err, "--set: batch_size: expected an integer from 1 to 4096, got \"abc\" (string)");
     cr_assert_eq (pl_config_set (&config, "batch_sise=5", err, sizeof err), -1);
     S_ASSERT_HAS (err, "--set: unknown key \"batch_sise\"");
     S_ASSERT_HAS (err, "\"batch_size\"");
@@ -676,4 +677,85 @@ Test (config, load_errors_name_the_file)
     rmdir (dir);
     cr_assert_eq (rc, -1);
     S_ASSERT_HAS (err, dir);
+}
+
+//  Values that made the core abort in nn_malloc ("out of memory allocating
+//  479 TB" for batch_size 2^31-1, 1.7 TB for a million threads) or would
+//  overflow a timer: refused by the parser with the key and the bound, and
+//  by pl_config_check for a config built in code.
+Test (config, extreme_values_are_refused_with_their_bound)
+{
+    static const struct {
+        const char *text;
+        const char *needle;
+    } cases [] = {
+        { "{\"batch_size\": 2147483647}", "batch_size: expected an integer from 1 to 4096" },
+        { "{\"threads\": 1000000}", "threads: expected an integer from 0 to 256" },
+        { "{\"thread_num\": 1000000}", "thread_num (alias of threads)" },
+        { "{\"samples\": 2147483647}", "samples: expected an integer from 0 to 10000000" },
+        { "{\"test_samples\": 2147483647}", "test_samples" },
+        { "{\"devices\": 2147483647}", "devices: expected an integer from 1 to 1024" },
+        { "{\"min_devices\": 2147483647}", "min_devices" },
+        { "{\"epochs\": 2147483647}", "epochs: expected an integer from 1 to 1000000" },
+        { "{\"micro_batches\": 2147483647}", "micro_batches" },
+        { "{\"device_timeout_s\": 1e300}", "device_timeout_s: expected seconds > 0 and <= 604800" },
+        { "{\"round_timeout_s\": 1e300}", "round_timeout_s" },
+        { "{\"uplink_mbps\": 1e300}", "uplink_mbps" },
+        { "{\"downlink_mbps\": 1e300}", "downlink_mbps" },
+        { "{\"rtt_ms\": 1e300}", "rtt_ms" },
+        { "{\"host_copy_mbps\": 1e300}", "host_copy_mbps" },
+    };
+    char err [NN_ERR_SIZE];
+    for (size_t i = 0; i < sizeof cases / sizeof cases [0]; i++) {
+        s_parse_fails (cases [i].text, err, sizeof err);
+        S_ASSERT_HAS (err, cases [i].needle);
+    }
+    //  The bounds themselves are accepted.
+    pl_config_t config;
+    s_parse_ok (&config, "{\"batch_size\": 4096, \"threads\": 256, \"devices\": 1024,"
+                " \"samples\": 10000000, \"device_timeout_s\": 604800}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
+    //  --set goes through the same table.
+    pl_config_defaults (&config);
+    cr_assert_eq (pl_config_set (&config, "batch_size=2147483647", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "--set: batch_size");
+    //  A config built in code is held to the same bounds.
+    pl_config_defaults (&config);
+    config.threads = 1000000;
+    cr_assert_eq (pl_config_check (&config, "code", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "threads");
+}
+
+//  A FIFO as --config used to block in fopen until a writer came (forever);
+//  it is refused at once, naming the path and what it is.
+Test (config, fifo_and_other_non_regular_files_are_refused, .timeout = 20)
+{
+    const char *base = getenv ("TMPDIR");
+    char dir [256], fifo [300];
+    snprintf (dir, sizeof dir, "%s/pl_config_XXXXXX", base && *base ? base : "/tmp");
+    cr_assert_not_null (mkdtemp (dir));
+    snprintf (fifo, sizeof fifo, "%s/config.json", dir);
+    cr_assert_eq (mkfifo (fifo, 0600), 0);
+    pl_config_t config;
+    pl_config_defaults (&config);
+    char err [NN_ERR_SIZE] = "";
+    int rc = pl_config_load (&config, fifo, err, sizeof err);
+    unlink (fifo);
+    cr_assert_eq (rc, -1);
+    S_ASSERT_HAS (err, fifo);
+    S_ASSERT_HAS (err, "not a regular file (a FIFO)");
+    //  The same through the command line's --config.
+    cr_assert_eq (mkfifo (fifo, 0600), 0);
+    char arg0 [] = "pipelearn", arg1 [] = "--config";
+    char *argv [] = { arg0, arg1, fifo, NULL };
+    const char *path = NULL;
+    rc = pl_config_load_args (&config, 3, argv, &path, err, sizeof err);
+    unlink (fifo);
+    cr_assert_eq (rc, -1);
+    S_ASSERT_HAS (err, "not a regular file");
+    //  A character device never ends: refused too.
+    rc = pl_config_load (&config, "/dev/zero", err, sizeof err);
+    cr_assert_eq (rc, -1);
+    S_ASSERT_HAS (err, "/dev/zero: not a regular file (a character device)");
+    rmdir (dir);
 }

@@ -444,6 +444,82 @@ Test (idx, huge_claim_on_short_file_is_truncated)
     s_rmtree (dir);
 }
 
+//  A device loads its shard through the select path, which allocated the
+//  picked images at the header's size before reading any: a short image
+//  file claiming 100000 images of 4096x4096 aborted allocating 1.6 TB.
+//  The file's size is now compared with the claim first.
+static void
+s_idx_lying_header (bool gz)
+{
+    enum { N = 100000 };
+    char dir[64], images[4096], labels[4096], err[NN_ERR_SIZE] = "";
+    s_mkdtemp (dir);
+    s_path (images, dir, gz ? "images.gz" : "images");
+    s_path (labels, dir, "labels");
+    uint32_t idims[3] = { N, 4096, 4096 }, ldims[1] = { N };
+    uint8_t some[16] = { 0 };
+    uint8_t *lbl = calloc (N, 1);
+    cr_assert_not_null (lbl);
+    s_write_idx (images, gz, 0x803, idims, 3, some, sizeof some);
+    s_write_idx (labels, false, 0x801, ldims, 1, lbl, N);
+    free (lbl);
+    int *all = malloc (sizeof (int) * N);
+    cr_assert_not_null (all);
+    for (int i = 0; i < N; i++)
+        all[i] = i;
+    s_pick_t p = { .picks = all, .count = N };
+    nn_dataset_t *ds = nn_dataset_load_idx_select (images, labels, 0, s_pick, &p, err,
+                                                   sizeof err);
+    s_assert_error (ds, err, images, "truncated");
+    cr_assert_eq (p.calls, 0, "the selection ran before the size was checked");
+    //  The whole-file loader says the same.
+    ds = nn_dataset_load_idx (images, labels, 0, err, sizeof err);
+    s_assert_error (ds, err, images, "truncated");
+    //  A limit that the file can hold loads: the claim beyond it is not read.
+    uint32_t small[3] = { N, 2, 2 };
+    s_write_idx (images, gz, 0x803, small, 3, some, sizeof some);
+    p = (s_pick_t) { .picks = all, .count = 4 };
+    ds = nn_dataset_load_idx_select (images, labels, 4, s_pick, &p, err, sizeof err);
+    cr_assert_not_null (ds, "%s", err);
+    cr_assert_eq (ds->count, 4);
+    nn_dataset_destroy (&ds);
+    free (all);
+    s_rmtree (dir);
+}
+
+Test (idx, lying_header_refused_before_allocating_plain) { s_idx_lying_header (false); }
+Test (idx, lying_header_refused_before_allocating_gzip) { s_idx_lying_header (true); }
+
+//  A FIFO in place of a dataset file blocked the load in gzopen for ever
+//  (no writer comes); a directory or device is no dataset either.
+Test (idx, non_regular_file_refused, .timeout = 20)
+{
+    char dir[64], images[4096], labels[4096], err[NN_ERR_SIZE] = "";
+    s_mkdtemp (dir);
+    s_path (images, dir, "images");
+    s_path (labels, dir, "labels");
+    s_write_idx_pair (images, labels, false);
+    unlink (images);
+    cr_assert_eq (mkfifo (images, 0600), 0);
+    nn_dataset_t *ds = nn_dataset_load_idx (images, labels, 0, err, sizeof err);
+    s_assert_error (ds, err, images, "not a regular file");
+    ds = nn_dataset_load_idx (dir, labels, 0, err, sizeof err);
+    s_assert_error (ds, err, dir, "not a regular file");
+    s_rmtree (dir);
+}
+
+//  Generated data has no file to bound it: a huge count is an error, not
+//  an abort in the allocator.
+Test (named, synthetic_count_is_bounded)
+{
+    char err[NN_ERR_SIZE] = "";
+    nn_dataset_t *ds = nn_dataset_load_named ("synthetic", NULL, true, 2147483647,
+                                              err, sizeof err);
+    cr_assert_null (ds);
+    cr_assert_not_null (strstr (err, "synthetic: 2147483647 samples asked for, at most"),
+                        "%s", err);
+}
+
 //  ---------------------------------------------------------------------
 //  CIFAR-10
 
@@ -517,6 +593,26 @@ Test (cifar, truncated)
     const char *paths[1] = { a };
     nn_dataset_t *ds = nn_dataset_load_cifar10 (paths, 1, 0, err, sizeof err);
     s_assert_error (ds, err, a, "truncated");
+    s_rmtree (dir);
+}
+
+//  The records are allocated from the files' sizes, which only a regular
+//  file has: a FIFO (size 0) was reported as "empty", and a file that
+//  changed between the size check and the read is caught by the read.
+Test (cifar, non_regular_file_refused, .timeout = 20)
+{
+    char dir[64], a[4096], b[4096], err[NN_ERR_SIZE] = "";
+    s_mkdtemp (dir);
+    s_path (a, dir, "data_batch_1.bin");
+    s_path (b, dir, "data_batch_2.bin");
+    s_write_cifar (a, 0, 2, 0);
+    cr_assert_eq (mkfifo (b, 0600), 0);
+    const char *paths[2] = { a, b };
+    nn_dataset_t *ds = nn_dataset_load_cifar10 (paths, 2, 0, err, sizeof err);
+    s_assert_error (ds, err, b, "not a regular file");
+    paths[1] = dir;
+    ds = nn_dataset_load_cifar10 (paths, 2, 0, err, sizeof err);
+    s_assert_error (ds, err, dir, "not a regular file");
     s_rmtree (dir);
 }
 

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -21,11 +22,26 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "nn_alloc.h"
 
 #define S_MAX_FILE_SIZE (1024 * 1024)
 #define S_SEED_MAX 9007199254740992.0   //  2^53: every integer up to it is exact in a JSON number
+//  Upper bounds. A value past them is a typo or an attack, not a run: the
+//  core allocates by batch_size (about 220 KB of activations per 28x28
+//  sample) and by threads (a scratch slab each), and nn_malloc aborts when
+//  that fails, so a bound here is what turns "out of memory allocating
+//  479 TB" into a message naming the key.
+#define S_SAMPLES_MAX   10000000        //  the most any dataset reader takes
+#define S_BATCH_MAX     4096            //  ~1 GB of activations at 28x28
+#define S_THREADS_MAX   256             //  as pipelearn-client's --threads
+#define S_DEVICES_MAX   1024
+#define S_EPOCHS_MAX    1000000
+#define S_TIMEOUT_MAX   604800.0        //  a week, in seconds
+#define S_MBPS_MAX      1e6             //  1 Tbit/s
+#define S_RTT_MAX       600000.0        //  10 minutes, in ms
 
 typedef enum {
     S_STRING,       //  char[] field, free text
@@ -126,14 +142,14 @@ static const s_field_t s_fields[] = {
       .expect = "one of \"fashion-mnist\", \"mnist\", \"cifar10\", \"synthetic\"" },
     { .key = "data_dir", .kind = S_STRING, S_AT (data_dir),
       .expect = "a string of at most 511 bytes (\"\" = the dataset's default directory)" },
-    { .key = "samples", .kind = S_INT, S_AT (samples), .min = 0, .max = INT_MAX,
-      .expect = "an integer >= 0 (0 = all)" },
-    { .key = "test_samples", .kind = S_INT, S_AT (test_samples), .min = 0, .max = INT_MAX,
-      .expect = "an integer >= 0 (0 = all)" },
-    { .key = "batch_size", .kind = S_INT, S_AT (batch_size), .min = 1, .max = INT_MAX,
-      .expect = "an integer > 0" },
-    { .key = "epochs", .kind = S_INT, S_AT (epochs), .min = 1, .max = INT_MAX,
-      .expect = "an integer > 0" },
+    { .key = "samples", .kind = S_INT, S_AT (samples), .min = 0, .max = S_SAMPLES_MAX,
+      .expect = "an integer from 0 to 10000000 (0 = all)" },
+    { .key = "test_samples", .kind = S_INT, S_AT (test_samples), .min = 0,
+      .max = S_SAMPLES_MAX, .expect = "an integer from 0 to 10000000 (0 = all)" },
+    { .key = "batch_size", .kind = S_INT, S_AT (batch_size), .min = 1, .max = S_BATCH_MAX,
+      .expect = "an integer from 1 to 4096" },
+    { .key = "epochs", .kind = S_INT, S_AT (epochs), .min = 1, .max = S_EPOCHS_MAX,
+      .expect = "an integer from 1 to 1000000" },
     { .key = "learning_rate", .kind = S_DOUBLE, S_AT (learning_rate),
       .min = 0, .max = INFINITY, .min_open = true, .max_open = true,
       .expect = "a number > 0" },
@@ -145,8 +161,8 @@ static const s_field_t s_fields[] = {
       .expect = "a number >= 0" },
     { .key = "seed", .kind = S_SEED, S_AT (seed),
       .expect = "an integer from 0 to 2^53" },
-    { .key = "threads", .kind = S_INT, S_AT (threads), .min = 0, .max = INT_MAX,
-      .expect = "an integer >= 0 (0 = all cores)" },
+    { .key = "threads", .kind = S_INT, S_AT (threads), .min = 0, .max = S_THREADS_MAX,
+      .expect = "an integer from 0 to 256 (0 = all cores)" },
     { .key = "augment", .kind = S_BOOL, S_AT (augment), .expect = "true or false" },
     { .key = "flip", .kind = S_BOOL, S_AT (flip), .expect = "true or false" },
     { .key = "partition", .kind = S_PARTITION, S_AT (partition), .choices = s_partitions,
@@ -156,23 +172,24 @@ static const s_field_t s_fields[] = {
       .expect = "a number > 0" },
     { .key = "mode", .kind = S_NAME, S_AT (mode), .choices = s_modes,
       .expect = "one of \"pipelearn\", \"sfl\", \"sl\", \"fl\"" },
-    { .key = "devices", .kind = S_INT, S_AT (devices), .min = 1, .max = INT_MAX,
-      .expect = "an integer >= 1" },
+    { .key = "devices", .kind = S_INT, S_AT (devices), .min = 1, .max = S_DEVICES_MAX,
+      .expect = "an integer from 1 to 1024" },
     { .key = "split_point", .kind = S_INT, S_AT (split_point), .min = 1, .max = INT_MAX,
       .flags = S_AUTO, .expect = "an integer >= 1 or \"auto\"" },
-    { .key = "micro_batches", .kind = S_INT, S_AT (micro_batches), .min = 1, .max = INT_MAX,
-      .flags = S_AUTO, .expect = "an integer >= 1 or \"auto\"" },
+    { .key = "micro_batches", .kind = S_INT, S_AT (micro_batches), .min = 1,
+      .max = S_BATCH_MAX, .flags = S_AUTO,
+      .expect = "an integer from 1 to 4096 or \"auto\"" },
     { .key = "aggregation_frequency", .kind = S_INT, S_AT (aggregation_frequency),
       .min = 1, .max = INT_MAX, .flags = S_MINUS_ONE,
       .expect = "an integer >= 1, or -1 for once per epoch" },
-    { .key = "min_devices", .kind = S_INT, S_AT (min_devices), .min = 1, .max = INT_MAX,
+    { .key = "min_devices", .kind = S_INT, S_AT (min_devices), .min = 1, .max = S_DEVICES_MAX,
       .expect = "an integer >= 1 and <= devices" },
     { .key = "device_timeout_s", .kind = S_DOUBLE, S_AT (device_timeout_s),
-      .min = 0, .max = INFINITY, .min_open = true, .max_open = true,
-      .expect = "seconds > 0" },
+      .min = 0, .max = S_TIMEOUT_MAX, .min_open = true,
+      .expect = "seconds > 0 and <= 604800 (a week)" },
     { .key = "round_timeout_s", .kind = S_DOUBLE, S_AT (round_timeout_s),
-      .min = 0, .max = INFINITY, .min_open = true, .max_open = true,
-      .expect = "seconds > 0" },
+      .min = 0, .max = S_TIMEOUT_MAX, .min_open = true,
+      .expect = "seconds > 0 and <= 604800 (a week)" },
     { .key = "heartbeat_s", .kind = S_DOUBLE, S_AT (heartbeat_s),
       .min = 0, .max = 3600, .min_open = true,
       .expect = "seconds > 0 and <= 3600" },
@@ -180,14 +197,14 @@ static const s_field_t s_fields[] = {
       .min = 0, .max = 86400, .min_open = true,
       .expect = "seconds > 0 and <= 86400" },
     { .key = "uplink_mbps", .kind = S_DOUBLE, S_AT (uplink_mbps),
-      .min = 0, .max = INFINITY, .min_open = true, .max_open = true,
-      .expect = "Mbit/s > 0" },
+      .min = 0, .max = S_MBPS_MAX, .min_open = true,
+      .expect = "Mbit/s > 0 and <= 1000000" },
     { .key = "downlink_mbps", .kind = S_DOUBLE, S_AT (downlink_mbps),
-      .min = 0, .max = INFINITY, .min_open = true, .max_open = true,
-      .expect = "Mbit/s > 0" },
+      .min = 0, .max = S_MBPS_MAX, .min_open = true,
+      .expect = "Mbit/s > 0 and <= 1000000" },
     { .key = "rtt_ms", .kind = S_DOUBLE, S_AT (rtt_ms),
-      .min = 0, .max = INFINITY, .max_open = true,
-      .expect = "milliseconds >= 0" },
+      .min = 0, .max = S_RTT_MAX,
+      .expect = "milliseconds >= 0 and <= 600000" },
     { .key = "measure_link", .kind = S_BOOL, S_AT (measure_link), .expect = "true or false" },
     { .key = "adaptive", .kind = S_BOOL, S_AT (adaptive), .expect = "true or false" },
     { .key = "replan_drift", .kind = S_DOUBLE, S_AT (replan_drift),
@@ -197,8 +214,8 @@ static const s_field_t s_fields[] = {
     { .key = "host_cores", .kind = S_INT, S_AT (host_cores), .min = 0, .max = 4096,
       .expect = "an integer >= 0 (0 = the devices run on their own hardware)" },
     { .key = "host_copy_mbps", .kind = S_DOUBLE, S_AT (host_copy_mbps),
-      .min = 0, .max = INFINITY, .max_open = true,
-      .expect = "Mbit/s >= 0 (0 = measure it)" },
+      .min = 0, .max = S_MBPS_MAX,
+      .expect = "Mbit/s >= 0 and <= 1000000 (0 = measure it)" },
     { .key = "bind", .kind = S_STRING, S_AT (bind), .flags = S_NONEMPTY | S_ENDPOINT,
       .expect = "an endpoint like \"tcp://*:5555\" of at most 127 bytes" },
     { .key = "results_dir", .kind = S_STRING, S_AT (results_dir), .flags = S_NONEMPTY,
@@ -729,14 +746,45 @@ pl_config_parse (pl_config_t *self, const char *text, const char *source,
     return rc;
 }
 
+static const char *
+s_file_kind (mode_t mode)
+{
+    return S_ISDIR (mode) ? "a directory"
+         : S_ISFIFO (mode) ? "a FIFO"
+         : S_ISCHR (mode) ? "a character device"
+         : S_ISBLK (mode) ? "a block device"
+         : S_ISSOCK (mode) ? "a socket"
+         : "not a file";
+}
+
 int
 pl_config_load (pl_config_t *self, const char *path, char *err, size_t err_size)
 {
     assert (self);
     assert (path);
-    FILE *file = fopen (path, "rb");
-    if (!file)
+    //  O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+    //  writer, forever if none comes. Only a regular file is read, so a
+    //  FIFO, a device or a directory is refused before any read.
+    int fd = open (path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
         return nn_errf (err, err_size, "%s: cannot open: %s", path, strerror (errno));
+    struct stat st;
+    if (fstat (fd, &st) != 0) {
+        int stat_errno = errno;
+        close (fd);
+        return nn_errf (err, err_size, "%s: cannot stat: %s", path, strerror (stat_errno));
+    }
+    if (!S_ISREG (st.st_mode)) {
+        close (fd);
+        return nn_errf (err, err_size, "%s: not a regular file (%s): a config must be a "
+                        "JSON file", path, s_file_kind (st.st_mode));
+    }
+    FILE *file = fdopen (fd, "rb");
+    if (!file) {
+        int open_errno = errno;
+        close (fd);
+        return nn_errf (err, err_size, "%s: cannot open: %s", path, strerror (open_errno));
+    }
     char *text = nn_malloc (S_MAX_FILE_SIZE + 1);
     size_t size = fread (text, 1, S_MAX_FILE_SIZE + 1, file);
     int read_errno = errno;
