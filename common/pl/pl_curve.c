@@ -1,11 +1,26 @@
-/*  pl_curve.c: CurveZMQ setup for the daemons. See pl_curve.h. */
+/*  pl_curve.c: CurveZMQ setup for the daemons. See pl_curve.h.
+
+    zcert_load decodes a key's Z85 text without looking at the result: an
+    invalid character leaves the key it decodes into uninitialised, and a
+    public half edited apart from its secret is taken as it is. Either way
+    the server answers no HELLO and every device only sees a timeout. So
+    key files are read and checked here (the encoding, and that the public
+    half is the secret's, by Curve25519 with libsodium) before any key is
+    given to libzmq, with an error naming the file.
+*/
 #include "pl_curve.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <sodium.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#define S_KEY_BYTES 32
+#define S_KEY_Z85   40          //  Z85 text of a 32-byte key
 
 struct _pl_curve_t {
     zsock_t *sock;              //  borrowed
@@ -23,6 +38,82 @@ s_base (char *out, size_t size, const char *path)
     size_t len = strlen (out), tail = strlen ("_secret");
     if (len > tail && strcmp (out + len - tail, "_secret") == 0)
         out[len - tail] = 0;
+}
+
+//  key <- the Z85 text, if it is exactly a 32-byte key in valid Z85.
+static bool
+s_z85_key (uint8_t key[S_KEY_BYTES], const char *text)
+{
+    return text && strlen (text) == S_KEY_Z85 && zmq_z85_decode (key, text) != NULL;
+}
+
+//  The curve/public-key of the certificate file at path into key; 0, or -1
+//  with a message naming the file.
+static int
+s_read_public (uint8_t key[S_KEY_BYTES], const char *path, const char *what,
+               char *err, size_t err_size)
+{
+    zconfig_t *root = zconfig_load (path);
+    if (!root) {
+        snprintf (err, err_size, "%s: %s: cannot read a CZMQ certificate", what, path);
+        return -1;
+    }
+    const char *text = zconfig_get (root, "/curve/public-key", NULL);
+    int rc = 0;
+    if (!text) {
+        snprintf (err, err_size, "%s: %s: not a CZMQ certificate (no curve public-key)",
+                  what, path);
+        rc = -1;
+    }
+    else
+    if (!s_z85_key (key, text)) {
+        snprintf (err, err_size, "%s: %s: public-key is not a %d-character Z85 key",
+                  what, path, S_KEY_Z85);
+        rc = -1;
+    }
+    zconfig_destroy (&root);
+    return rc;
+}
+
+//  Both keys of the secret certificate file at path, checked: valid Z85,
+//  a secret that is not all zero, and a public half that is the secret's.
+static int
+s_read_pair (uint8_t public_key[S_KEY_BYTES], uint8_t secret_key[S_KEY_BYTES],
+             const char *path, const char *what, char *err, size_t err_size)
+{
+    zconfig_t *root = zconfig_load (path);
+    if (!root) {
+        snprintf (err, err_size, "%s: %s: not a CZMQ certificate", what, path);
+        return -1;
+    }
+    const char *public_text = zconfig_get (root, "/curve/public-key", NULL);
+    const char *secret_text = zconfig_get (root, "/curve/secret-key", NULL);
+    static const uint8_t zero[S_KEY_BYTES] = { 0 };
+    uint8_t derived[S_KEY_BYTES];
+    int rc = -1;
+    if (!secret_text)
+        snprintf (err, err_size, "%s: %s holds no secret key", what, path);
+    else
+    if (!s_z85_key (secret_key, secret_text))
+        snprintf (err, err_size, "%s: %s: secret-key is not a %d-character Z85 key",
+                  what, path, S_KEY_Z85);
+    else
+    if (sodium_memcmp (secret_key, zero, S_KEY_BYTES) == 0)
+        snprintf (err, err_size, "%s: %s holds no secret key", what, path);
+    else
+    if (!public_text || !s_z85_key (public_key, public_text))
+        snprintf (err, err_size, "%s: %s: public-key is %s", what, path,
+                  public_text ? "not a 40-character Z85 key" : "missing");
+    else
+    if (crypto_scalarmult_base (derived, secret_key) != 0
+    ||  sodium_memcmp (derived, public_key, S_KEY_BYTES) != 0)
+        snprintf (err, err_size, "%s: %s: public-key is not the secret-key's public half "
+                  "(keys from two pairs? make a new pair with pipelearn-keygen)", what, path);
+    else
+        rc = 0;
+    sodium_memzero (derived, sizeof derived);
+    zconfig_destroy (&root);
+    return rc;
 }
 
 //  A certificate with its secret key, or NULL with a message.
@@ -45,37 +136,68 @@ s_load_secret (const char *path, const char *what, char *err, size_t err_size)
                   secret);
         return NULL;
     }
-    zcert_t *cert = zcert_load (base);
-    if (!cert) {
-        snprintf (err, err_size, "%s: %s: not a CZMQ certificate", what, secret);
+    uint8_t public_key[S_KEY_BYTES], secret_key[S_KEY_BYTES];
+    if (s_read_pair (public_key, secret_key, secret, what, err, err_size)) {
+        sodium_memzero (secret_key, sizeof secret_key);
         return NULL;
     }
-    static const char zero[41] = "0000000000000000000000000000000000000000";
-    if (strcmp (zcert_secret_txt (cert), zero) == 0) {
-        snprintf (err, err_size, "%s: %s holds no secret key", what, secret);
-        zcert_destroy (&cert);
+    //  The public file beside it is what peers are given: one that is not
+    //  this pair's would fail every handshake just the same.
+    uint8_t given[S_KEY_BYTES];
+    int rc = 0;
+    if (stat (base, &st) == 0) {
+        rc = s_read_public (given, base, what, err, err_size);
+        if (rc == 0 && memcmp (given, public_key, S_KEY_BYTES) != 0) {
+            snprintf (err, err_size, "%s: %s is not the public half of %s (the pair "
+                      "was mixed up: peers given %s would fail every handshake)",
+                      what, base, secret, base);
+            rc = -1;
+        }
+    }
+    if (rc) {
+        sodium_memzero (secret_key, sizeof secret_key);
         return NULL;
     }
+    zcert_t *cert = zcert_new_from (public_key, secret_key);
+    sodium_memzero (secret_key, sizeof secret_key);
+    if (!cert)
+        snprintf (err, err_size, "%s: %s: cannot make a certificate", what, secret);
     return cert;
 }
 
-//  Certificates (files not ending in _secret) in dir, or -1 if unreadable.
+//  Certificates (files not ending in _secret) in dir, or -1 with a message
+//  if dir is unreadable or a certificate's public key is not valid Z85
+//  (zauth would admit whatever key the bad text decoded to).
 static int
-s_count_certs (const char *dir)
+s_count_certs (const char *dir, char *err, size_t err_size)
 {
     DIR *d = opendir (dir);
-    if (!d)
+    if (!d) {
+        snprintf (err, err_size, "--allow: %s: %s", dir, strerror (errno));
         return -1;
+    }
     int count = 0;
+    bool bad = false;
     struct dirent *e;
-    while ((e = readdir (d))) {
+    while (!bad && (e = readdir (d))) {
         size_t len = strlen (e->d_name);
         if (e->d_name[0] == '.' || (len > 7 && strcmp (e->d_name + len - 7, "_secret") == 0))
             continue;
+        char path[2048];
+        snprintf (path, sizeof path, "%s/%s", dir, e->d_name);
+        zconfig_t *root = zconfig_load (path);
+        const char *text = root ? zconfig_get (root, "/curve/public-key", NULL) : NULL;
+        uint8_t key[S_KEY_BYTES];
+        if (text && !s_z85_key (key, text)) {
+            snprintf (err, err_size, "--allow: %s: public-key is not a %d-character Z85 key",
+                      path, S_KEY_Z85);
+            bad = true;
+        }
+        zconfig_destroy (&root);
         count++;
     }
     closedir (d);
-    return count;
+    return bad ? -1 : count;
 }
 
 static int
@@ -93,11 +215,9 @@ s_apply_server_cert (pl_curve_t *self, char *err, size_t err_size)
 static int
 s_load_allow (pl_curve_t *self, char *err, size_t err_size)
 {
-    int count = s_count_certs (self->allow_dir);
-    if (count < 0) {
-        snprintf (err, err_size, "--allow: %s: %s", self->allow_dir, strerror (errno));
+    int count = s_count_certs (self->allow_dir, err, err_size);
+    if (count < 0)
         return -1;
-    }
     //  zauth replaces its certificate store on every CURVE command.
     zstr_sendx (self->auth, "CURVE", self->allow_dir, NULL);
     zsock_wait (self->auth);
@@ -129,10 +249,8 @@ pl_curve_server_new (zsock_t *sock, const char *cert_path, const char *allow_dir
 int
 pl_curve_server_reload (pl_curve_t *self, char *err, size_t err_size)
 {
-    if (s_count_certs (self->allow_dir) < 0) {
-        snprintf (err, err_size, "--allow: %s: %s", self->allow_dir, strerror (errno));
+    if (s_count_certs (self->allow_dir, err, err_size) < 0)
         return -1;
-    }
     zcert_t *cert = s_load_secret (self->cert_path, "--cert", err, err_size);
     if (!cert)
         return -1;
@@ -165,17 +283,20 @@ pl_curve_client_apply (zsock_t *sock, const char *cert_path, const char *server_
     zcert_t *cert = s_load_secret (cert_path, "--cert", err, err_size);
     if (!cert)
         return -1;
-    char base[1024];
+    //  The server's public file; its secret file also holds the public key
+    //  (zcert_load read whichever of the two exists, the secret first).
+    char base[1024], secret[1100];
     s_base (base, sizeof base, server_cert_path);
-    zcert_t *server = zcert_load (base);
-    if (!server) {
-        snprintf (err, err_size, "--server-cert: %s: cannot read a CZMQ certificate", base);
+    snprintf (secret, sizeof secret, "%s_secret", base);
+    struct stat st;
+    const char *file = stat (base, &st) != 0 && stat (secret, &st) == 0 ? secret : base;
+    uint8_t server_key[S_KEY_BYTES];
+    if (s_read_public (server_key, file, "--server-cert", err, err_size)) {
         zcert_destroy (&cert);
         return -1;
     }
     zcert_apply (cert, sock);
-    zsock_set_curve_serverkey (sock, zcert_public_txt (server));
+    zsock_set_curve_serverkey_bin (sock, server_key);
     zcert_destroy (&cert);
-    zcert_destroy (&server);
     return 0;
 }

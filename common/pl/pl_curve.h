@@ -7,7 +7,10 @@
     The server authenticates devices against an allow-list directory of
     device public certificates (zauth's CURVE store); a device pins the
     server's public key. Encryption and authentication are libzmq's CURVE
-    mechanism; nothing here touches crypto itself.
+    mechanism. Key files are checked before use: keys must be valid Z85,
+    a secret file's public key must be its secret key's public half
+    (libsodium's crypto_scalarmult_base), and a public file beside it must
+    hold the same key; any failure is an error naming the file.
 */
 #ifndef PL_CURVE_H_INCLUDED
 #define PL_CURVE_H_INCLUDED
