@@ -45,6 +45,8 @@
 
 #include <czmq.h>
 #include <getopt.h>
+#include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -273,6 +275,8 @@ s_recv (cli_t *self, int timeout_ms)
         if (type == PROTO_MSG_ERROR) {
             pl_log_error ("client: server error %u: %s", proto_msg_error_code (msg),
                           proto_msg_error_text (msg));
+            self->diverged = self->diverged
+                          || proto_msg_error_code (msg) == PROTO_ERR_DIVERGED;
             proto_msg_destroy (&msg);
             return NULL;
         }
@@ -527,7 +531,10 @@ s_split_iteration (cli_t *self, const int *order)
     return 0;
 }
 
-static void
+//  fl: one batch of local training. 0, or -1 when the loss is not finite
+//  (training diverged: the server is told with ERROR DIVERGED and the
+//  device stops; STATS cannot carry a non-finite loss).
+static int
 s_fl_iteration (cli_t *self, const int *order)
 {
     nn_dataset_batch (self->x[0], self->y[0], self->train, order, self->batch, &self->aug,
@@ -538,6 +545,17 @@ s_fl_iteration (cli_t *self, const int *order)
     int correct = 0;
     float loss = nn_softmax_xent (self->dlogits, out, self->y[0], self->batch,
                                   self->spec.classes, 1.0f, &correct);
+    if (!isfinite (loss)) {
+        char text[160];
+        snprintf (text, sizeof text, "the loss is %g at epoch %u, iteration %u "
+                  "(learning_rate %g)", (double) loss, self->cur_epoch, self->cur_iter,
+                  self->cfg.learning_rate);
+        pl_log_error ("client: training diverged: %s; stopping and telling the server",
+                      text);
+        cli_send_error (self, PROTO_ERR_DIVERGED, text);
+        self->diverged = true;
+        return -1;
+    }
     self->stats.loss_sum += (double) loss * self->batch;
     self->stats.correct += (uint64_t) correct;
     self->stats.samples += (uint64_t) self->batch;
@@ -555,6 +573,7 @@ s_fl_iteration (cli_t *self, const int *order)
     s_event (self, PROTO_STAGE_FORWARD, self->cur_epoch, it, 0, s0, s1);
     s_event (self, PROTO_STAGE_BACKWARD, self->cur_epoch, it, 0, s1, s2);
     s_event (self, PROTO_STAGE_UPDATE, self->cur_epoch, it, -1, s2, s_tl_now (self));
+    return 0;
 }
 
 //  0 when the run ended with BYE, -1 otherwise.
@@ -597,9 +616,8 @@ s_train (cli_t *self)
         for (int it = first; rc == 0 && it < self->iterations; it++) {
             self->cur_iter = (uint32_t) it;
             const int *batch = order + (size_t) it * self->batch;
-            if (self->mode == PROTO_MODE_FL)
-                s_fl_iteration (self, batch);
-            else if (s_split_iteration (self, batch))
+            if (self->mode == PROTO_MODE_FL ? s_fl_iteration (self, batch)
+                                            : s_split_iteration (self, batch))
                 rc = -1;
             if (rc)
                 break;
@@ -911,6 +929,14 @@ cli_run (int argc, char **argv)
     //  vanished without closing TCP is noticed and reconnected to.
     zsock_set_heartbeat_ivl (self->dealer, (int) (self->args.heartbeat_s * 1000.0));
     zsock_set_heartbeat_timeout (self->dealer, (int) (self->args.heartbeat_s * 6000.0));
+    //  A server that stops reading: a device has at most its micro-batches'
+    //  ACTIVATIONS and an epoch end's EVENTS, STATS and PARAMS queued, so
+    //  a bounded queue is never reached in a healthy run, and a send that
+    //  blocks for --timeout fails (the device gives up as it does on a
+    //  silent server) instead of hanging or growing without bound.
+    zsock_set_sndhwm (self->dealer, 2 * CLI_MAX_MICRO + 16);
+    double send_ms = self->args.timeout_s * 1000.0;
+    zsock_set_sndtimeo (self->dealer, send_ms < INT_MAX ? (int) send_ms : -1);
     char err[NN_ERR_SIZE];
     if (self->args.insecure)
         pl_log_warn ("client: --insecure: plain TCP; the server is not authenticated");
@@ -929,6 +955,11 @@ cli_run (int argc, char **argv)
     if (s_join (self) == 0 && s_prepare (self) == 0 && s_train (self) == 0) {
         pl_log_info ("client: device %d done", self->id);
         rc = 0;
+    }
+    else
+    if (self->diverged) {
+        pl_log_error ("client: the run stopped: training diverged (lower learning_rate)");
+        rc = CLI_EXIT_DIVERGED;
     }
     else
     if (s_interrupted) {

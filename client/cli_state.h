@@ -17,6 +17,8 @@
 #include "proto_msg.h"
 
 #define CLI_MAX_MICRO 256
+//  Exit status when the run stopped because training diverged.
+#define CLI_EXIT_DIVERGED 3
 
 typedef struct {
     const char *connect;
@@ -65,6 +67,7 @@ typedef struct {
     bool params_prepaid;                //  the epoch-end PARAMS is in its STATS
     bool bye;                           //  the server said BYE
     bool profile_requested;             //  WELCOME asked for a PROFILE
+    bool diverged;                      //  a non-finite loss, here or on the server
 } cli_t;
 
 //  Send a message to the server (counted in the epoch's bytes_up); 0 or

@@ -117,6 +117,7 @@ typedef enum {
 #define PROTO_ERR_SPEC         5            //  model spec or slab differs
 #define PROTO_ERR_TIMEOUT      6            //  peer silent past its deadline
 #define PROTO_ERR_INTERNAL     7            //  the sender failed
+#define PROTO_ERR_DIVERGED     8            //  training diverged (a non-finite loss)
 
 //  EVENTS record stages: what a device was doing during [start_s, end_s].
 typedef enum {

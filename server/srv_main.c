@@ -50,6 +50,7 @@
 #include <assert.h>
 #include <czmq.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -180,14 +181,64 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
 //  ---------------------------------------------------------------------
 //  Sending
 
+//  Send queue per device (ZMQ_SNDHWM, in messages). A device that reads has
+//  at most its N micro-batches' GRADIENTS outstanding, plus a MODEL, a PLAN,
+//  a probe and HEARTBEATs: twice the largest N any plan can give, plus
+//  slack. libzmq's default (1000) let a device that stopped reading hold
+//  ~630 MB of the server's memory.
+static int
+s_send_hwm (const srv_t *self)
+{
+    int n = self->plan.auto_micro ? self->batch : self->micro;
+    if (n < 1)
+        n = 1;
+    if (n > 256)
+        n = 256;
+    return 2 * n + 16;
+}
+
+//  Drop d once the current handler returns (see s_drop_pending); the
+//  first reason given is the one logged.
+static void
+s_drop_later (srv_device_t *d, uint32_t code, bool diverged, const char *why)
+{
+    if (d->drop_pending)
+        return;
+    d->drop_pending = true;
+    d->drop_diverged = diverged;
+    d->drop_code = code;
+    snprintf (d->drop_why, sizeof d->drop_why, "%s", why);
+}
+
+//  The ROUTER never blocks (ZMQ_SNDTIMEO 0, ZMQ_ROUTER_MANDATORY): a device
+//  whose send queue is full (it stopped reading) or whose connection is
+//  gone fails the send and is dropped, instead of growing the server's
+//  memory. A device about to be dropped is sent nothing more.
 void
 srv_send (srv_t *self, srv_device_t *d, proto_msg_t **msg_p)
 {
     int type = proto_msg_type (*msg_p);
-    if (proto_msg_send_to (msg_p, self->rh, d->rid, d->rid_len)) {
-        pl_log_warn ("server: sending %s to a device failed: %s", proto_type_name (type),
-                     zmq_strerror (errno));
+    if (d->drop_pending) {
         proto_msg_destroy (msg_p);
+        return;
+    }
+    if (proto_msg_send_to (msg_p, self->rh, d->rid, d->rid_len)) {
+        int e = errno;
+        proto_msg_destroy (msg_p);
+        char why[160];
+        if (e == EAGAIN)
+            snprintf (why, sizeof why, "not reading: its send queue is full (%d messages, "
+                      "ZMQ_SNDHWM) at a %s", s_send_hwm (self), proto_type_name (type));
+        else
+        if (e == EHOSTUNREACH)
+            snprintf (why, sizeof why, "its connection is gone (sending %s)",
+                      proto_type_name (type));
+        else {
+            pl_log_warn ("server: sending %s to a device failed: %s", proto_type_name (type),
+                         zmq_strerror (e));
+            return;
+        }
+        s_drop_later (d, 0, false, why);
         return;
     }
     d->state = proto_state_next (d->state, type, PROTO_DOWN);
@@ -215,18 +266,30 @@ s_find (srv_t *self, const uint8_t *rid, size_t rid_len)
     return NULL;
 }
 
-//  Too few devices are left to go on: tell the others and stop.
+//  Too few devices are left to go on: tell the others and stop. When the
+//  devices left because their training diverged, the run ends with exit
+//  status SRV_EXIT_DIVERGED and says so; the newest checkpoint holds the
+//  last finite model (s_checkpoint never writes a non-finite one).
 static void
 s_abort_all (srv_t *self, const char *why)
 {
-    pl_log_error ("server: %s; aborting the run", why);
+    bool diverged = self->diverged > 0;
+    if (diverged)
+        pl_log_error ("server: training diverged (a non-finite loss on %d device(s)) and "
+                      "%s; the run stops. The newest checkpoint in %s/checkpoints holds "
+                      "the last finite model; lower learning_rate and start again",
+                      self->diverged, why, self->results);
+    else
+        pl_log_error ("server: %s; aborting the run", why);
     for (int i = 0; i < self->devices; i++)
         if (self->dev[i].joined) {
             s_send_error_to (self, self->dev[i].rid, self->dev[i].rid_len,
-                             PROTO_ERR_INTERNAL, "run aborted: too few devices left");
+                             diverged ? PROTO_ERR_DIVERGED : PROTO_ERR_INTERNAL,
+                             diverged ? "run stopped: training diverged"
+                                      : "run aborted: too few devices left");
             self->dev[i].joined = self->dev[i].active = false;
         }
-    self->rc = 1;
+    self->rc = diverged ? SRV_EXIT_DIVERGED : 1;
     self->done = true;
 }
 
@@ -252,6 +315,10 @@ srv_drop (srv_t *self, srv_device_t *d, uint32_t code, const char *why)
     int id = (int) (d - self->dev);
     bool was_active = d->active;
     pl_log_warn ("server: device %d dropped: %s", id, why);
+    if (self->diverging) {
+        self->diverged++;
+        self->diverging = false;
+    }
     if (d->joined) {
         if (code) {
             char text[PROTO_TEXT_MAX];
@@ -262,6 +329,7 @@ srv_drop (srv_t *self, srv_device_t *d, uint32_t code, const char *why)
     }
     d->joined = d->active = false;
     d->params_in = d->stats_in = false;
+    d->drop_pending = false;
     if (self->mode != PROTO_MODE_FL) {
         srv_replica_t *r = &self->rep[d->replica];
         while (zlist_size (r->queue)) {
@@ -280,6 +348,30 @@ srv_drop (srv_t *self, srv_device_t *d, uint32_t code, const char *why)
         return;
     }
     s_round_check (self);
+}
+
+//  Drop the devices marked by s_drop_later. A drop can close a round and
+//  send MODELs, which can mark another: scan again.
+static void
+s_drop_pending (srv_t *self)
+{
+    bool dropped = true;
+    while (dropped && !self->done) {
+        dropped = false;
+        for (int i = 0; i < self->devices && !self->done; i++) {
+            srv_device_t *d = &self->dev[i];
+            if (!d->drop_pending)
+                continue;
+            d->drop_pending = false;
+            if (d->joined) {
+                char why[sizeof d->drop_why];
+                snprintf (why, sizeof why, "%s", d->drop_why);
+                self->diverging = d->drop_diverged;
+                srv_drop (self, d, d->drop_code, why);
+                dropped = true;
+            }
+        }
+    }
 }
 
 static void
@@ -301,11 +393,47 @@ s_send_model (srv_t *self, srv_device_t *d)
 
 #define SRV_CKPT_KEEP 3
 
+//  Index of the first non-finite value of v (count), or count if all are
+//  finite.
+static size_t
+s_first_nonfinite (const float *v, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        if (!isfinite (v[i]))
+            return i;
+    return count;
+}
+
+//  Every weight of the device part and of the replicas is finite. Updates
+//  are checked before they are averaged; this is the last line before a
+//  model reaches the disk.
+static bool
+s_models_finite (const srv_t *self)
+{
+    if (s_first_nonfinite (nn_model_weights_const (self->devpart), self->dev_wcount)
+        < self->dev_wcount)
+        return false;
+    for (int i = 0; i < self->replicas_count; i++)
+        if (s_first_nonfinite (nn_model_weights_const (self->rep[i].model), self->srv_wcount)
+            < self->srv_wcount)
+            return false;
+    return true;
+}
+
 //  Checkpoint the round about to begin (crash safety; see srv_ckpt.h).
+//  A non-finite model is never written: the newest checkpoint stays the
+//  last good one.
 static void
 s_checkpoint (srv_t *self)
 {
     nn_model_t *reps[SRV_MAX_DEVICES];
+    if (!s_models_finite (self)) {
+        pl_log_error ("server: the model holds non-finite weights at epoch %d, iteration "
+                      "%u; not checkpointed (the newest checkpoint is the last finite "
+                      "model)", self->epoch, self->round_iter);
+        self->rc = 1;
+        return;
+    }
     for (int i = 0; i < self->replicas_count; i++)
         reps[i] = self->rep[i].model;
     char err[NN_ERR_SIZE];
@@ -656,6 +784,12 @@ s_finish (srv_t *self)
     self->epoch = self->cfg.epochs;
     s_timeline_flush (self);
     snprintf (path, sizeof path, "%s/model.ckpt", self->results);
+    if (!s_models_finite (self)) {
+        pl_log_error ("server: the final model holds non-finite weights; %s not written",
+                      path);
+        self->rc = 1;
+    }
+    else
     if (nn_checkpoint_save (path, self->full, false, err, sizeof err)) {
         pl_log_error ("%s", err);
         self->rc = 1;
@@ -871,6 +1005,21 @@ s_on_grad (srv_t *self, proto_msg_t *grad)
     }
     const proto_header_t *h = proto_msg_header (grad);
     const proto_loss_t *l = proto_msg_loss (grad);
+    if (!isfinite (l->loss)) {
+        //  The device's replica diverged: its gradients are not sent (the
+        //  device would train on them) and it leaves the run; the others'
+        //  replicas are averaged without it.
+        srv_device_t *d = &self->dev[h->device_id];
+        if (d->active) {
+            char why[160];
+            snprintf (why, sizeof why, "training diverged: the server's loss on its "
+                      "micro-batch %u of epoch %u, iteration %u is %g", h->micro_batch,
+                      h->epoch, h->iteration, (double) l->loss);
+            s_drop_later (d, PROTO_ERR_DIVERGED, true, why);
+        }
+        proto_msg_destroy (&grad);
+        return;
+    }
     self->loss_sum += l->loss;
     self->correct += l->correct;
     self->samples_seen += l->count;
@@ -992,6 +1141,68 @@ s_on_hello (srv_t *self, proto_msg_t *msg, const uint8_t *rid, size_t rid_len)
     srv_plan_maybe_start (self);
 }
 
+//  The iteration this round's PARAMS must close: the next aggregation
+//  point, or the epoch's end (the devices' rule in cli_main.c's s_train).
+//  0 when the iterations per epoch are unknown.
+static uint32_t
+s_round_end (const srv_t *self)
+{
+    if (self->epoch_iterations <= 0)
+        return 0;
+    uint32_t end = (uint32_t) self->epoch_iterations;
+    int agg = self->cfg.aggregation_frequency;
+    if (self->mode != PROTO_MODE_SL && agg > 0 && self->round_iter + (uint32_t) agg < end)
+        end = self->round_iter + (uint32_t) agg;
+    return end;
+}
+
+//  A PARAMS checked against what the server knows, before any of it is
+//  kept: the round's end iteration (a device cannot move the run's round
+//  position), a sample count within the device's shard (it weighs the
+//  average), finite weights. 0, or -1 with why filled.
+static int
+s_params_check (const srv_t *self, const srv_device_t *d, const proto_msg_t *msg,
+                char *why, size_t why_size)
+{
+    const int id = (int) (d - self->dev);
+    const proto_header_t *h = proto_msg_header (msg);
+    const proto_slab_t *slab = proto_msg_slab (msg);
+    uint32_t end = s_round_end (self);
+    int agg = self->cfg.aggregation_frequency;
+    if (end ? h->iteration != end
+            : h->iteration <= self->round_iter || h->iteration > INT32_MAX
+              || (agg > 0 && self->mode != PROTO_MODE_SL
+                  && h->iteration > self->round_iter + (uint32_t) agg)) {
+        snprintf (why, why_size, "PARAMS closes iteration %u; this round began at "
+                  "iteration %u and ends at %u", h->iteration, self->round_iter, end);
+        return -1;
+    }
+    if (!end)
+        //  Unknown iterations: the devices of a round must at least agree.
+        for (int i = 0; i < self->devices; i++)
+            if (self->dev[i].active && self->dev[i].params_in
+            &&  self->dev[i].params_iter != h->iteration) {
+                snprintf (why, why_size, "PARAMS closes iteration %u; device %d closed "
+                          "this round at %u", h->iteration, i, self->dev[i].params_iter);
+                return -1;
+            }
+    uint64_t cap = self->shard_size[id] > 0 ? (uint64_t) self->shard_size[id]
+                 : self->cfg.samples > 0 ? (uint64_t) self->cfg.samples : INT32_MAX;
+    if (slab->sample_count == 0 || slab->sample_count > cap) {
+        snprintf (why, why_size, "PARAMS claims %" PRIu64 " samples; device %d's shard "
+                  "holds %" PRIu64, slab->sample_count, id, cap);
+        return -1;
+    }
+    const float *w = proto_msg_tensor_data (msg);
+    size_t bad = s_first_nonfinite (w, self->dev_wcount);
+    if (bad < self->dev_wcount) {
+        snprintf (why, why_size, "PARAMS holds non-finite weights (weight %zu is %g)", bad,
+                  (double) w[bad]);
+        return -1;
+    }
+    return 0;
+}
+
 static void
 s_on_params (srv_t *self, srv_device_t *d, proto_msg_t *msg)
 {
@@ -1016,6 +1227,11 @@ s_on_params (srv_t *self, srv_device_t *d, proto_msg_t *msg)
     if (self->mode == PROTO_MODE_SL && (int) (d - self->dev) != self->sl_turn) {
         s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE, "not your turn");
         srv_drop (self, d, 0, "PARAMS out of turn");
+        return;
+    }
+    char why[256];
+    if (s_params_check (self, d, msg, why, sizeof why)) {
+        srv_drop (self, d, PROTO_ERR_STATE, why);
         return;
     }
     memcpy (d->params, proto_msg_tensor_data (msg), sizeof (float) * self->dev_wcount);
@@ -1235,6 +1451,19 @@ s_on_router (srv_t *self)
                 srv_drop (self, d, 0, "ACTIVATIONS flood");
                 return;
             }
+            //  A replica trained on non-finite activations turns non-finite,
+            //  and the average of the replicas with it (labels are checked
+            //  against the classes by proto).
+            size_t acount = proto_msg_tensor_count (msg);
+            size_t bad = s_first_nonfinite (proto_msg_tensor_data (msg), acount);
+            if (bad < acount) {
+                char text[128];
+                snprintf (text, sizeof text, "ACTIVATIONS hold non-finite values (value "
+                          "%zu is %g)", bad, (double) proto_msg_tensor_data (msg)[bad]);
+                proto_msg_destroy (&msg);
+                srv_drop (self, d, PROTO_ERR_STATE, text);
+                return;
+            }
             srv_plan_on_activations (self, d, msg);
             if (self->mode != PROTO_MODE_FL) {
                 //  Arrived now; s_link_spans starts the span where the
@@ -1271,9 +1500,18 @@ s_on_router (srv_t *self)
             srv_plan_on_probe (self, d, msg);
             break;
         case PROTO_MSG_BYE:
-        case PROTO_MSG_ERROR:
-            srv_drop (self, d, 0, type == PROTO_MSG_BYE ? "left (BYE)" : "sent ERROR");
+            srv_drop (self, d, 0, "left (BYE)");
             break;
+        case PROTO_MSG_ERROR: {
+            char why[PROTO_TEXT_MAX + 64];
+            bool diverged = proto_msg_error_code (msg) == PROTO_ERR_DIVERGED;
+            snprintf (why, sizeof why, "%s: %s", diverged ? "training diverged on the device"
+                                                          : "sent ERROR",
+                      proto_msg_error_text (msg));
+            self->diverging = diverged;
+            srv_drop (self, d, 0, why);
+            break;
+        }
         default:
             s_send_error_to (self, d->rid, d->rid_len, PROTO_ERR_STATE,
                              "message type not used by this server");
@@ -1533,6 +1771,65 @@ s_frame_limit (const srv_t *self)
     return bytes;
 }
 
+//  Shard sizes as every device computes them (cli_main.c's s_select_shard:
+//  the seed's stream 2000, devices in order), from the training set's
+//  labels. A select callback sees the labels before any image is read; it
+//  counts and stops the load there.
+typedef struct {
+    const pl_config_t *cfg;
+    int *sizes;                 //  cfg->devices
+    bool counted;
+} s_shard_count_t;
+
+static int *
+s_shard_count (const nn_dataset_t *unloaded, int *count_out, void *arg, char *err,
+               size_t err_size)
+{
+    s_shard_count_t *sc = arg;
+    const pl_config_t *cfg = sc->cfg;
+    nn_rng_t rng;
+    nn_rng_seed (&rng, cfg->seed);
+    nn_rng_t shard_rng = nn_rng_split (&rng, 2000);
+    for (int d = 0; d < cfg->devices; d++) {
+        int count = 0;
+        int *s = nn_dataset_shard (unloaded, cfg->partition, cfg->devices, d, cfg->samples,
+                                   cfg->dirichlet_alpha, &shard_rng, &count, err, err_size);
+        if (!s)
+            return NULL;
+        nn_free (s);
+        sc->sizes[d] = count;
+    }
+    sc->counted = true;
+    *count_out = 0;
+    snprintf (err, err_size, "counted");
+    return NULL;                        //  stops the load: the sizes are all we need
+}
+
+//  self->shard_size and self->epoch_iterations; left 0 (weaker checks, one
+//  warning) when the server cannot read the training set.
+static void
+s_shards_compute (srv_t *self)
+{
+    const pl_config_t *cfg = &self->cfg;
+    char err[NN_ERR_SIZE];
+    s_shard_count_t sc = { .cfg = cfg, .sizes = self->shard_size };
+    const char *dir = cfg->data_dir[0] ? cfg->data_dir : NULL;
+    nn_dataset_t *none = nn_dataset_load_named_select (cfg->dataset, dir, true, cfg->samples,
+                                                       s_shard_count, &sc, err, sizeof err);
+    nn_dataset_destroy (&none);
+    int largest = 0;
+    for (int d = 0; sc.counted && d < cfg->devices; d++)
+        largest = self->shard_size[d] > largest ? self->shard_size[d] : largest;
+    if (!sc.counted || largest == 0) {
+        memset (self->shard_size, 0, sizeof self->shard_size);
+        pl_log_warn ("server: cannot compute the devices' shard sizes (%s): updates are "
+                     "checked against weaker bounds (sample_count <= samples, iterations "
+                     "within the round)", err);
+        return;
+    }
+    self->epoch_iterations = (largest + self->batch - 1) / self->batch;
+}
+
 static int
 s_setup (srv_t *self, const s_args_t *args)
 {
@@ -1553,6 +1850,7 @@ s_setup (srv_t *self, const s_args_t *args)
         pl_log_error ("config: model: %s", err);
         return -1;
     }
+    s_shards_compute (self);
     self->units = self->spec.units_count;
     bool pipelearn = self->mode == PROTO_MODE_PIPELEARN;
     if (self->mode != PROTO_MODE_FL
@@ -1623,6 +1921,12 @@ s_setup (srv_t *self, const s_args_t *args)
     }
     self->rh = zsock_resolve (self->router);
     zsock_set_linger (self->router, 2000);
+    //  Sends never block and never vanish: a message for a device whose
+    //  queue is full (ZMQ_SNDHWM) or that is gone fails (EAGAIN,
+    //  EHOSTUNREACH) and srv_send drops that device.
+    zsock_set_router_mandatory (self->router, 1);
+    zsock_set_sndhwm (self->router, s_send_hwm (self));
+    zsock_set_sndtimeo (self->router, 0);
     //  ZMTP heartbeats: libzmq pings every connection and closes one whose
     //  peer stays silent past the timeout (a dead device's TCP connection is
     //  not kept open forever; NATs see traffic). The training protocol's
@@ -1861,6 +2165,7 @@ srv_run (int argc, char **argv)
             s_heartbeat (self);
             s_progress (self);
         }
+        s_drop_pending (self);
     }
     s_progress_clear (self);
     int rc = self->rc;

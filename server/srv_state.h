@@ -20,6 +20,9 @@
 #include "srv_bufpool.h"
 
 #define SRV_MAX_DEVICES 64
+//  Exit status of a run that stopped because training diverged (a
+//  non-finite loss on every device left): not a crash, but no model either.
+#define SRV_EXIT_DIVERGED 3
 #define SRV_EVAL_BATCH  8
 //  Device events kept per device and epoch; past it the rest is dropped
 //  (with one warning), so a device cannot grow the server without bound.
@@ -103,6 +106,14 @@ typedef struct {
     size_t events_in;           //  device events kept this epoch
     bool events_capped;         //  warned about SRV_MAX_EVENTS this epoch
     int micro;                  //  N of its session's plan (pipelearn; 1 otherwise)
+    //  To be dropped once the current handler returns (s_drop_pending): a
+    //  send to it failed, or its training diverged. srv_send and the worker
+    //  path cannot drop it themselves: their callers may be walking the
+    //  devices or closing a round.
+    bool drop_pending;
+    bool drop_diverged;         //  the reason is a non-finite loss
+    uint32_t drop_code;         //  ERROR code to send it (0: none, it cannot hear)
+    char drop_why[160];
 } srv_device_t;
 
 //  A server-side replica and the ACTIVATIONS waiting for it. busy: lent to
@@ -161,6 +172,14 @@ typedef struct {
     double origin;
     bool quiet;
     srv_planner_t plan;         //  srv_plan.c
+    //  What every update is checked against (s_params_check): each device's
+    //  shard size and the iterations per epoch, computed from the training
+    //  set's labels as the devices compute them. 0: unknown (the server
+    //  could not read the training set; weaker bounds apply).
+    int shard_size[SRV_MAX_DEVICES];
+    int epoch_iterations;
+    bool diverging;             //  the drop in progress is for divergence
+    int diverged;               //  devices dropped for divergence so far
 } srv_t;
 
 //  srv_main.c, for srv_plan.c.

@@ -390,6 +390,10 @@ Test (rogue, malformed_and_flooding_peers_do_not_disturb_the_run, .timeout = 600
 //  ---------------------------------------------------------------------
 //  fedavg
 
+//  The fedavg run: 400 samples over 2 devices (contiguous shards of 200),
+//  batch 20: 10 iterations an epoch.
+#define FEDAVG_ITERATIONS 10
+
 //  One scripted fl device: joined, holding the MODEL it was sent.
 typedef struct {
     void *sock;
@@ -435,7 +439,8 @@ s_fake_model (s_fake_t *self)
     }
 }
 
-//  End epoch 1 the way pipelearn-client does: STATS, then PARAMS.
+//  End epoch 1 the way pipelearn-client does: STATS, then PARAMS closing
+//  the epoch's last iteration (the server checks it: FEDAVG_ITERATIONS).
 static void
 s_fake_end_epoch (s_fake_t *self, const float *w, uint64_t samples)
 {
@@ -448,15 +453,16 @@ s_fake_end_epoch (s_fake_t *self, const float *w, uint64_t samples)
     proto_msg_t *params = proto_msg_new (PROTO_MSG_PARAMS);
     proto_slab_t slab = self->slab;
     slab.sample_count = samples;
-    proto_msg_set_route (params, self->id, 1, 0, 0);
+    proto_msg_set_route (params, self->id, 1, FEDAVG_ITERATIONS, 0);
     cr_assert_eq (proto_msg_set_slab_copy (params, &slab, w), 0);
     cr_assert_eq (proto_msg_send (&params, self->sock), 0, "send PARAMS: %s",
                   zmq_strerror (errno));
 }
 
-//  Two scripted fl devices with 300 and 100 samples send slabs a and b; the
-//  server's model.ckpt must be (300 a + 100 b) / 400, which an unweighted
-//  mean misses by far more than the tolerance.
+//  Two scripted fl devices claiming 150 and 50 samples (the server caps a
+//  claim at the device's shard, 200 here) send slabs a and b; the server's
+//  model.ckpt must be (150 a + 50 b) / 200, which an unweighted mean misses
+//  by far more than the tolerance.
 Test (fedavg, weights_are_proportional_to_samples, .timeout = 600)
 {
     s_run_t run = { 0 };
@@ -469,7 +475,7 @@ Test (fedavg, weights_are_proportional_to_samples, .timeout = 600)
                                    "\"devices\": 2, \"mode\": \"fl\"}",
                                    endpoint, sizeof endpoint);
     void *ctx = zmq_ctx_new ();
-    const uint64_t samples[2] = { 300, 100 };
+    const uint64_t samples[2] = { 150, 50 };
     s_fake_t fake[2] = { { 0 } };
     for (int i = 0; i < 2; i++)
         s_fake_join (&fake[i], ctx, endpoint, i, samples[i]);
@@ -508,7 +514,7 @@ Test (fedavg, weights_are_proportional_to_samples, .timeout = 600)
     const float *w = nn_model_weights_const (m);
     double worst = 0.0, unweighted_gap = 0.0;
     for (size_t i = 0; i < n; i++) {
-        double want = (300.0 * a[i] + 100.0 * b[i]) / 400.0;
+        double want = (150.0 * a[i] + 50.0 * b[i]) / 200.0;
         double d = fabs (w[i] - want) / (1.0 + fabs (want));
         if (!(d <= worst))
             worst = d;
@@ -520,7 +526,7 @@ Test (fedavg, weights_are_proportional_to_samples, .timeout = 600)
     cr_log_info ("FedAvg by samples: max relative error %g (an unweighted mean is %g off)",
                  worst, unweighted_gap);
     cr_assert (unweighted_gap > 1e-3, "the two slabs are too close to tell the weights apart");
-    cr_expect (worst < 1e-6, "model.ckpt is not the 300:100 sample-weighted average "
+    cr_expect (worst < 1e-6, "model.ckpt is not the 150:50 sample-weighted average "
                "(max relative error %g)", worst);
     cJSON *s = s_summary (run.dir, "fedavg");
     const cJSON *devs = cJSON_GetObjectItemCaseSensitive (s_last_epoch (s), "devices");

@@ -1,0 +1,416 @@
+/*  test_hostile.c: an enrolled device that turns hostile, and a run that
+    diverges, against the real pipelearn-server (suite 'net'; issue 19,
+    findings 1, 4 and 9).
+
+    Each case runs a server, one honest pipelearn-client (device 0) and a
+    device scripted here with libzmq and proto (device 1) that joins like a
+    client and then sends what a poisoner would: NaN weights, a sample
+    count of 2^63, a round that ends at iteration 0xFFFFFFFF, NaN
+    activations, or it stops reading. The scripted device must be dropped
+    with its reason logged, and the honest device's run must finish with a
+    finite model.ckpt and every epoch in summary.json. The last case trains
+    with learning rate 1e6: the run must stop with a clear message, never
+    hang and never checkpoint a non-finite model.
+
+    The binaries run as child processes on tcp://127.0.0.1:*; the synthetic
+    dataset keeps runs short. No wall-clock figure is asserted: waits are
+    generous bounds that only catch a hang. */
+#define TMP_TEMPLATE "/tmp/pl_test_hostile_XXXXXX"
+#include "testdir.h"
+#include "daemonrun.h"
+#include "runcmd.h"
+
+#include "nn_checkpoint.h"
+#include "nn_model.h"
+#include "proto_msg.h"
+
+#include <cJSON.h>
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define WAIT_MS 30000
+#define EPOCHS 2
+//  Synthetic data, 2 devices with contiguous shards of 200, batch 20: 10
+//  iterations an epoch.
+#define SHARD 200
+#define ITERATIONS 10
+
+#define FL_CONFIG \
+    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 400, " \
+    "\"test_samples\": 100, \"batch_size\": 20, \"epochs\": 2, \"seed\": 5, " \
+    "\"threads\": 1, \"devices\": 2, \"mode\": \"fl\"}"
+
+//  A scripted device's session.
+typedef struct {
+    void *ctx, *sock;
+    proto_plan_t plan;          //  from WELCOME
+    proto_slab_t slab;          //  of the last MODEL
+    float *w;                   //  its weights (slab.count)
+    uint32_t epoch, iter;       //  where the MODEL's round starts
+} s_device_t;
+
+//  The next message on the scripted device's socket that is not a
+//  HEARTBEAT; fails the test after WAIT_MS.
+static proto_msg_t *
+s_device_recv (s_device_t *self, const char *what)
+{
+    while (true) {
+        zmq_pollitem_t item = { self->sock, 0, ZMQ_POLLIN, 0 };
+        cr_assert_eq (zmq_poll (&item, 1, WAIT_MS), 1, "%s: nothing from the server", what);
+        proto_msg_t *msg = NULL;
+        char err[512];
+        cr_assert_eq (proto_msg_recv (&msg, self->sock, NULL, err, sizeof err), 0,
+                      "%s: %s", what, err);
+        if (proto_msg_type (msg) != PROTO_MSG_HEARTBEAT)
+            return msg;
+        proto_msg_destroy (&msg);
+    }
+}
+
+//  HELLO as device id, then WELCOME. rcvhwm > 0 limits its receive queue.
+static void
+s_device_join (s_device_t *self, const char *endpoint, int id, int rcvhwm)
+{
+    self->ctx = zmq_ctx_new ();
+    self->sock = zmq_socket (self->ctx, ZMQ_DEALER);
+    int linger = 0, sndtimeo = WAIT_MS;
+    zmq_setsockopt (self->sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt (self->sock, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo);
+    if (rcvhwm > 0) {
+        int rcvbuf = 4096;
+        zmq_setsockopt (self->sock, ZMQ_RCVHWM, &rcvhwm, sizeof rcvhwm);
+        zmq_setsockopt (self->sock, ZMQ_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    }
+    cr_assert_eq (zmq_connect (self->sock, endpoint), 0);
+    proto_msg_t *msg = proto_msg_new (PROTO_MSG_HELLO);
+    proto_hello_t hello = { .protocol_version = PROTO_VERSION,
+                            .capabilities = PROTO_CAP_FL | PROTO_CAP_SPLIT,
+                            .requested_device_id = id, .sample_count = 0 };
+    snprintf (hello.name, sizeof hello.name, "scripted%d", id);
+    cr_assert_eq (proto_msg_set_hello (msg, &hello), 0);
+    cr_assert_eq (proto_msg_send (&msg, self->sock), 0);
+    msg = s_device_recv (self, "WELCOME");
+    cr_assert_eq (proto_msg_type (msg), PROTO_MSG_WELCOME, "got %s, want WELCOME",
+                  proto_type_name (proto_msg_type (msg)));
+    self->plan = *proto_msg_plan (msg);
+    cr_assert_eq (self->plan.device_id, (uint32_t) id);
+    proto_msg_destroy (&msg);
+}
+
+//  Wait for MODEL (training started) and keep its weights.
+static void
+s_device_model (s_device_t *self)
+{
+    proto_msg_t *msg = s_device_recv (self, "MODEL");
+    cr_assert_eq (proto_msg_type (msg), PROTO_MSG_MODEL, "got %s, want MODEL",
+                  proto_type_name (proto_msg_type (msg)));
+    self->slab = *proto_msg_slab (msg);
+    free (self->w);
+    self->w = malloc (sizeof (float) * self->slab.count);
+    memcpy (self->w, proto_msg_tensor_data (msg), sizeof (float) * self->slab.count);
+    self->epoch = proto_msg_header (msg)->epoch;
+    self->iter = proto_msg_header (msg)->iteration;
+    proto_msg_destroy (&msg);
+}
+
+//  The end of an fl epoch as pipelearn-client sends it (STATS, PARAMS),
+//  with the weights, sample count and closing iteration given.
+static void
+s_device_params (s_device_t *self, const float *w, uint64_t samples, uint32_t iteration)
+{
+    uint32_t id = self->plan.device_id;
+    proto_msg_t *stats = proto_msg_new (PROTO_MSG_STATS);
+    proto_stats_t st = { .epoch = self->epoch, .loss_sum = 2.3 * SHARD, .samples = SHARD };
+    proto_msg_set_route (stats, id, self->epoch, iteration, 0);
+    proto_msg_set_stats (stats, &st);
+    cr_assert_eq (proto_msg_send (&stats, self->sock), 0);
+    proto_msg_t *params = proto_msg_new (PROTO_MSG_PARAMS);
+    proto_slab_t slab = self->slab;
+    slab.sample_count = samples;
+    proto_msg_set_route (params, id, self->epoch, iteration, 0);
+    cr_assert_eq (proto_msg_set_slab_copy (params, &slab, w), 0);
+    cr_assert_eq (proto_msg_send (&params, self->sock), 0);
+}
+
+static void
+s_device_close (s_device_t *self)
+{
+    zmq_close (self->sock);
+    zmq_ctx_term (self->ctx);
+    free (self->w);
+    self->w = NULL;
+}
+
+//  Server with FL_CONFIG-like config, the scripted device 1 joined, then the
+//  honest client 0; returns when training started (the MODEL is in).
+static pid_t
+s_start (s_run_t *run, const char *config, char *endpoint, size_t size, s_device_t *dev,
+         int rcvhwm, pid_t *client)
+{
+    s_mkdtemp (run->dir);
+    pid_t server = s_start_server (run, "run", config, endpoint, size);
+    s_device_join (dev, endpoint, 1, rcvhwm);
+    *client = s_start_client (run, 0, endpoint);
+    s_device_model (dev);
+    return server;
+}
+
+//  The honest device's run finished: both exit 0, every epoch is in the
+//  summary, model.ckpt is finite, the scripted device was dropped for why.
+static void
+s_expect_honest_run (s_run_t *run, pid_t server, pid_t client, const char *why)
+{
+    s_finish_run (run, "run", server, &client, 1);
+    cr_expect (s_log_has (run, "server.log", why), "the server log does not say \"%s\"", why);
+    cJSON *s = s_summary (run->dir, "run");
+    const cJSON *epochs = cJSON_GetObjectItemCaseSensitive (s, "epochs");
+    cr_expect_eq (cJSON_GetArraySize (epochs), EPOCHS, "summary.json has %d epoch(s)",
+                  cJSON_GetArraySize (epochs));
+    double loss = s_num (s_last_epoch (s), "test_loss");
+    cr_expect (isfinite (loss), "test_loss %g", loss);
+    cJSON_Delete (s);
+    nn_model_t *m = s_load_model (run->dir, "run", "vgg5");
+    const float *w = nn_model_weights_const (m);
+    for (size_t i = 0; i < nn_model_weights_count (m); i++)
+        cr_assert (isfinite (w[i]), "model.ckpt: weight %zu is %g", i, (double) w[i]);
+    nn_model_destroy (&m);
+}
+
+//  fl: the scripted device ends its first round with PARAMS built by
+//  poison from the MODEL's weights; it must be dropped for why.
+static void
+s_fl_poison (void (*poison) (float *w, size_t n, uint64_t *samples, uint32_t *iteration),
+             const char *why)
+{
+    s_run_t run = { 0 };
+    char endpoint[256];
+    s_device_t dev = { 0 };
+    pid_t client;
+    pid_t server = s_start (&run, FL_CONFIG, endpoint, sizeof endpoint, &dev, 0, &client);
+    uint64_t samples = SHARD;
+    uint32_t iteration = ITERATIONS;
+    poison (dev.w, dev.slab.count, &samples, &iteration);
+    s_device_params (&dev, dev.w, samples, iteration);
+    cr_assert (s_wait_log (&run, "server.log", why, 60), "no \"%s\" in the server log", why);
+    s_device_close (&dev);
+    s_expect_honest_run (&run, server, client, why);
+    s_kill_all (&run);
+    s_rmtree (run.dir);
+}
+
+static void
+s_nan_weights (float *w, size_t n, uint64_t *samples, uint32_t *iteration)
+{
+    (void) samples, (void) iteration;
+    for (size_t i = 0; i < n; i++)
+        w[i] = NAN;
+    *samples = 1;
+}
+
+static void
+s_huge_count (float *w, size_t n, uint64_t *samples, uint32_t *iteration)
+{
+    (void) w, (void) n, (void) iteration;
+    *samples = (uint64_t) 1 << 63;
+}
+
+static void
+s_far_iteration (float *w, size_t n, uint64_t *samples, uint32_t *iteration)
+{
+    (void) w, (void) n, (void) samples;
+    *iteration = 0xFFFFFFFFu;
+}
+
+Test (hostile, nan_weights_are_never_averaged, .timeout = 300)
+{
+    s_fl_poison (s_nan_weights, "device 1 dropped: PARAMS holds non-finite weights");
+}
+
+Test (hostile, sample_count_is_capped_at_the_shard, .timeout = 300)
+{
+    s_fl_poison (s_huge_count, "device 1 dropped: PARAMS claims 9223372036854775808 "
+                 "samples; device 1's shard holds 200");
+}
+
+Test (hostile, a_device_cannot_move_the_round, .timeout = 300)
+{
+    s_fl_poison (s_far_iteration, "device 1 dropped: PARAMS closes iteration 4294967295");
+}
+
+//  ---------------------------------------------------------------------
+//  Split modes: activations
+
+#define SPLIT_CONFIG(mode, extra) \
+    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 400, " \
+    "\"test_samples\": 100, \"batch_size\": 20, \"epochs\": 2, \"seed\": 5, " \
+    "\"threads\": 1, \"devices\": 2, \"mode\": \"" mode "\", \"split_point\": 1, " \
+    "\"measure_link\": false, \"adaptive\": false" extra "}"
+
+//  ACTIVATIONS of micro-batch mb of the round's first iteration, every
+//  value `value`, labels in range.
+static void
+s_device_activations (s_device_t *self, float value, uint32_t mb)
+{
+    nn_model_spec_t spec;
+    char err[256];
+    cr_assert_eq (nn_model_spec_by_name (&spec, "vgg5", 1, 28, 28, 10, err, sizeof err), 0);
+    nn_shape_t s = nn_model_spec_unit_output (&spec, (int) self->plan.split_point - 1);
+    uint32_t n = self->plan.batch_size / self->plan.micro_batches;
+    uint32_t dims[4] = { n, (uint32_t) s.h, (uint32_t) s.w, (uint32_t) s.c };
+    size_t count = (size_t) n * s.h * s.w * s.c;
+    float *x = malloc (sizeof (float) * count);
+    for (size_t i = 0; i < count; i++)
+        x[i] = value;
+    int32_t labels[256];
+    for (uint32_t i = 0; i < n; i++)
+        labels[i] = (int32_t) (i % 10);
+    proto_msg_t *msg = proto_msg_new (PROTO_MSG_ACTIVATIONS);
+    proto_msg_set_route (msg, self->plan.device_id, self->epoch, self->iter, mb);
+    proto_msg_set_last (msg, mb + 1 == self->plan.micro_batches);
+    cr_assert_eq (proto_msg_set_tensor_copy (msg, x, dims, 4), 0);
+    proto_msg_set_labels (msg, labels, n);
+    free (x);
+    cr_assert_eq (proto_msg_send (&msg, self->sock), 0, "send ACTIVATIONS: %s",
+                  zmq_strerror (errno));
+}
+
+Test (hostile, nan_activations_never_reach_a_replica, .timeout = 300)
+{
+    s_run_t run = { 0 };
+    char endpoint[256];
+    s_device_t dev = { 0 };
+    pid_t client;
+    pid_t server = s_start (&run, SPLIT_CONFIG ("sfl", ""), endpoint, sizeof endpoint, &dev, 0,
+                            &client);
+    //  The encoder refuses nothing here: a NaN tensor is valid on the wire.
+    s_device_activations (&dev, NAN, 0);
+    const char *why = "device 1 dropped: ACTIVATIONS hold non-finite values";
+    cr_assert (s_wait_log (&run, "server.log", why, 60), "no \"%s\" in the server log", why);
+    s_device_close (&dev);
+    s_expect_honest_run (&run, server, client, why);
+    s_kill_all (&run);
+    s_rmtree (run.dir);
+}
+
+//  A device that sends activations but never reads its gradients: the
+//  server's queue for it is bounded (ZMQ_SNDHWM) and the device is dropped
+//  when it is full; the server's memory stays bounded. round_timeout_s is
+//  long, so only that drop can end the device's round.
+#define READER_RSS_LIMIT_KB (256L * 1024)
+
+Test (hostile, a_device_that_never_reads_is_dropped, .timeout = 300)
+{
+    s_run_t run = { 0 };
+    char endpoint[256];
+    s_device_t dev = { 0 };
+    pid_t client;
+    pid_t server = s_start (&run, SPLIT_CONFIG ("pipelearn", ", \"micro_batches\": 2, "
+                                                "\"round_timeout_s\": 3600"),
+                            endpoint, sizeof endpoint, &dev, 1, &client);
+    const char *why = "device 1 dropped: not reading";
+    double deadline = pl_monotonic () + 120;
+    int sent = 0;
+    //  One micro-batch at a time, paced so the server keeps up (more than N
+    //  queued is a flood, dropped for another reason).
+    while (!s_log_has (&run, "server.log", why) && pl_monotonic () < deadline) {
+        s_device_activations (&dev, 0.5f, 0);
+        sent++;
+        usleep (100000);
+    }
+    cr_log_info ("the scripted device sent %d ACTIVATIONS before it was dropped", sent);
+    cr_assert (s_log_has (&run, "server.log", why), "after %d ACTIVATIONS never read, "
+               "no \"%s\" in the server log", sent, why);
+    s_device_close (&dev);
+    s_expect_honest_run (&run, server, client, why);
+    cJSON *s = s_summary (run.dir, "run");
+    double rss_kb = s_num (s, "peak_rss_kb");
+    cr_log_info ("server peak RSS %.0f KiB", rss_kb);
+    cr_expect (RUN_UNDER_ASAN || rss_kb < READER_RSS_LIMIT_KB,
+               "server peak RSS %.0f KiB (limit %ld KiB)", rss_kb, READER_RSS_LIMIT_KB);
+    cJSON_Delete (s);
+    s_kill_all (&run);
+    s_rmtree (run.dir);
+}
+
+//  ---------------------------------------------------------------------
+//  Divergence
+
+//  Every DIR/run/checkpoints/round-*/devpart.ckpt (fl: the whole model)
+//  loads and is finite; returns how many there are.
+static int
+s_checkpoints_finite (const char *dir)
+{
+    char path[4096];
+    s_path (path, dir, "run/checkpoints");
+    DIR *d = opendir (path);
+    cr_assert_not_null (d, "no %s", path);
+    nn_model_spec_t spec;
+    char err[512];
+    cr_assert_eq (nn_model_spec_by_name (&spec, "vgg5", 1, 28, 28, 10, err, sizeof err), 0);
+    int count = 0;
+    struct dirent *e;
+    while ((e = readdir (d))) {
+        if (strncmp (e->d_name, "round-", 6) != 0 || strstr (e->d_name, ".tmp"))
+            continue;
+        char file[4400];
+        snprintf (file, sizeof file, "%s/%s/devpart.ckpt", path, e->d_name);
+        nn_model_t *m = nn_model_new (&spec, 0, spec.units_count, 1, err, sizeof err);
+        cr_assert_eq (nn_checkpoint_load (file, m, err, sizeof err), 0, "%s", err);
+        const float *w = nn_model_weights_const (m);
+        for (size_t i = 0; i < nn_model_weights_count (m); i++)
+            cr_assert (isfinite (w[i]), "%s: weight %zu is %g", file, i, (double) w[i]);
+        nn_model_destroy (&m);
+        count++;
+    }
+    closedir (d);
+    return count;
+}
+
+Test (hostile, a_diverging_fl_run_stops_cleanly, .timeout = 300)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    char endpoint[256];
+    pid_t server = s_start_server (&run, "run",
+                                   "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", "
+                                   "\"samples\": 400, \"test_samples\": 100, "
+                                   "\"batch_size\": 20, \"epochs\": 2, \"seed\": 5, "
+                                   "\"threads\": 1, \"devices\": 2, \"mode\": \"fl\", "
+                                   "\"learning_rate\": 1e6}", endpoint, sizeof endpoint);
+    pid_t clients[2] = { s_start_client (&run, 0, endpoint),
+                         s_start_client (&run, 1, endpoint) };
+    //  Not a stall until round_timeout_s (600 s): the run ends by itself.
+    int src = s_wait (&run, server, pl_monotonic () + 120);
+    int crc[2];
+    for (int i = 0; i < 2; i++)
+        crc[i] = s_wait (&run, clients[i], pl_monotonic () + 30);
+    if (src != 3 || crc[0] != 3 || crc[1] != 3) {
+        s_dump_logs (&run);
+        s_kill_all (&run);
+    }
+    cr_assert_eq (src, 3, "server exit status %d, want 3 (diverged)", src);
+    for (int i = 0; i < 2; i++) {
+        char log[32];
+        snprintf (log, sizeof log, "client%d.log", i);
+        cr_expect_eq (crc[i], 3, "client %d exit status %d, want 3 (diverged)", i, crc[i]);
+        cr_expect (s_log_has (&run, log, "training diverged"), "%s does not say why", log);
+        cr_expect (!s_log_has (&run, log, "sending STATS failed"), "%s: STATS refused", log);
+    }
+    cr_expect (s_log_has (&run, "server.log", "training diverged"),
+               "the server log does not say the training diverged");
+    cr_expect (s_log_has (&run, "server.log", "lower learning_rate"),
+               "the server log does not say what to do");
+    //  The last good checkpoint is kept and nothing non-finite was written.
+    cr_expect (s_checkpoints_finite (run.dir) >= 1, "no checkpoint was kept");
+    char path[4096];
+    s_path (path, run.dir, "run/model.ckpt");
+    cr_expect (access (path, F_OK) != 0, "a diverged run wrote model.ckpt");
+    s_kill_all (&run);
+    s_rmtree (run.dir);
+}
