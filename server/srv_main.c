@@ -914,8 +914,51 @@ srv_epoch_continue (srv_t *self)
     s_round_begin (self);
 }
 
-//  Every device sent PARAMS for this round: FedAvg everything, answer MODEL
-//  (or close the epoch first when every device also sent its STATS).
+//  dst (count) from the n slabs srcs by the run's rule (config
+//  aggregation): FedAvg weighted by sample counts, or the coordinate-wise
+//  trimmed mean or median (unweighted, so no claim can pull them).
+static void
+s_combine (const srv_t *self, float *dst, const float *const *srcs, const double *weights,
+           int n, size_t count)
+{
+    float scratch[SRV_MAX_DEVICES];
+    if (strcmp (self->cfg.aggregation, "median") == 0)
+        nn_median (dst, srcs, n, count, scratch);
+    else
+    if (strcmp (self->cfg.aggregation, "trimmed-mean") == 0) {
+        int trim = (int) (self->cfg.trim_fraction * n);
+        if (2 * trim >= n)
+            trim = (n - 1) / 2;
+        nn_trimmed_mean (dst, srcs, n, trim, count, scratch);
+    }
+    else
+        nn_fedavg (dst, srcs, weights, n, count);
+}
+
+//  clip_update_norm: each device's update to the device part (its PARAMS
+//  less the model it was sent, which devpart still holds) is scaled to
+//  that L2 norm at most, so no single device can move the model further.
+static void
+s_clip_updates (srv_t *self)
+{
+    double max_norm = self->cfg.clip_update_norm;
+    if (max_norm <= 0.0 || self->mode == PROTO_MODE_SL)
+        return;
+    const float *ref = nn_model_weights_const (self->devpart);
+    for (int i = 0; i < self->devices; i++) {
+        srv_device_t *d = &self->dev[i];
+        if (!d->active)
+            continue;
+        double norm = nn_clip_update (d->params, ref, self->dev_wcount, max_norm);
+        if (norm > max_norm)
+            pl_log_info ("server: device %d's update clipped from norm %.4g to %.4g "
+                         "(clip_update_norm)", i, norm, max_norm);
+    }
+}
+
+//  Every device sent PARAMS for this round: aggregate everything (s_combine),
+//  answer MODEL (or close the epoch first when every device also sent its
+//  STATS).
 static void
 s_aggregate (srv_t *self)
 {
@@ -937,7 +980,8 @@ s_aggregate (srv_t *self)
         next_iter = self->dev[i].params_iter;
         epoch_end = epoch_end && self->dev[i].stats_in;
     }
-    nn_fedavg (nn_model_weights (self->devpart), srcs, weights, n, self->dev_wcount);
+    s_clip_updates (self);
+    s_combine (self, nn_model_weights (self->devpart), srcs, weights, n, self->dev_wcount);
     if (self->mode != PROTO_MODE_FL && self->replicas_count > 1) {
         //  Every device has all its gradients, so no replica is lent out.
         const float *ws[SRV_MAX_DEVICES];
@@ -947,7 +991,7 @@ s_aggregate (srv_t *self)
             ws[k] = nn_model_weights_const (r->model);
         }
         float *avg = nn_malloc (sizeof (float) * self->srv_wcount);
-        nn_fedavg (avg, ws, weights, n, self->srv_wcount);
+        s_combine (self, avg, ws, weights, n, self->srv_wcount);
         for (int k = 0; k < n; k++)
             memcpy (nn_model_weights (self->rep[self->dev[act[k]].replica].model), avg,
                     sizeof (float) * self->srv_wcount);

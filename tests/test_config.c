@@ -190,7 +190,7 @@ Test (config, to_json_uses_canonical_forms)
     char *text = cJSON_PrintUnformatted (json);
     S_ASSERT_HAS (text, "\"seed\":9007199254740992,");
     cJSON_free (text);
-    cr_assert_eq (cJSON_GetArraySize (json), 38, "one member per canonical key");
+    cr_assert_eq (cJSON_GetArraySize (json), 41, "one member per canonical key");
     cJSON_Delete (json);
 }
 
@@ -758,4 +758,21 @@ Test (config, fifo_and_other_non_regular_files_are_refused, .timeout = 20)
     cr_assert_eq (rc, -1);
     S_ASSERT_HAS (err, "/dev/zero: not a regular file (a character device)");
     rmdir (dir);
+}
+
+Test (config, aggregation_rules_are_named_and_bounded)
+{
+    pl_config_t config;
+    pl_config_defaults (&config);
+    char err[512];
+    cr_assert_str_eq (config.aggregation, "fedavg");
+    cr_assert_eq (pl_config_set (&config, "aggregation=Trimmed_Mean", err, sizeof err), 0,
+                  "%s", err);
+    cr_assert_str_eq (config.aggregation, "trimmed-mean");
+    cr_assert_neq (pl_config_set (&config, "aggregation=krum", err, sizeof err), 0);
+    cr_assert (strstr (err, "aggregation"), "%s", err);
+    cr_assert_neq (pl_config_set (&config, "trim_fraction=0.5", err, sizeof err), 0);
+    cr_assert_neq (pl_config_set (&config, "clip_update_norm=-1", err, sizeof err), 0);
+    cr_assert_eq (pl_config_set (&config, "clip_update_norm=10", err, sizeof err), 0, "%s", err);
+    cr_assert_float_eq (config.clip_update_norm, 10.0, 0);
 }

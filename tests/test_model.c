@@ -269,6 +269,51 @@ Test (model, fedavg_weights_by_sample_count)
     cr_assert_float_eq (out[2], 0.25 * 3 + 0.75 * 6, 1e-6);
 }
 
+//  Five devices, one of them hostile (coordinate 0 huge, coordinate 1 NaN-
+//  free but far off): trimmed mean (1 each side) and median ignore it where
+//  FedAvg is pulled far away.
+Test (model, trimmed_mean_and_median_resist_one_outlier)
+{
+    float d[5][3] = { { 1, 10, -1 }, { 2, 11, -2 }, { 3, 12, -3 }, { 4, 13, -4 },
+                      { 1e6f, -500, 0 } };
+    const float *srcs[5] = { d[0], d[1], d[2], d[3], d[4] };
+    float out[3], scratch[5];
+    nn_trimmed_mean (out, srcs, 5, 1, 3, scratch);
+    //  Sorted coordinate 0: 1 2 3 4 1e6, trimmed: 2 3 4.
+    cr_assert_float_eq (out[0], 3.0f, 1e-6);
+    //  Coordinate 1: -500 10 11 12 13 -> 10 11 12.
+    cr_assert_float_eq (out[1], 11.0f, 1e-6);
+    //  Coordinate 2: -4 -3 -2 -1 0 -> -3 -2 -1.
+    cr_assert_float_eq (out[2], -2.0f, 1e-6);
+    nn_median (out, srcs, 5, 3, scratch);
+    cr_assert_float_eq (out[0], 3.0f, 1e-6);
+    cr_assert_float_eq (out[1], 11.0f, 1e-6);
+    cr_assert_float_eq (out[2], -2.0f, 1e-6);
+    //  An even count: the mean of the two middle values; trim 0 is the mean.
+    nn_median (out, srcs, 4, 3, scratch);
+    cr_assert_float_eq (out[0], 2.5f, 1e-6);
+    nn_trimmed_mean (out, srcs, 4, 0, 3, scratch);
+    cr_assert_float_eq (out[1], 11.5f, 1e-6);
+    //  FedAvg with equal weights is what the outlier drags.
+    double w[5] = { 1, 1, 1, 1, 1 };
+    nn_fedavg (out, srcs, w, 5, 3);
+    cr_assert (out[0] > 1e5f, "FedAvg %g: the outlier should dominate", (double) out[0]);
+}
+
+Test (model, clip_update_scales_only_long_updates)
+{
+    float ref[2] = { 1, 1 };
+    float w[2] = { 4, 5 };             //  update (3, 4): norm 5
+    double norm = nn_clip_update (w, ref, 2, 2.5);
+    cr_assert_float_eq (norm, 5.0, 1e-9);
+    cr_assert_float_eq (w[0], 1 + 1.5f, 1e-6);
+    cr_assert_float_eq (w[1], 1 + 2.0f, 1e-6);
+    float v[2] = { 2, 1 };             //  norm 1 <= 2.5: unchanged
+    cr_assert_float_eq (nn_clip_update (v, ref, 2, 2.5), 1.0, 1e-9);
+    cr_assert_float_eq (v[0], 2.0f, 0);
+    cr_assert_float_eq (v[1], 1.0f, 0);
+}
+
 Test (model, threads_split_the_batch_without_changing_results)
 {
     //  7 samples over 3 threads: uneven ranges; BN statistics and weight

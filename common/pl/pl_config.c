@@ -117,6 +117,13 @@ static const s_choice_t s_datasets[] = {
     { NULL, NULL, 0, NULL }
 };
 
+static const s_choice_t s_aggregations[] = {
+    { "fedavg", "fedavg", 0, NULL },
+    { "trimmedmean", "trimmed-mean", 0, NULL },
+    { "median", "median", 0, NULL },
+    { NULL, NULL, 0, NULL }
+};
+
 static const s_choice_t s_modes[] = {
     { "pipelearn", "pipelearn", 0, NULL },
     { "sfl", "sfl", 0, NULL },
@@ -182,6 +189,14 @@ static const s_field_t s_fields[] = {
     { .key = "aggregation_frequency", .kind = S_INT, S_AT (aggregation_frequency),
       .min = 1, .max = INT_MAX, .flags = S_MINUS_ONE,
       .expect = "an integer >= 1, or -1 for once per epoch" },
+    { .key = "aggregation", .kind = S_NAME, S_AT (aggregation), .choices = s_aggregations,
+      .expect = "one of \"fedavg\", \"trimmed-mean\", \"median\"" },
+    { .key = "trim_fraction", .kind = S_DOUBLE, S_AT (trim_fraction),
+      .min = 0, .max = 0.5, .max_open = true,
+      .expect = "a fraction >= 0 and < 0.5 (values dropped at each end per coordinate)" },
+    { .key = "clip_update_norm", .kind = S_DOUBLE, S_AT (clip_update_norm),
+      .min = 0, .max = INFINITY, .max_open = true,
+      .expect = "a number >= 0 (0 = no clipping)" },
     { .key = "min_devices", .kind = S_INT, S_AT (min_devices), .min = 1, .max = S_DEVICES_MAX,
       .expect = "an integer >= 1 and <= devices" },
     { .key = "device_timeout_s", .kind = S_DOUBLE, S_AT (device_timeout_s),
@@ -686,6 +701,9 @@ pl_config_defaults (pl_config_t *self)
     self->split_point = 1;
     self->micro_batches = 4;
     self->aggregation_frequency = -1;
+    s_store_string (self->aggregation, sizeof self->aggregation, "fedavg");
+    self->trim_fraction = 0.2;
+    self->clip_update_norm = 0.0;
     self->min_devices = 1;
     self->device_timeout_s = 30.0;
     self->round_timeout_s = 600.0;

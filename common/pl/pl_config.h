@@ -44,6 +44,9 @@ typedef struct {
     int split_point;            //  1, or PL_AUTO
     int micro_batches;          //  4, or PL_AUTO
     int aggregation_frequency;  //  -1 = once per epoch
+    char aggregation[16];       //  "fedavg" | "trimmed-mean" | "median"
+    double trim_fraction;       //  0.2: trimmed-mean drops floor(f * k) values each side
+    double clip_update_norm;    //  0 = off; else the largest L2 norm of a device's update
     int min_devices;            //  1: a round completes with whoever finished
     double device_timeout_s;    //  30: a training device silent this long is dropped
     double round_timeout_s;     //  600: a device not done with a round by then is dropped
