@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *s_names[] = { "generic", "avx2", "avx512" };
+static const char *s_names[] = { "generic", "avx2", "avx512", "neon" };
 
 nn_isa_t
 nn_isa_cpu (void)
@@ -17,8 +17,20 @@ nn_isa_cpu (void)
         return NN_ISA_AVX512;
     if (__builtin_cpu_supports ("avx2") && __builtin_cpu_supports ("fma"))
         return NN_ISA_AVX2;
+#elif defined(__aarch64__)
+    return NN_ISA_NEON;
 #endif
     return NN_ISA_GENERIC;
+}
+
+bool
+nn_isa_runs (nn_isa_t isa)
+{
+    nn_isa_t cpu = nn_isa_cpu ();
+    if (isa == NN_ISA_GENERIC || isa == cpu)
+        return true;
+    //  The x86 levels nest; neon is aarch64's only one.
+    return cpu != NN_ISA_NEON && isa != NN_ISA_NEON && isa < cpu;
 }
 
 int
@@ -35,7 +47,7 @@ nn_isa_parse (const char *name, nn_isa_t *isa)
 const char *
 nn_isa_name (nn_isa_t isa)
 {
-    return isa >= NN_ISA_GENERIC && isa <= NN_ISA_AVX512 ? s_names[isa] : "unknown";
+    return isa >= NN_ISA_GENERIC && isa <= NN_ISA_NEON ? s_names[isa] : "unknown";
 }
 
 nn_isa_t
@@ -44,12 +56,10 @@ nn_isa_resolve (const char *request, bool *valid)
     nn_isa_t cpu = nn_isa_cpu (), want = cpu;
     bool ok = true;
     if (request && *request)
-        ok = nn_isa_parse (request, &want) == 0;
+        ok = nn_isa_parse (request, &want) == 0 && nn_isa_runs (want);
     if (valid)
         *valid = ok;
-    if (!ok)
-        return cpu;
-    return want < cpu ? want : cpu;
+    return ok ? want : cpu;
 }
 
 //  -1 until the first call; then the level, for the life of the process.

@@ -34,6 +34,12 @@
 //  PIPELEARN_ISA=generic can turn the AVX2 path off (GCC's target_clones
 //  picks at load time with no way to say no). LINK is static or extern.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+static inline bool
+s_isa_avx2 (void)
+{
+    nn_isa_t isa = nn_isa_active ();
+    return isa == NN_ISA_AVX2 || isa == NN_ISA_AVX512;
+}
 #   define S_BODY static inline __attribute__ ((always_inline))
 #   define S_DISPATCH(LINK, NAME, PARAMS, ARGS)                                 \
     __attribute__ ((target ("arch=x86-64-v3"))) static void                    \
@@ -41,7 +47,7 @@
     static void NAME##_generic PARAMS { NAME##_body ARGS; }                    \
     LINK void NAME PARAMS                                                      \
     {                                                                          \
-        if (nn_isa_active () >= NN_ISA_AVX2)                                   \
+        if (s_isa_avx2 ())                                                     \
             NAME##_avx2 ARGS;                                                  \
         else                                                                   \
             NAME##_generic ARGS;                                               \
@@ -129,7 +135,7 @@ s_gemm16 (float *c, size_t ldc, const float *a, size_t lda, size_t as, const flo
 static bool
 s_gemm16_ok (int n)
 {
-    return n % 16 == 0 && nn_isa_active () >= NN_ISA_AVX512;
+    return n % 16 == 0 && nn_isa_active () == NN_ISA_AVX512;
 }
 #else
 #   define S_GEMM16 0

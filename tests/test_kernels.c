@@ -291,7 +291,7 @@ Test (kernels, maxpool_winner_bytes_route_the_gradient)
 //  the level this process runs. meson registers this suite (and layers,
 //  model) once per level with PIPELEARN_ISA set, so every path the kernels
 //  have is compared with the naive references on this host.
-Test (kernels, isa_names_and_cap)
+Test (kernels, isa_names_and_levels_the_cpu_runs)
 {
     nn_isa_t isa;
     cr_assert_eq (nn_isa_parse ("generic", &isa), 0);
@@ -300,21 +300,35 @@ Test (kernels, isa_names_and_cap)
     cr_assert_eq (isa, NN_ISA_AVX2);
     cr_assert_eq (nn_isa_parse ("avx512", &isa), 0);
     cr_assert_eq (isa, NN_ISA_AVX512);
+    cr_assert_eq (nn_isa_parse ("neon", &isa), 0);
+    cr_assert_eq (isa, NN_ISA_NEON);
     cr_assert_eq (nn_isa_parse ("AVX2", &isa), -1);
     cr_assert_eq (nn_isa_parse ("", &isa), -1);
     cr_assert_str_eq (nn_isa_name (NN_ISA_AVX2), "avx2");
     nn_isa_t cpu = nn_isa_cpu ();
+    cr_assert (nn_isa_runs (cpu));
+    cr_assert (nn_isa_runs (NN_ISA_GENERIC));
     bool valid;
     cr_assert_eq (nn_isa_resolve (NULL, &valid), cpu);
     cr_assert (valid);
     cr_assert_eq (nn_isa_resolve ("", &valid), cpu);
     cr_assert_eq (nn_isa_resolve ("generic", &valid), NN_ISA_GENERIC);
     cr_assert (valid);
-    //  A request above the CPU runs what the CPU has.
-    cr_assert_eq (nn_isa_resolve ("avx512", &valid), cpu);
-    cr_assert_eq (nn_isa_resolve ("avx2", &valid), cpu < NN_ISA_AVX2 ? cpu : NN_ISA_AVX2);
     cr_assert_eq (nn_isa_resolve ("sse9", &valid), cpu);
     cr_assert (!valid);
+#if defined(__x86_64__)
+    //  x86 levels nest; neon is not one of them.
+    cr_assert (!nn_isa_runs (NN_ISA_NEON));
+    cr_assert_eq (nn_isa_resolve ("neon", &valid), cpu);
+    cr_assert (!valid);
+    if (cpu == NN_ISA_AVX512)
+        cr_assert (nn_isa_runs (NN_ISA_AVX2));
+    //  A level above the CPU's is not valid, and the CPU's runs.
+    if (cpu < NN_ISA_AVX512) {
+        cr_assert_eq (nn_isa_resolve ("avx512", &valid), cpu);
+        cr_assert (!valid);
+    }
+#endif
 }
 
 Test (kernels, isa_active_follows_the_environment)

@@ -75,11 +75,16 @@ pl_blas_setup (char **argv)
 {
     const char *core = pl_blas_corename ();
     const char *user = getenv ("OPENBLAS_CORETYPE");
-    bool valid;
-    nn_isa_resolve (getenv (NN_ISA_ENV), &valid);
-    if (!valid) {
-        pl_log_error ("%s=%s: not a kernel level (generic, avx2, avx512)", NN_ISA_ENV,
-                      getenv (NN_ISA_ENV));
+    const char *request = getenv (NN_ISA_ENV);
+    nn_isa_t want;
+    if (request && *request && nn_isa_parse (request, &want)) {
+        pl_log_error ("%s=%s: not a kernel level (generic, avx2, avx512, neon)", NN_ISA_ENV,
+                      request);
+        return -1;
+    }
+    if (request && *request && !nn_isa_runs (want)) {
+        pl_log_error ("%s=%s: this CPU cannot run that level (it runs %s)", NN_ISA_ENV,
+                      request, nn_isa_name (nn_isa_cpu ()));
         return -1;
     }
     if (getenv (S_REEXEC_MARK)) {
