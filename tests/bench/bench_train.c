@@ -2,7 +2,7 @@
     measured in the same run, on the same shapes, with the same threads.
 
     pipelearn-bench [--threads T] [--images N] [--repeats R] [--no-torch]
-                    [--no-rss] [--json FILE] [--micro M]
+                    [--no-rss] [--json FILE] [--micro M] [--isa LEVEL]
 
     For each setting (batch 100 whole; batch 100 as 4 micro-batches of 25;
     as 10 micro-batches of 10 — what the PipeLearn pipeline feeds each
@@ -10,6 +10,14 @@
     medians and the ratio. With --rss it also runs pipelearn-train for one
     epoch on all of Fashion-MNIST and reports its peak RSS beyond the
     dataset's 8-bit size.
+
+    --isa generic|avx2|avx512 runs as a CPU of that kind would: our
+    kernels at that level (PIPELEARN_ISA), OpenBLAS on that level's cores
+    (OPENBLAS_CORETYPE Haswell for avx2, Prescott for generic, unless set)
+    and PyTorch restricted to it (ATEN_CPU_CAPABILITY, DNNL_MAX_CPU_ISA);
+    the process re-executes itself once with those set, since OpenBLAS
+    reads its core when it loads. It also prints this host's single-core
+    OpenBLAS sgemm peak and the share of it VGG5's convolutions reach.
 */
 #include "nn_alloc.h"
 #include "nn_dataset.h"
@@ -22,11 +30,13 @@
 #include "pl_timeline.h"
 
 #include <cJSON.h>
+#include <cblas.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifndef PL_SOURCE_DIR
 #define PL_SOURCE_DIR "."
@@ -170,9 +180,120 @@ s_train_rss (int threads, double *acc)
     return rss;
 }
 
+//  --isa: the environment a CPU of that kind gives, then one re-exec so
+//  that OpenBLAS loads with it. 0 to go on, 2 for a bad level.
+static int
+s_isa_env (int argc, char **argv)
+{
+    const char *level = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp (argv[i], "--isa") == 0 && i + 1 < argc)
+            level = argv[i + 1];
+        else if (strncmp (argv[i], "--isa=", 6) == 0)
+            level = argv[i] + 6;
+    }
+    nn_isa_t isa;
+    if (!level)
+        return 0;
+    if (nn_isa_parse (level, &isa)) {
+        fprintf (stderr, "pipelearn-bench: --isa %s: want generic, avx2, avx512 or neon\n",
+                 level);
+        return 2;
+    }
+    const char *have = getenv (NN_ISA_ENV);
+    if (have && strcmp (have, level) == 0)
+        return 0;                       //  set (by us, or by the user): go on
+    static const char *blas[] = { "Prescott", "Haswell", NULL, NULL };
+    static const char *aten[] = { "default", "avx2", "avx512", NULL };
+    static const char *dnnl[] = { "SSE41", "AVX2", "AVX512_CORE", NULL };
+    setenv (NN_ISA_ENV, level, 1);
+    if (blas[isa] && !getenv ("OPENBLAS_CORETYPE"))
+        setenv ("OPENBLAS_CORETYPE", blas[isa], 1);
+    if (aten[isa])
+        setenv ("ATEN_CPU_CAPABILITY", aten[isa], 1);
+    if (dnnl[isa])
+        setenv ("DNNL_MAX_CPU_ISA", dnnl[isa], 1);
+    execv ("/proc/self/exe", argv);
+    fprintf (stderr, "pipelearn-bench: re-exec for --isa failed\n");
+    return 2;
+}
+
+//  The best of 5 single-thread sgemms of 1024^3, in GFLOP/s.
+static double
+s_sgemm_peak (void)
+{
+    const int n = 1024;
+    float *a = nn_alloc_aligned (sizeof (float) * n * n);
+    float *b = nn_alloc_aligned (sizeof (float) * n * n);
+    float *c = nn_alloc_aligned (sizeof (float) * n * n);
+    for (int i = 0; i < n * n; i++)
+        a[i] = (float) (i % 7) * 0.1f, b[i] = (float) (i % 5) * 0.1f;
+    double best = 0.0;
+    for (int r = 0; r < 6; r++) {
+        double t0 = pl_monotonic ();
+        cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n,
+                     0.0f, c, n);
+        double rate = 2.0 * n * n * n / (pl_monotonic () - t0) / 1e9;
+        if (r > 0 && rate > best)
+            best = rate;
+    }
+    nn_free (a), nn_free (b), nn_free (c);
+    return best;
+}
+
+//  VGG5's three convolutions at batch 100 on one thread: forward and
+//  backward (weights, and input but for the first), the best of 5, in
+//  GFLOP/s of the matrix work (2 * pixels * k * r*s*c per product).
+static double
+s_conv_rate (int repeats)
+{
+    static const nn_conv_shape_t shapes[] = {
+        { .n = 100, .h = 28, .w = 28, .c = 1, .k = 32, .r = 3, .s = 3, .stride = 1, .pad = 1 },
+        { .n = 100, .h = 14, .w = 14, .c = 32, .k = 64, .r = 3, .s = 3, .stride = 1, .pad = 1 },
+        { .n = 100, .h = 7, .w = 7, .c = 64, .k = 64, .r = 3, .s = 3, .stride = 1, .pad = 1 },
+    };
+    double flops = 0.0, secs = 0.0;
+    nn_rng_t rng;
+    nn_rng_seed (&rng, 7);
+    for (int l = 0; l < 3; l++) {
+        nn_conv_shape_t sh = shapes[l];
+        nn_conv_shape_finish (&sh);
+        size_t in = (size_t) sh.n * sh.h * sh.w * sh.c, out = (size_t) sh.n * sh.p * sh.q * sh.k;
+        size_t wn = (size_t) sh.k * sh.r * sh.s * sh.c;
+        float *x = nn_alloc_aligned (sizeof (float) * in), *dx = nn_alloc_aligned (sizeof (float) * in);
+        float *y = nn_alloc_aligned (sizeof (float) * out), *dy = nn_alloc_aligned (sizeof (float) * out);
+        float *w = nn_alloc_aligned (sizeof (float) * wn), *dw = nn_alloc_aligned (sizeof (float) * wn);
+        float *scratch = nn_alloc_aligned (sizeof (float) * nn_conv2d_scratch_count (&sh));
+        for (size_t i = 0; i < in; i++)
+            x[i] = (float) nn_rng_normal (&rng);
+        for (size_t i = 0; i < out; i++)
+            dy[i] = (float) nn_rng_normal (&rng);
+        for (size_t i = 0; i < wn; i++)
+            w[i] = (float) (0.1 * nn_rng_normal (&rng));
+        bool first = l == 0;
+        double best = 1e30;
+        for (int r = 0; r < repeats + 1; r++) {
+            double t0 = pl_monotonic ();
+            nn_conv2d_forward (y, x, w, NULL, &sh, scratch);
+            nn_conv2d_backward (first ? NULL : dx, dw, NULL, dy, x, w, &sh, scratch);
+            double t = pl_monotonic () - t0;
+            if (r > 0 && t < best)
+                best = t;
+        }
+        flops += (first ? 2.0 : 3.0) * 2.0 * sh.n * sh.p * sh.q * (double) wn;
+        secs += best;
+        nn_free (x), nn_free (dx), nn_free (y), nn_free (dy), nn_free (w), nn_free (dw);
+        nn_free (scratch);
+    }
+    return flops / secs / 1e9;
+}
+
 int
 main (int argc, char **argv)
 {
+    int isa_rc = s_isa_env (argc, argv);
+    if (isa_rc)
+        return isa_rc;
     if (pl_blas_setup (argv))
         return 2;
     int threads = 2, images = 2000, repeats = 5;
@@ -183,11 +304,11 @@ main (int argc, char **argv)
         { "threads", required_argument, NULL, 't' }, { "images", required_argument, NULL, 'n' },
         { "repeats", required_argument, NULL, 'r' }, { "no-torch", no_argument, NULL, 'T' },
         { "no-rss", no_argument, NULL, 'R' }, { "json", required_argument, NULL, 'j' },
-        { "micro", required_argument, NULL, 'm' },
+        { "micro", required_argument, NULL, 'm' }, { "isa", required_argument, NULL, 'i' },
         { NULL, 0, NULL, 0 }
     };
     int c;
-    while ((c = getopt_long (argc, argv, "t:n:r:TRj:m:", opts, NULL)) != -1)
+    while ((c = getopt_long (argc, argv, "t:n:r:TRj:m:i:", opts, NULL)) != -1)
         switch (c) {
             case 't': threads = atoi (optarg); break;
             case 'n': images = atoi (optarg); break;
@@ -196,9 +317,11 @@ main (int argc, char **argv)
             case 'R': rss = false; break;
             case 'j': json_path = optarg; break;
             case 'm': only_micro = atoi (optarg); break;
+            case 'i': break;            //  taken by s_isa_env
             default:
                 fprintf (stderr, "usage: pipelearn-bench [--threads T] [--images N] "
-                         "[--repeats R] [--no-torch] [--no-rss] [--json FILE] [--micro M]\n");
+                         "[--repeats R] [--no-torch] [--no-rss] [--json FILE] [--micro M] "
+                         "[--isa LEVEL]\n");
                 return 2;
         }
     if (threads < 1 || images < 100 || repeats < 1 || repeats > S_MAX_REPEATS) {
@@ -216,6 +339,12 @@ main (int argc, char **argv)
     printf ("VGG5 training, 28x28x1, %d thread(s), OpenBLAS core %s, kernels %s, "
             "median of %d x %d images\n", threads, pl_blas_corename (),
             nn_isa_name (nn_isa_active ()), repeats, images);
+    double peak = s_sgemm_peak (), conv = s_conv_rate (5);
+    cJSON_AddNumberToObject (out, "sgemm_peak_gflops", peak);
+    cJSON_AddNumberToObject (out, "conv_gflops", conv);
+    printf ("one core: OpenBLAS sgemm 1024^3 %.1f GFLOP/s; VGG5's convolutions at batch 100 "
+            "(forward + backward) %.1f GFLOP/s = %.0f%% of it\n", peak, conv,
+            100.0 * conv / peak);
     printf ("%-8s %-6s %14s %14s %8s\n", "batch", "micro", "ours img/s", "torch img/s", "ratio");
     for (int i = 0; i < S_SETTINGS; i++) {
         const s_setting_t *s = &s_settings[i];
