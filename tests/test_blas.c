@@ -44,3 +44,23 @@ Test (blas, binary_logs_core_and_respects_user_setting)
     cr_assert_null (strstr (out, "re-running"), "%s", out);
     runcmd ("rm -rf /tmp/pl-blas-*", out, sizeof out);
 }
+
+//  The re-exec (here for GOMP_SPINCOUNT) keeps the daemon's own name: the
+//  kernel names a process after the file it executes, and through
+//  /proc/self/exe every daemon was "exe" to ps, pgrep and systemctl.
+Test (blas, reexecuted_daemon_keeps_its_name)
+{
+    char bin[1024], cmd[4096], out[8192];
+    built ("server/pipelearn-server", bin, sizeof bin);
+    snprintf (cmd, sizeof cmd,
+              "d=$(mktemp -d /tmp/pl-blas-name-XXXXXX); "
+              "env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY %s --set dataset=synthetic "
+              "--set samples=200 --set test_samples=100 --bind 'tcp://127.0.0.1:*' "
+              "--insecure --results $d/r >$d/log 2>&1 & pid=$!; "
+              "for i in $(seq 200); do grep -q 'kernels:' $d/log && break; sleep 0.05; done; "
+              "cat /proc/$pid/comm; kill $pid; wait $pid; cat $d/log; rm -rf $d", bin);
+    int rc = runcmd (cmd, out, sizeof out);
+    (void) rc;
+    cr_assert (strncmp (out, "pipelearn-serve", 15) == 0,
+               "process name after the re-exec: %s", out);
+}

@@ -126,6 +126,15 @@ pl_blas_setup (char **argv)
         return 0;
     }
     setenv (S_REEXEC_MARK, mark, 1);
+    //  Through the binary's real path, not /proc/self/exe: the kernel names
+    //  a process after the file it executes, and a daemon named "exe" is
+    //  one that `systemctl status` and `pgrep pipelearn-server` cannot find.
+    char self[4096];
+    ssize_t len = readlink ("/proc/self/exe", self, sizeof self - 1);
+    if (len > 0 && (size_t) len < sizeof self - 1) {
+        self[len] = '\0';
+        execv (self, argv);
+    }
     execv ("/proc/self/exe", argv);
     //  Still here: carry on with what we have rather than fail.
     pl_log_warn ("re-exec failed (%s); continuing with OpenBLAS core %s",
