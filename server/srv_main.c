@@ -2160,7 +2160,7 @@ srv_run (int argc, char **argv)
     if (args.resume)
         srv_ckpt_peek_origin (self->results, &self->origin);
     self->timeline = pl_timeline_new (self->origin);
-    self->summary = pl_summary_new (&self->cfg, "pipelearn-server", 1);
+    self->summary = pl_summary_new (&self->cfg, self->results, "pipelearn-server", 1);
     int resumed = 0;
     if (s_setup (self, &args) || (args.resume && (resumed = s_resume (self)) < 0)) {
         s_teardown (self);

@@ -204,7 +204,7 @@ main (int argc, char **argv)
                  "%d epoch(s), %d thread(s), %zu parameters",
                  cfg.model, cfg.dataset, train->count, test->count, cfg.batch_size,
                  cfg.epochs, threads, nn_model_params_count (t.model));
-    pl_summary_t *summary = pl_summary_new (&cfg, "pipelearn-train", threads);
+    pl_summary_t *summary = pl_summary_new (&cfg, results, "pipelearn-train", threads);
     bool tty = !args.quiet && isatty (STDERR_FILENO);
     int batches = train->count / cfg.batch_size;     //  last partial batch dropped
     if (batches == 0) {

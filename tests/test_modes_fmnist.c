@@ -36,6 +36,13 @@ s_mode_learns (const char *mode)
     cJSON *s = s_summary (run.dir, "run");
     const cJSON *epochs = cJSON_GetObjectItemCaseSensitive (s, "epochs");
     cr_assert_eq (cJSON_GetArraySize (epochs), 2, "%s: 2 epochs in summary.json", mode);
+    //  summary.json names the directory the files went to (--results).
+    char res[4096];
+    s_path (res, run.dir, "run");
+    const cJSON *rd = cJSON_GetObjectItemCaseSensitive (s, "results_dir");
+    cr_expect (cJSON_IsString (rd) && strcmp (rd->valuestring, res) == 0,
+               "%s: results_dir %s, want %s", mode, cJSON_IsString (rd) ? rd->valuestring
+                                                                       : "(none)", res);
     const cJSON *e = s_last_epoch (s);
     double acc = s_num (e, "test_acc");
     cr_log_info ("%s: Fashion-MNIST test accuracy %.2f%% after 2 epochs (%.1f s)\n", mode,

@@ -73,7 +73,13 @@ Test (train_cli, writes_summary_with_the_documented_shape)
     double acc = cJSON_GetObjectItem (cJSON_GetArrayItem (epochs, 1), "test_acc")->valuedouble;
     cr_assert_gt (acc, 0.5, "test accuracy %.3f after 2 epochs on synthetic data", acc);
     cr_assert (cJSON_IsString (cJSON_GetObjectItem (j, "openblas_core")));
+    cr_assert (cJSON_IsString (cJSON_GetObjectItem (j, "kernels")));
     cr_assert_gt (cJSON_GetObjectItem (j, "peak_rss_kb")->valuedouble, 1000);
+    //  The directory the files went to (--results), not the config's default.
+    char want[512];
+    snprintf (want, sizeof want, "%s/out", s_dir);
+    cr_assert_str_eq (cJSON_GetObjectItem (j, "results_dir")->valuestring, want);
+    cr_assert_str_eq (cJSON_GetObjectItem (cfg, "results_dir")->valuestring, want);
     cJSON_Delete (j);
 }
 

@@ -24,11 +24,18 @@ struct _pl_summary_t {
 };
 
 pl_summary_t *
-pl_summary_new (const pl_config_t *config, const char *binary, int threads)
+pl_summary_new (const pl_config_t *config, const char *results, const char *binary,
+                int threads)
 {
     pl_summary_t *self = nn_calloc (1, sizeof *self);
     self->root = cJSON_CreateObject ();
-    cJSON_AddItemToObject (self->root, "config", pl_config_to_json (config));
+    cJSON *cfg = pl_config_to_json (config);
+    //  The directory the files went to, not the config's default for it.
+    if (results)
+        cJSON_ReplaceItemInObject (cfg, "results_dir", cJSON_CreateString (results));
+    cJSON_AddItemToObject (self->root, "config", cfg);
+    cJSON_AddStringToObject (self->root, "results_dir", results ? results
+                                                                : config->results_dir);
     cJSON_AddStringToObject (self->root, "binary", binary);
     self->epochs = cJSON_AddArrayToObject (self->root, "epochs");
     cJSON_AddStringToObject (self->root, "openblas_core", pl_blas_corename ());

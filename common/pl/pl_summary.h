@@ -23,7 +23,10 @@ typedef struct {
 
 typedef struct _pl_summary_t pl_summary_t;
 
-pl_summary_t *pl_summary_new (const pl_config_t *config, const char *binary, int threads);
+//  results: the directory the run's files go to (--results, else the
+//  config's results_dir); summary.json records it, in its config too.
+pl_summary_t *pl_summary_new (const pl_config_t *config, const char *results,
+                              const char *binary, int threads);
 void pl_summary_destroy (pl_summary_t **self_p);
 //  Append an epoch; returns its JSON object (borrowed) so a daemon can add
 //  its own fields (server busy/idle, per-device figures).
