@@ -71,13 +71,14 @@ s_usage (FILE *out)
         "                        (--cert FILE_secret --server-cert FILE | --insecure)\n"
         "                        [--device-id N] [--data-dir DIR] [--threads N]\n"
         "                        [--timeout SECONDS] [--heartbeat SECONDS]\n"
+        "                        [--log-format text|json]\n"
         "Joins a pipelearn-server run as one device; the run's config comes from\n"
         "the server. --cert: this device's secret certificate (its public half must\n"
         "be in the server's --allow directory); --server-cert: the server's public\n"
         "certificate, the only server this device will talk to. --insecure: plain\n"
         "TCP. --timeout: give up when the server is silent that long (60).\n"
         "--heartbeat: ZMTP heartbeat interval (5; a connection silent 6x that is\n"
-        "closed and made again).\n");
+        "closed and made again). --log-format json: one JSON object per log line.\n");
 }
 
 static int
@@ -93,6 +94,7 @@ s_parse_args (int argc, char **argv, cli_args_t *a)
         { "cert", required_argument, NULL, 'C' },
         { "server-cert", required_argument, NULL, 'S' },
         { "insecure", no_argument, NULL, 'I' },
+        { "log-format", required_argument, NULL, 'L' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
@@ -109,6 +111,12 @@ s_parse_args (int argc, char **argv, cli_args_t *a)
             case 'S': a->server_cert = optarg; break;
             case 'I': a->insecure = true; break;
             case 'd': a->data_dir = optarg; break;
+            case 'L':
+                if (pl_log_set_format_name (optarg)) {
+                    pl_log_error ("--log-format: want text or json, got \"%s\"", optarg);
+                    return -1;
+                }
+                break;
             case 'i':
                 a->device_id = (int) strtol (optarg, &end, 10);
                 if (*end || a->device_id < 0) {
@@ -712,6 +720,9 @@ s_join (cli_t *self)
     //  proto checked origin_s is finite and >= 0.
     self->timeline = pl_timeline_new (p->origin_s);
     snprintf (self->who, sizeof self->who, "device%d", self->id & 0xffff);
+    //  json log lines name the device from now on (one device per process;
+    //  the in-process tests, which run several, log text).
+    pl_log_set_device (self->id);
     pl_log_info ("client: joined as device %d of %u (%s, split %u, %d micro-batch(es))",
                  self->id, p->devices, proto_mode_name ((int) self->mode), p->split_point,
                  self->micro);

@@ -42,6 +42,7 @@
 #include "proto_msg.h"
 #include "proto_tensor.h"
 #include "srv_ckpt.h"
+#include "srv_metrics.h"
 #include "srv_plan.h"
 #include "srv_state.h"
 #include "srv_run.h"
@@ -90,8 +91,12 @@ s_usage (FILE *out)
     fprintf (out,
         "usage: pipelearn-server --config FILE (--cert FILE_secret --allow DIR | --insecure)\n"
         "                        [--bind tcp://*:PORT] [--results DIR]\n"
+        "                        [--metrics [ADDR:]PORT] [--log-format text|json]\n"
         "                        [--set KEY=VALUE]... [--endpoint-file PATH] [--resume]\n"
         "                        [--quiet]\n"
+        "--metrics serves Prometheus /metrics and a live dashboard over HTTP (a\n"
+        "PORT alone listens on 127.0.0.1; config key \"metrics\"). --log-format\n"
+        "json logs one JSON object per line.\n"
         "Runs the server side of a pipelearn/sfl/sl/fl run for the configured\n"
         "number of devices and writes DIR/summary.json, DIR/timeline.csv and\n"
         "DIR/model.ckpt. Devices authenticate with CurveZMQ: --cert is this\n"
@@ -117,6 +122,8 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
         { "allow", required_argument, NULL, 'A' },
         { "insecure", no_argument, NULL, 'I' },
         { "resume", no_argument, NULL, 'R' },
+        { "metrics", required_argument, NULL, 'M' },
+        { "log-format", required_argument, NULL, 'L' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
@@ -138,6 +145,13 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
             case 'b': args->bind = optarg; break;
             case 'E': args->endpoint_file = optarg; break;
             case 'q': args->quiet = true; break;
+            case 'M': snprintf (cfg->metrics, sizeof cfg->metrics, "%s", optarg); break;
+            case 'L':
+                if (pl_log_set_format_name (optarg)) {
+                    pl_log_error ("--log-format: want text or json, got \"%s\"", optarg);
+                    return -1;
+                }
+                break;
             case 'h': s_usage (stdout); exit (0);
             case 's':
                 if (pl_config_set (cfg, optarg, err, sizeof err)) {
@@ -315,6 +329,7 @@ srv_drop (srv_t *self, srv_device_t *d, uint32_t code, const char *why)
     int id = (int) (d - self->dev);
     bool was_active = d->active;
     pl_log_warn ("server: device %d dropped: %s", id, why);
+    srv_metrics_note_drop (self->metrics, id);
     if (self->diverging) {
         self->diverged++;
         self->diverging = false;
@@ -487,6 +502,7 @@ s_activate_pending (srv_t *self)
         d->active = true;
         pl_log_info ("server: device %d rejoins at epoch %d, iteration %u", i, self->epoch,
                      self->round_iter);
+        srv_metrics_note_rejoin (self->metrics, i);
     }
 }
 
@@ -1414,8 +1430,10 @@ s_on_router (srv_t *self)
         proto_msg_destroy (&msg);
         return;
     }
-    if (rc != 0 && !d)
+    if (rc != 0 && !d) {
         s_abuse_note (self, peer);
+        srv_metrics_note_refused (self->metrics, SRV_REFUSED_MALFORMED);
+    }
     if (rc != 0) {
         pl_log_warn ("server: malformed message from %s: %s",
                      d ? "a device" : "an unknown peer", err);
@@ -1439,8 +1457,10 @@ s_on_router (srv_t *self)
             s_send_error_to (self, rid, rid_len, PROTO_ERR_STATE,
                              "send HELLO first");
         }
-        if (!s_find (self, rid, rid_len))
+        if (!s_find (self, rid, rid_len)) {
             s_abuse_note (self, peer);  //  refused or out of order
+            srv_metrics_note_refused (self->metrics, SRV_REFUSED_HELLO);
+        }
         proto_msg_destroy (&msg);
         return;
     }
@@ -2091,6 +2111,7 @@ s_resume (srv_t *self)
 static void
 s_teardown (srv_t *self)
 {
+    srv_metrics_destroy (&self->metrics);       //  its threads read nothing after this
     zpoller_destroy (&self->poller);
     for (int i = 0; i < self->workers_count; i++) {
         //  A run that ends early (aborted, interrupted) can leave a step in
@@ -2167,6 +2188,16 @@ srv_run (int argc, char **argv)
         nn_free (self);
         return 1;
     }
+    char merr[NN_ERR_SIZE];
+    if (self->cfg.metrics[0]
+    &&  !(self->metrics = srv_metrics_new (self->cfg.metrics, self, self->results,
+                                           self->timeline, self->summary, merr, sizeof merr))) {
+        pl_log_error ("%s", merr);
+        s_teardown (self);
+        nn_free (self);
+        return 1;
+    }
+    srv_metrics_watch (self->metrics, self->rh);
     if (resumed == 1) {                 //  the run was already complete
         s_teardown (self);
         nn_free (self);
@@ -2209,6 +2240,7 @@ srv_run (int argc, char **argv)
             s_heartbeat (self);
             s_progress (self);
         }
+        srv_metrics_tick (self->metrics, self);
         s_drop_pending (self);
     }
     s_progress_clear (self);

@@ -19,6 +19,9 @@
 #include "proto_msg.h"
 #include "srv_bufpool.h"
 
+//  srv_metrics.h: the live HTTP view (NULL when --metrics is off).
+typedef struct _srv_metrics_t srv_metrics_t;
+
 #define SRV_MAX_DEVICES 64
 //  Exit status of a run that stopped because training diverged (a
 //  non-finite loss on every device left): not a crash, but no model either.
@@ -180,6 +183,7 @@ typedef struct {
     int epoch_iterations;
     bool diverging;             //  the drop in progress is for divergence
     int diverged;               //  devices dropped for divergence so far
+    srv_metrics_t *metrics;     //  --metrics, or NULL
 } srv_t;
 
 //  srv_main.c, for srv_plan.c.

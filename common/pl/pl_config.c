@@ -235,6 +235,8 @@ static const s_field_t s_fields[] = {
       .expect = "an endpoint like \"tcp://*:5555\" of at most 127 bytes" },
     { .key = "results_dir", .kind = S_STRING, S_AT (results_dir), .flags = S_NONEMPTY,
       .expect = "a non-empty string of at most 511 bytes" },
+    { .key = "metrics", .kind = S_STRING, S_AT (metrics),
+      .expect = "\"\" (off), \"PORT\" or \"ADDR:PORT\" of at most 127 bytes" },
 };
 #define S_FIELDS_COUNT (sizeof s_fields / sizeof s_fields[0])
 

@@ -63,6 +63,7 @@ typedef struct {
     double host_copy_mbps;      //  0 = measure: CPU cost of loopback transfers
     char bind[128];             //  "tcp://*:5555"
     char results_dir[512];      //  "results"
+    char metrics[128];          //  "" = off; "PORT" (127.0.0.1) or "ADDR:PORT": server HTTP metrics
 } pl_config_t;
 
 void pl_config_defaults (pl_config_t *self);

@@ -21,6 +21,8 @@
 struct _pl_summary_t {
     cJSON *root;
     cJSON *epochs;
+    pl_summary_listener_fn *listener;
+    void *listener_arg;
 };
 
 pl_summary_t *
@@ -173,6 +175,13 @@ pl_write_file_atomic (const char *path, const char *data, size_t size, char *err
     return 0;
 }
 
+void
+pl_summary_set_listener (pl_summary_t *self, pl_summary_listener_fn *fn, void *arg)
+{
+    self->listener = fn;
+    self->listener_arg = arg;
+}
+
 int
 pl_summary_write (pl_summary_t *self, const char *dir, char *err, size_t err_size)
 {
@@ -180,6 +189,8 @@ pl_summary_write (pl_summary_t *self, const char *dir, char *err, size_t err_siz
         return -1;
     cJSON_ReplaceItemInObject (self->root, "peak_rss_kb",
                                cJSON_CreateNumber ((double) pl_peak_rss_kb ()));
+    if (self->listener)
+        self->listener (self->listener_arg, self->root);
     char *text = cJSON_Print (self->root);
     if (!text)
         return nn_errf (err, err_size, "summary: out of memory rendering JSON");

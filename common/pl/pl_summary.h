@@ -41,6 +41,11 @@ cJSON *pl_summary_root (pl_summary_t *self);
 //  Write DIR/summary.json atomically, creating DIR if needed. Updates
 //  peak_rss_kb first.
 int pl_summary_write (pl_summary_t *self, const char *dir, char *err, size_t err_size);
+//  Called at each pl_summary_write (every epoch end and the finish) with
+//  the whole summary, before the file is written, on the writer's thread
+//  (a live view: the server's metrics). root is borrowed for the call.
+typedef void (pl_summary_listener_fn) (void *arg, const cJSON *root);
+void pl_summary_set_listener (pl_summary_t *self, pl_summary_listener_fn *fn, void *arg);
 
 //  Peak resident set size of this process, in KiB.
 long pl_peak_rss_kb (void);

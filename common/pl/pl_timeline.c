@@ -16,6 +16,8 @@ struct _pl_timeline_t {
     double origin;
     pl_event_t *events;
     size_t count, capacity;
+    pl_timeline_listener_fn *listener;
+    void *listener_arg;
 };
 
 double
@@ -73,6 +75,15 @@ pl_timeline_add_event (pl_timeline_t *self, const pl_event_t *event)
         self->events = nn_realloc (self->events, self->capacity * sizeof (pl_event_t));
     }
     self->events[self->count++] = *event;
+    if (self->listener)
+        self->listener (self->listener_arg, event);
+}
+
+void
+pl_timeline_set_listener (pl_timeline_t *self, pl_timeline_listener_fn *fn, void *arg)
+{
+    self->listener = fn;
+    self->listener_arg = arg;
 }
 
 void

@@ -27,6 +27,12 @@ double pl_timeline_now (const pl_timeline_t *self);
 void pl_timeline_add (pl_timeline_t *self, const char *who, const char *stage, int epoch,
                       int iteration, int micro_batch, double start_s, double end_s);
 void pl_timeline_add_event (pl_timeline_t *self, const pl_event_t *event);
+//  Called with every event added from now on, on the thread that adds it,
+//  after the event is kept (a live view: the server's metrics). It must be
+//  quick and must not add to this timeline. fn NULL removes it.
+typedef void (pl_timeline_listener_fn) (void *arg, const pl_event_t *event);
+void pl_timeline_set_listener (pl_timeline_t *self, pl_timeline_listener_fn *fn,
+                               void *arg);
 size_t pl_timeline_count (const pl_timeline_t *self);
 const pl_event_t *pl_timeline_events (const pl_timeline_t *self);
 //  Forget the events (after they were sent or written).
