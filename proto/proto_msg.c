@@ -1138,13 +1138,13 @@ s_close_frames (zmq_msg_t *frames, int count)
 
 static int
 s_recv (proto_msg_t **msg_out, void *socket, uint8_t *routing_id, size_t *routing_id_len,
-        char *peer, size_t peer_size, const proto_limits_t *limits, char *err,
-        size_t err_size)
+        proto_peer_t *peer, const proto_limits_t *limits, char *err, size_t err_size)
 {
     assert (msg_out && socket);
     *msg_out = NULL;
-    if (peer && peer_size)
-        peer[0] = 0;
+    if (peer)
+        peer->address[0] = peer->user_id[0] = 0;
+    bool want_meta = peer != NULL;
     if (routing_id_len)
         *routing_id_len = 0;
     //  Slot PROTO_MAX_FRAMES is scratch: frames beyond what any type has
@@ -1172,13 +1172,17 @@ s_recv (proto_msg_t **msg_out, void *socket, uint8_t *routing_id, size_t *routin
                 return proto_fail (err, err_size, PROTO_E_AGAIN, "recv: %s", zmq_strerror (e));
             return proto_fail (err, err_size, PROTO_E_SOCKET, "recv: %s", zmq_strerror (e));
         }
-        if (peer && peer_size && !peer[0]) {
-            //  libzmq's per-connection metadata: the peer's IP address. A
-            //  ROUTER makes the routing id frame itself, without metadata,
-            //  so take it from the first frame that came off the wire.
+        if (want_meta) {
+            //  libzmq's per-connection metadata. A ROUTER makes the routing
+            //  id frame itself, without metadata, so take it from the first
+            //  frame that came off the wire (one that has any).
             const char *addr = zmq_msg_gets (part, "Peer-Address");
+            const char *user = zmq_msg_gets (part, "User-Id");
             if (addr)
-                snprintf (peer, peer_size, "%s", addr);
+                snprintf (peer->address, sizeof peer->address, "%s", addr);
+            if (user)
+                snprintf (peer->user_id, sizeof peer->user_id, "%s", user);
+            want_meta = !addr && !user;
         }
         first = false;
         more = zmq_msg_more (part);
@@ -1214,7 +1218,7 @@ int
 proto_msg_recv (proto_msg_t **msg_out, void *socket, const proto_limits_t *limits,
                 char *err, size_t err_size)
 {
-    return s_recv (msg_out, socket, NULL, NULL, NULL, 0, limits, err, err_size);
+    return s_recv (msg_out, socket, NULL, NULL, NULL, limits, err, err_size);
 }
 
 int
@@ -1223,18 +1227,16 @@ proto_msg_recv_from (proto_msg_t **msg_out, void *socket, uint8_t *routing_id,
                      char *err, size_t err_size)
 {
     assert (routing_id && routing_id_len);
-    return s_recv (msg_out, socket, routing_id, routing_id_len, NULL, 0, limits, err,
-                   err_size);
+    return s_recv (msg_out, socket, routing_id, routing_id_len, NULL, limits, err, err_size);
 }
 
 int
 proto_msg_recv_from_peer (proto_msg_t **msg_out, void *socket, uint8_t *routing_id,
-                          size_t *routing_id_len, char *peer, size_t peer_size,
+                          size_t *routing_id_len, proto_peer_t *peer,
                           const proto_limits_t *limits, char *err, size_t err_size)
 {
-    assert (routing_id && routing_id_len && peer && peer_size);
-    return s_recv (msg_out, socket, routing_id, routing_id_len, peer, peer_size, limits, err,
-                   err_size);
+    assert (routing_id && routing_id_len && peer);
+    return s_recv (msg_out, socket, routing_id, routing_id_len, peer, limits, err, err_size);
 }
 
 int

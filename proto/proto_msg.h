@@ -473,11 +473,20 @@ int proto_msg_recv_from (proto_msg_t **msg_out, void *socket,
                          uint8_t *routing_id, size_t *routing_id_len,
                          const proto_limits_t *limits, char *err, size_t err_size);
 
-//  proto_msg_recv_from that also gives the sender's IP address (libzmq's
-//  "Peer-Address" metadata; "" when the transport has none, e.g. inproc),
-//  so a server can rate-limit an address that keeps breaking the protocol.
+//  What libzmq knows of a message's sender (its connection's metadata);
+//  "" where the transport or mechanism has none.
+typedef struct {
+    char address[64];           //  "Peer-Address": the IP address (tcp)
+    //  "User-Id": the ZAP handler's name for the peer; with CZMQ's zauth
+    //  and CURVE, the peer's public key in Z85 (40 characters).
+    char user_id[64];
+} proto_peer_t;
+
+//  proto_msg_recv_from that also gives the sender's metadata, so a server
+//  can rate-limit an address that keeps breaking the protocol and bind a
+//  session to the key that authenticated it.
 int proto_msg_recv_from_peer (proto_msg_t **msg_out, void *socket, uint8_t *routing_id,
-                              size_t *routing_id_len, char *peer, size_t peer_size,
+                              size_t *routing_id_len, proto_peer_t *peer,
                               const proto_limits_t *limits, char *err, size_t err_size);
 
 //  Set ZMQ_MAXMSGSIZE to the largest frame limits allow, so libzmq drops a

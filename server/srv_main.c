@@ -1129,8 +1129,150 @@ srv_start (srv_t *self)
     s_round_begin (self);
 }
 
+//  ---------------------------------------------------------------------
+//  Sessions and slots
+//
+//  With CurveZMQ every message carries its sender's key (libzmq's
+//  "User-Id", which zauth sets to the client's public key), and a slot is
+//  held by one key: a HELLO from a key that already holds a slot replaces
+//  that slot's session at once, so a device restarted after a crash has
+//  its slot back and nothing waits for the dead connection. A key the
+//  allow-list binds to a device id (docs/deploy.md) takes that slot and no
+//  other, and no other key takes it. With --insecure there are no keys: a
+//  HELLO asking for a joined device id takes that slot only when the old
+//  connection is gone, with a warning (s_session_replace).
+
+//  May key take slot i now? It is free, and the allow-list binds it to no
+//  other key.
+static bool
+s_slot_free_for (const srv_t *self, int i, const char *key)
+{
+    if (self->dev[i].joined)
+        return false;
+    const char *bound = self->curve ? pl_curve_device_key (self->curve, i) : NULL;
+    return !bound || strcmp (bound, key) == 0;
+}
+
+//  The slot a HELLO from key ("" with --insecure) asking for device req (-1:
+//  any) takes, with *replace set when a live session holds it; -1 with the
+//  reason in why.
+static int
+s_slot_for (const srv_t *self, const char *key, int req, bool *replace, char *why,
+            size_t why_size)
+{
+    *replace = false;
+    if (req >= self->devices)
+        req = -1;                       //  as before: any free slot
+    if (self->curve) {
+        if (!key[0] || !pl_curve_key_allowed (self->curve, key)) {
+            snprintf (why, why_size, "this device's key is not in the allow-list");
+            return -1;
+        }
+        int bound = pl_curve_key_device (self->curve, key);
+        if (bound >= self->devices || (bound >= 0 && req >= 0 && req != bound)) {
+            snprintf (why, why_size, "the allow-list makes this key device %d; it asked for "
+                      "device %d of %d", bound, req, self->devices);
+            return -1;
+        }
+        if (bound >= 0) {
+            *replace = self->dev[bound].joined;
+            return bound;
+        }
+        for (int i = 0; i < self->devices; i++)
+            if (self->dev[i].joined && strcmp (self->dev[i].key, key) == 0) {
+                *replace = true;
+                return i;
+            }
+    }
+    else
+    if (req >= 0 && self->dev[req].joined) {
+        *replace = true;
+        return req;
+    }
+    //  A free slot: the one asked for, else the one this key held last,
+    //  else one no key held yet, else any.
+    if (req >= 0 && s_slot_free_for (self, req, key))
+        return req;
+    for (int pass = 0; pass < 3; pass++)
+        for (int i = 0; i < self->devices; i++) {
+            if (!s_slot_free_for (self, i, key))
+                continue;
+            bool last = key[0] && strcmp (self->dev[i].key, key) == 0;
+            if (pass == 2 || (pass == 0 && last) || (pass == 1 && !self->dev[i].key[0]))
+                return i;
+        }
+    snprintf (why, why_size, "run is full");
+    return -1;
+}
+
+//  Is d's connection still there? A HEARTBEAT to a connection libzmq has
+//  closed fails (ZMQ_ROUTER_MANDATORY); a process that died has had its
+//  connection closed by its kernel.
+static bool
+s_session_alive (srv_t *self, srv_device_t *d)
+{
+    proto_msg_t *hb = proto_msg_new (PROTO_MSG_HEARTBEAT);
+    if (proto_msg_send_to (&hb, self->rh, d->rid, d->rid_len) == 0)
+        return true;
+    int e = errno;
+    proto_msg_destroy (&hb);
+    return e != EHOSTUNREACH;
+}
+
+//  A new session takes over d: the old one is dropped (told why, if it
+//  can still hear) as a device that left would be. With CurveZMQ the key
+//  proves it is the same device. With --insecure nothing does: a slot is
+//  only taken over when its connection is gone (a crashed device's), or
+//  anyone could push a device out; one whose connection lingers is freed
+//  by the deadlines. 0; -1 when that drop ended the run; -2 when the old
+//  session stays (why says so).
+static int
+s_session_replace (srv_t *self, srv_device_t *d, char *why, size_t why_size)
+{
+    int id = (int) (d - self->dev);
+    if (self->curve)
+        srv_drop (self, d, PROTO_ERR_REFUSED, "replaced by a new connection with its key");
+    else
+    if (s_session_alive (self, d)) {
+        snprintf (why, why_size, "device %d is taken by a live connection (--insecure: no "
+                  "key shows this is the same device)", id);
+        return -2;
+    }
+    else {
+        pl_log_warn ("server: --insecure: device %d's connection is gone; a new HELLO asking "
+                     "for its device id takes the slot", id);
+        srv_drop (self, d, 0, "its connection is gone (a new connection asks for its id)");
+    }
+    return self->done ? -1 : 0;
+}
+
+//  After SIGHUP reloaded the allow-list: a device whose key is no longer
+//  in it, or is now bound to another device id, leaves the run (at the
+//  end of this reactor pass, s_drop_pending).
 static void
-s_on_hello (srv_t *self, proto_msg_t *msg, const uint8_t *rid, size_t rid_len)
+s_drop_revoked (srv_t *self)
+{
+    for (int i = 0; i < self->devices; i++) {
+        srv_device_t *d = &self->dev[i];
+        if (!d->joined || !d->key[0])
+            continue;
+        int bound = pl_curve_key_device (self->curve, d->key);
+        char why[160];
+        if (!pl_curve_key_allowed (self->curve, d->key))
+            snprintf (why, sizeof why, "its key was removed from the allow-list (SIGHUP)");
+        else
+        if (bound >= 0 && bound != i)
+            snprintf (why, sizeof why, "the allow-list now makes its key device %d (SIGHUP)",
+                      bound);
+        else
+            continue;
+        s_drop_later (d, PROTO_ERR_REFUSED, false, why);
+    }
+}
+
+static void
+s_on_hello (srv_t *self, proto_msg_t *msg, const uint8_t *rid, size_t rid_len,
+            const char *key)
 {
     const proto_hello_t *hello = proto_msg_hello (msg);
     uint32_t need = self->mode == PROTO_MODE_FL ? PROTO_CAP_FL : PROTO_CAP_SPLIT;
@@ -1141,21 +1283,30 @@ s_on_hello (srv_t *self, proto_msg_t *msg, const uint8_t *rid, size_t rid_len)
     }
     //  Before the start any free slot; once running, a slot whose device was
     //  dropped (a restarted or reconnecting device rejoins there).
-    if (self->joined >= self->devices) {
-        s_send_error_to (self, rid, rid_len, PROTO_ERR_REFUSED, "run is full");
+    char why[160];
+    bool replace;
+    int id = s_slot_for (self, key, hello->requested_device_id, &replace, why, sizeof why);
+    if (id < 0) {
+        pl_log_warn ("server: HELLO (%s) refused: %s", hello->name, why);
+        s_send_error_to (self, rid, rid_len, PROTO_ERR_REFUSED, why);
         return;
     }
-    int id = -1;
-    int req = hello->requested_device_id;
-    if (req >= 0 && req < self->devices && !self->dev[req].joined)
-        id = req;
-    for (int i = 0; id < 0 && i < self->devices; i++)
-        if (!self->dev[i].joined)
-            id = i;
     srv_device_t *d = &self->dev[id];
+    int replaced = replace ? s_session_replace (self, d, why, sizeof why) : 0;
+    if (replaced) {
+        if (replaced == -2)
+            pl_log_warn ("server: HELLO (%s) refused: %s", hello->name, why);
+        s_send_error_to (self, rid, rid_len, PROTO_ERR_REFUSED,
+                         replaced == -2 ? why : "the run has ended");
+        return;
+    }
     float *params = d->params;          //  kept across sessions of the slot
     memset (d, 0, sizeof *d);
     d->params = params;
+    //  An allowed key is PL_CURVE_KEY_TEXT characters (s_slot_for).
+    size_t key_len = strnlen (key, PL_CURVE_KEY_TEXT);
+    memcpy (d->key, key, key_len);
+    d->key[key_len] = 0;
     d->joined = true;
     d->last_seen = pl_monotonic ();
     memcpy (d->rid, rid, rid_len);
@@ -1416,9 +1567,10 @@ s_on_router (srv_t *self)
     proto_msg_t *msg = NULL;
     uint8_t rid[PROTO_ROUTING_ID_MAX];
     size_t rid_len = 0;
-    char err[NN_ERR_SIZE], peer[64];
-    int rc = proto_msg_recv_from_peer (&msg, self->rh, rid, &rid_len, peer, sizeof peer,
-                                       &self->limits, err, sizeof err);
+    char err[NN_ERR_SIZE];
+    proto_peer_t peer;
+    int rc = proto_msg_recv_from_peer (&msg, self->rh, rid, &rid_len, &peer, &self->limits,
+                                       err, sizeof err);
     if (rc == PROTO_E_AGAIN)
         return;
     if (rc == PROTO_E_SOCKET) {
@@ -1426,12 +1578,12 @@ s_on_router (srv_t *self)
         return;
     }
     srv_device_t *d = rid_len ? s_find (self, rid, rid_len) : NULL;
-    if (!d && s_abuse_blocked (self, peer)) {
+    if (!d && s_abuse_blocked (self, peer.address)) {
         proto_msg_destroy (&msg);
         return;
     }
     if (rc != 0 && !d) {
-        s_abuse_note (self, peer);
+        s_abuse_note (self, peer.address);
         srv_metrics_note_refused (self->metrics, SRV_REFUSED_MALFORMED);
     }
     if (rc != 0) {
@@ -1450,7 +1602,7 @@ s_on_router (srv_t *self)
         d->last_seen = pl_monotonic ();
     if (!d) {
         if (type == PROTO_MSG_HELLO)
-            s_on_hello (self, msg, rid, rid_len);
+            s_on_hello (self, msg, rid, rid_len, peer.user_id);
         else {
             pl_log_warn ("server: %s from an unknown peer; answered ERROR",
                          proto_type_name (type));
@@ -1458,7 +1610,7 @@ s_on_router (srv_t *self)
                              "send HELLO first");
         }
         if (!s_find (self, rid, rid_len)) {
-            s_abuse_note (self, peer);  //  refused or out of order
+            s_abuse_note (self, peer.address);  //  refused or out of order
             srv_metrics_note_refused (self->metrics, SRV_REFUSED_HELLO);
         }
         proto_msg_destroy (&msg);
@@ -2229,17 +2381,23 @@ srv_run (int argc, char **argv)
             else
             if (pl_curve_server_reload (self->curve, err, sizeof err))
                 pl_log_error ("server: SIGHUP: %s; keeping the previous keys", err);
-            else
+            else {
                 pl_log_info ("server: SIGHUP: keys reloaded; %d device certificate(s) "
                              "allowed", pl_curve_allowed (self->curve));
+                s_drop_revoked (self);
+            }
         }
         srv_plan_check_deadlines (self);
         if (self->started && !self->done && !srv_plan_probing (self))
             s_check_deadlines (self);
-        if (self->started && !self->done) {
+        //  HEARTBEATs before the start too: a device waiting for the others
+        //  hears the server is alive, and a dead one's slot is freed (a
+        //  send to a connection libzmq closed fails, and its ZMTP
+        //  heartbeat closes a silent one after heartbeat_timeout_s).
+        if (!self->done)
             s_heartbeat (self);
+        if (self->started && !self->done)
             s_progress (self);
-        }
         srv_metrics_tick (self->metrics, self);
         s_drop_pending (self);
     }

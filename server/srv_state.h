@@ -95,6 +95,9 @@ typedef struct {
 typedef struct {
     bool joined;
     bool active;
+    //  CURVE public key (Z85) of the slot's current or last session; ""
+    //  with --insecure. One session per key (s_slot_for in srv_main.c).
+    char key[PL_CURVE_KEY_TEXT + 1];
     double last_seen;           //  pl_monotonic of its last message
     uint32_t params_iter;       //  iteration its last PARAMS closed
     uint8_t rid[PROTO_ROUTING_ID_MAX];

@@ -1,7 +1,7 @@
 /*  test_curve.c: CurveZMQ between the real daemons (suite 'net'): only
     devices in the server's allow-list join, devices pin the server's key,
-    SIGHUP re-reads the allow-list, and the flags refuse an ambiguous
-    security choice. Keys are written here with CZMQ's zcert, the same
+    SIGHUP re-reads the allow-list (and removes revoked devices), slots
+    are bound to keys, and the flags refuse an ambiguous security choice. Keys are written here with CZMQ's zcert, the same
     format pipelearn-keygen writes. */
 #define TMP_TEMPLATE "/tmp/pl_test_curve_XXXXXX"
 #include "testdir.h"
@@ -140,6 +140,164 @@ Test (curve, sighup_rereads_the_allow_list, .timeout = 300)
                "no reload logged after SIGHUP");
     pid_t device = s_start_client_sec (&lab.run, 0, endpoint, cert, lab.server_cert, "60");
     s_expect_run_ok (&lab.run, server, device);
+    s_kill_all (&lab.run);
+    s_rmtree (lab.run.dir);
+}
+
+//  Two devices, several short epochs (so a SIGHUP lands mid-run); extra is
+//  more config keys, each followed by a comma.
+#define CURVE_CONFIG2(extra) \
+    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 800, " \
+    "\"test_samples\": 100, \"batch_size\": 50, \"epochs\": 4, \"seed\": 5, " \
+    extra "\"split_point\": 1, \"threads\": 1, \"devices\": 2, " \
+    "\"mode\": \"pipelearn\", \"micro_batches\": 2}"
+
+//  The allowed public certificate of name, with metadata device-id = id.
+static void
+s_allow_as (s_lab_t *lab, const char *name, int id)
+{
+    char path[4096];
+    s_path (path, lab->keys, name);
+    zcert_t *cert = zcert_load (path);
+    cr_assert_not_null (cert, "zcert_load %s", path);
+    zcert_set_meta (cert, "device-id", "%d", id);
+    s_path (path, lab->allow, name);
+    cr_assert_eq (zcert_save_public (cert, path), 0);
+    zcert_destroy (&cert);
+}
+
+static void
+s_expect_both_ok (s_run_t *run, pid_t server, pid_t c0, pid_t c1)
+{
+    int src = s_wait (run, server, pl_monotonic () + 180);
+    int rc0 = s_wait (run, c0, pl_monotonic () + 20);
+    int rc1 = s_wait (run, c1, pl_monotonic () + 20);
+    if (src || rc0 || rc1) {
+        s_dump_logs (run);
+        s_kill_all (run);
+    }
+    cr_assert_eq (src, 0, "server exit status %d", src);
+    cr_assert_eq (rc0, 0, "device 0 exit status %d", rc0);
+    cr_assert_eq (rc1, 0, "device 1 exit status %d", rc1);
+}
+
+//  Every device active in the run's last epoch.
+static void
+s_expect_all_active (const char *dir, int devices)
+{
+    cJSON *s = s_summary (dir, "run");
+    const cJSON *devs = cJSON_GetObjectItemCaseSensitive (s_last_epoch (s), "devices");
+    cr_assert_eq (cJSON_GetArraySize (devs), devices);
+    for (int i = 0; i < devices; i++)
+        cr_expect (cJSON_IsTrue (cJSON_GetObjectItemCaseSensitive (
+                       cJSON_GetArrayItem (devs, i), "active")),
+                   "device %d not active in the last epoch", i);
+    cJSON_Delete (s);
+}
+
+//  Issue 19 (3), issue 21 (2): a device waiting for the others is kept
+//  alive by the server's HEARTBEATs (it gave up after its --timeout and
+//  left a dead slot); killed before the start and restarted, it gets its
+//  own slot back at once (its key holds it), and the other device is not
+//  refused "run is full".
+Test (curve, a_device_restarted_before_the_start_gets_its_slot_back, .timeout = 300)
+{
+    s_lab_t lab = { 0 };
+    s_lab (&lab);
+    s_keygen (lab.keys, "device1", lab.allow);
+    char endpoint[256], cert0[4096], cert1[4096];
+    pid_t server = s_start_server_sec (&lab.run, "run", CURVE_CONFIG2 ("\"heartbeat_s\": 1, "),
+                                       endpoint, sizeof endpoint, lab.server_secret,
+                                       lab.allow);
+    s_path (cert0, lab.keys, "device0_secret");
+    s_path (cert1, lab.keys, "device1_secret");
+    pid_t c0 = s_start_client_sec (&lab.run, 0, endpoint, cert0, lab.server_cert, "3");
+    cr_assert (s_wait_log (&lab.run, "client0.log", "joined as device 0", 60),
+               "device 0 did not join");
+    //  Longer than its --timeout: it must still be waiting.
+    int rc = s_wait (&lab.run, c0, pl_monotonic () + 6);
+    if (rc != -1)
+        s_dump_logs (&lab.run);
+    cr_assert_eq (rc, -1, "device 0 waiting for the start exited (status %d)", rc);
+    cr_assert_eq (kill (c0, SIGKILL), 0);
+    s_wait (&lab.run, c0, pl_monotonic () + 10);
+    c0 = s_start_client_sec (&lab.run, 0, endpoint, cert0, lab.server_cert, "60");
+    cr_assert (s_wait_log (&lab.run, "client0.log", "client: joined as", 60),
+               "the restarted device 0 did not join");
+    cr_assert (s_log_has (&lab.run, "client0.log", "joined as device 0"),
+               "the restarted device 0 got another slot");
+    pid_t c1 = s_start_client_sec (&lab.run, 1, endpoint, cert1, lab.server_cert, "60");
+    s_expect_both_ok (&lab.run, server, c0, c1);
+    cr_assert_not (s_log_has (&lab.run, "client1.log", "run is full"));
+    s_expect_all_active (lab.run.dir, 2);
+    s_kill_all (&lab.run);
+    s_rmtree (lab.run.dir);
+}
+
+//  Issue 19 (3): an allow-list certificate's device-id binds its key to
+//  that slot: device0's key asking for device 1 is refused, and device 1
+//  then joins with its own key.
+Test (curve, a_key_bound_to_device_0_cannot_take_slot_1, .timeout = 300)
+{
+    s_lab_t lab = { 0 };
+    s_lab (&lab);
+    s_keygen (lab.keys, "device1", NULL);
+    s_allow_as (&lab, "device0", 0);
+    s_allow_as (&lab, "device1", 1);
+    char endpoint[256], cert0[4096], cert1[4096];
+    pid_t server = s_start_server_sec (&lab.run, "run", CURVE_CONFIG2 (""), endpoint,
+                                       sizeof endpoint, lab.server_secret, lab.allow);
+    s_path (cert0, lab.keys, "device0_secret");
+    s_path (cert1, lab.keys, "device1_secret");
+    pid_t wrong = s_start_client_sec (&lab.run, 1, endpoint, cert0, lab.server_cert, "10");
+    int rc = s_wait (&lab.run, wrong, pl_monotonic () + 60);
+    if (rc == -1 || rc == 0)
+        s_dump_logs (&lab.run);
+    cr_assert (rc != 0 && rc != -1, "device0's key asking for device 1: exit status %d", rc);
+    cr_assert (s_log_has (&lab.run, "client1.log", "the allow-list makes this key device 0"),
+               "no clear reason");
+    cr_assert_not (s_log_has (&lab.run, "client1.log", "joined as device 1"));
+    pid_t c0 = s_start_client_sec (&lab.run, 0, endpoint, cert0, lab.server_cert, "60");
+    pid_t c1 = s_start_client_sec (&lab.run, 1, endpoint, cert1, lab.server_cert, "60");
+    s_expect_both_ok (&lab.run, server, c0, c1);
+    s_expect_all_active (lab.run.dir, 2);
+    s_kill_all (&lab.run);
+    s_rmtree (lab.run.dir);
+}
+
+//  Issue 19 (6): a key removed from the allow-list is removed from the run
+//  at the SIGHUP; the other device's run goes on to the end.
+Test (curve, a_revoked_key_is_dropped_at_sighup, .timeout = 300)
+{
+    s_lab_t lab = { 0 };
+    s_lab (&lab);
+    s_keygen (lab.keys, "device1", lab.allow);
+    char endpoint[256], cert0[4096], cert1[4096], pub[4096];
+    pid_t server = s_start_server_sec (&lab.run, "run", CURVE_CONFIG2 (""), endpoint,
+                                       sizeof endpoint, lab.server_secret, lab.allow);
+    s_path (cert0, lab.keys, "device0_secret");
+    s_path (cert1, lab.keys, "device1_secret");
+    pid_t c0 = s_start_client_sec (&lab.run, 0, endpoint, cert0, lab.server_cert, "60");
+    pid_t c1 = s_start_client_sec (&lab.run, 1, endpoint, cert1, lab.server_cert, "60");
+    cr_assert (s_wait_log (&lab.run, "server.log", "all 2 device(s) joined", 60),
+               "the run did not start");
+    s_path (pub, lab.allow, "device1");
+    cr_assert_eq (unlink (pub), 0);
+    cr_assert_eq (kill (server, SIGHUP), 0);
+    const char *why = "device 1 dropped: its key was removed from the allow-list";
+    bool dropped = s_wait_log (&lab.run, "server.log", why, 60);
+    if (!dropped)
+        s_dump_logs (&lab.run);
+    cr_assert (dropped, "no \"%s\" in the server log", why);
+    int rc1 = s_wait (&lab.run, c1, pl_monotonic () + 60);
+    cr_assert (rc1 != 0 && rc1 != -1, "the revoked device: exit status %d", rc1);
+    s_expect_run_ok (&lab.run, server, c0);
+    cJSON *s = s_summary (lab.run.dir, "run");
+    const cJSON *devs = cJSON_GetObjectItemCaseSensitive (s_last_epoch (s), "devices");
+    cr_expect_not (cJSON_IsTrue (cJSON_GetObjectItemCaseSensitive (
+                       cJSON_GetArrayItem (devs, 1), "active")),
+                   "the revoked device is active in the last epoch");
+    cJSON_Delete (s);
     s_kill_all (&lab.run);
     s_rmtree (lab.run.dir);
 }

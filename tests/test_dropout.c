@@ -141,3 +141,40 @@ Test (dropout, too_few_devices_left_ends_the_run, .timeout = 400)
     s_kill_all (&run);
     s_rmtree (run.dir);
 }
+
+//  Issue 19 (3), issue 21 (2): a device killed mid-run and restarted at
+//  once (as systemd or Compose would) takes its slot back: its connection
+//  is gone, so its new HELLO (--insecure: the same device id) frees the
+//  slot at once, with a warning, instead of "run is full" until a deadline.
+//  fl with rare heartbeats: nothing else sends to the dead device first.
+Test (dropout, a_device_restarted_within_device_timeout_rejoins, .timeout = 400)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    char endpoint[256];
+    pid_t server = s_start_server (&run, "run",
+                                   DROPOUT_CONFIG_N ("fl", "3000", "\"device_timeout_s\": 120, "
+                                                     "\"heartbeat_s\": 60, "
+                                                     "\"heartbeat_timeout_s\": 300"),
+                                   endpoint, sizeof endpoint);
+    pid_t c[3];
+    for (int i = 0; i < 3; i++)
+        c[i] = s_start_client (&run, i, endpoint);
+    cr_assert (s_wait_log (&run, "server.log", "all 3 device(s) joined", 60),
+               "the run did not start");
+    usleep (500000);                    //  mid epoch 1
+    cr_assert_eq (kill (c[1], SIGKILL), 0);
+    s_wait (&run, c[1], pl_monotonic () + 5);
+    c[1] = s_start_client (&run, 1, endpoint);
+    for (int i = 0; i < 3; i++)
+        s_expect_exit (&run, c[i], 0, i == 1 ? "the restarted device" : "a device");
+    s_expect_exit (&run, server, 0, "server");
+    cr_assert_not (s_log_has (&run, "client1.log", "run is full"));
+    cr_assert (s_log_has (&run, "server.log", "device 1 joined the running run"));
+    cr_assert (s_log_has (&run, "server.log", "device 1's connection is gone; a new HELLO"));
+    cJSON *s = s_summary (run.dir, "run");
+    cr_expect (s_active (s_device (s_epoch (s, 2), 1)), "the restarted device did not rejoin");
+    cJSON_Delete (s);
+    s_kill_all (&run);
+    s_rmtree (run.dir);
+}

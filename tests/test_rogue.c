@@ -111,26 +111,42 @@ s_recv (void *sock, const char *what)
     return msg;
 }
 
+static bool
+s_is_heartbeat (zmq_msg_t *frame)
+{
+    proto_header_t h;
+    char err[256];
+    return proto_header_decode (&h, zmq_msg_data (frame), zmq_msg_size (frame), err,
+                                sizeof err) == 0 && h.type == PROTO_MSG_HEARTBEAT;
+}
+
 //  Expect ERROR with this code as the server's next message. The header is
 //  checked on its own first (proto_header_decode), so a reply that is not
 //  ERROR fails on its type, not on a payload mismatch.
 static void
 s_expect_error (void *sock, uint32_t code, const char *what)
 {
-    zmq_pollitem_t item = { sock, 0, ZMQ_POLLIN, 0 };
-    cr_assert_eq (zmq_poll (&item, 1, REPLY_TIMEOUT_MS), 1, "%s: no reply to the rogue peer",
-                  what);
     zmq_msg_t frames[PROTO_MAX_FRAMES];
     int count = 0;
-    int more = 1;
-    while (more) {
-        cr_assert (count < PROTO_MAX_FRAMES, "%s: reply has too many frames", what);
-        zmq_msg_init (&frames[count]);
-        cr_assert (zmq_msg_recv (&frames[count], sock, 0) >= 0, "%s: recv: %s", what,
-                   zmq_strerror (errno));
-        more = zmq_msg_more (&frames[count]);
-        count++;
-    }
+    int more = 0;
+    //  HEARTBEATs may come at any time, before the start too (PROTOCOL.md).
+    do {
+        for (int i = 0; i < count; i++)
+            zmq_msg_close (&frames[i]);
+        zmq_pollitem_t item = { sock, 0, ZMQ_POLLIN, 0 };
+        cr_assert_eq (zmq_poll (&item, 1, REPLY_TIMEOUT_MS), 1,
+                      "%s: no reply to the rogue peer", what);
+        count = 0;
+        more = 1;
+        while (more) {
+            cr_assert (count < PROTO_MAX_FRAMES, "%s: reply has too many frames", what);
+            zmq_msg_init (&frames[count]);
+            cr_assert (zmq_msg_recv (&frames[count], sock, 0) >= 0, "%s: recv: %s", what,
+                       zmq_strerror (errno));
+            more = zmq_msg_more (&frames[count]);
+            count++;
+        }
+    } while (s_is_heartbeat (&frames[0]));
     char err[512];
     proto_header_t h;
     cr_assert_eq (proto_header_decode (&h, zmq_msg_data (&frames[0]), zmq_msg_size (&frames[0]),

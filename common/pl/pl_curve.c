@@ -10,24 +10,35 @@
 */
 #include "pl_curve.h"
 
+#include "nn_alloc.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <sodium.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #define S_KEY_BYTES 32
 #define S_KEY_Z85   40          //  Z85 text of a 32-byte key
 
+//  An allow-list entry: a device's public key and the device id its
+//  certificate binds it to (-1: none).
+typedef struct {
+    char key[PL_CURVE_KEY_TEXT + 1];
+    int device;
+} s_allowed_t;
+
 struct _pl_curve_t {
     zsock_t *sock;              //  borrowed
     zactor_t *auth;
     char cert_path[1024];
     char allow_dir[1024];
-    int allowed;
+    s_allowed_t *table;         //  the allow-list as last (re)loaded
+    int allowed;                //  entries in table
 };
 
 //  The base name zcert_load wants: "keys/server_secret" -> "keys/server".
@@ -165,18 +176,24 @@ s_load_secret (const char *path, const char *what, char *err, size_t err_size)
     return cert;
 }
 
-//  Certificates (files not ending in _secret) in dir, or -1 with a message
-//  if dir is unreadable or a certificate's public key is not valid Z85
-//  (zauth would admit whatever key the bad text decoded to).
+//  The certificates (files not ending in _secret) in dir, into a new
+//  table (the caller frees it) and count; -1 with a message if dir is
+//  unreadable, a certificate's public key is not valid Z85 (zauth would
+//  admit whatever key the bad text decoded to), or its device-id is not an
+//  integer in [0, 65535] or names a device another key already has.
 static int
-s_count_certs (const char *dir, char *err, size_t err_size)
+s_scan_allow (const char *dir, s_allowed_t **table_out, int *count_out, char *err,
+              size_t err_size)
 {
+    *table_out = NULL;
+    *count_out = 0;
     DIR *d = opendir (dir);
     if (!d) {
         snprintf (err, err_size, "--allow: %s: %s", dir, strerror (errno));
         return -1;
     }
-    int count = 0;
+    s_allowed_t *table = NULL;
+    int count = 0, capacity = 0;
     bool bad = false;
     struct dirent *e;
     while (!bad && (e = readdir (d))) {
@@ -187,17 +204,46 @@ s_count_certs (const char *dir, char *err, size_t err_size)
         snprintf (path, sizeof path, "%s/%s", dir, e->d_name);
         zconfig_t *root = zconfig_load (path);
         const char *text = root ? zconfig_get (root, "/curve/public-key", NULL) : NULL;
+        const char *dev = root ? zconfig_get (root, "/metadata/device-id", NULL) : NULL;
         uint8_t key[S_KEY_BYTES];
+        char *end = NULL;
+        long id = dev ? strtol (dev, &end, 10) : -1;
         if (text && !s_z85_key (key, text)) {
             snprintf (err, err_size, "--allow: %s: public-key is not a %d-character Z85 key",
                       path, S_KEY_Z85);
             bad = true;
         }
+        else
+        if (dev && (!*dev || *end || id < 0 || id > 65535)) {
+            snprintf (err, err_size, "--allow: %s: device-id \"%s\" is not a device id "
+                      "(an integer >= 0)", path, dev);
+            bad = true;
+        }
+        for (int i = 0; !bad && text && id >= 0 && i < count; i++)
+            if (table[i].device == id) {
+                snprintf (err, err_size, "--allow: %s: device-id %ld is already another "
+                          "key's", path, id);
+                bad = true;
+            }
+        if (!bad && text) {
+            if (count == capacity) {
+                capacity = capacity ? 2 * capacity : 16;
+                table = nn_realloc (table, sizeof *table * (size_t) capacity);
+            }
+            snprintf (table[count].key, sizeof table[count].key, "%s", text);
+            table[count].device = (int) id;
+            count++;
+        }
         zconfig_destroy (&root);
-        count++;
     }
     closedir (d);
-    return bad ? -1 : count;
+    if (bad) {
+        nn_free (table);
+        return -1;
+    }
+    *table_out = table;
+    *count_out = count;
+    return 0;
 }
 
 static int
@@ -215,12 +261,15 @@ s_apply_server_cert (pl_curve_t *self, char *err, size_t err_size)
 static int
 s_load_allow (pl_curve_t *self, char *err, size_t err_size)
 {
-    int count = s_count_certs (self->allow_dir, err, err_size);
-    if (count < 0)
+    s_allowed_t *table;
+    int count;
+    if (s_scan_allow (self->allow_dir, &table, &count, err, err_size))
         return -1;
     //  zauth replaces its certificate store on every CURVE command.
     zstr_sendx (self->auth, "CURVE", self->allow_dir, NULL);
     zsock_wait (self->auth);
+    nn_free (self->table);
+    self->table = table;
     self->allowed = count;
     return 0;
 }
@@ -249,8 +298,11 @@ pl_curve_server_new (zsock_t *sock, const char *cert_path, const char *allow_dir
 int
 pl_curve_server_reload (pl_curve_t *self, char *err, size_t err_size)
 {
-    if (s_count_certs (self->allow_dir, err, err_size) < 0)
+    s_allowed_t *table;
+    int count;
+    if (s_scan_allow (self->allow_dir, &table, &count, err, err_size))
         return -1;
+    nn_free (table);
     zcert_t *cert = s_load_secret (self->cert_path, "--cert", err, err_size);
     if (!cert)
         return -1;
@@ -266,12 +318,44 @@ pl_curve_allowed (const pl_curve_t *self)
     return self->allowed;
 }
 
+static const s_allowed_t *
+s_lookup (const pl_curve_t *self, const char *key)
+{
+    for (int i = 0; key && i < self->allowed; i++)
+        if (strcmp (self->table[i].key, key) == 0)
+            return &self->table[i];
+    return NULL;
+}
+
+bool
+pl_curve_key_allowed (const pl_curve_t *self, const char *key)
+{
+    return s_lookup (self, key) != NULL;
+}
+
+int
+pl_curve_key_device (const pl_curve_t *self, const char *key)
+{
+    const s_allowed_t *a = s_lookup (self, key);
+    return a ? a->device : -1;
+}
+
+const char *
+pl_curve_device_key (const pl_curve_t *self, int device)
+{
+    for (int i = 0; device >= 0 && i < self->allowed; i++)
+        if (self->table[i].device == device)
+            return self->table[i].key;
+    return NULL;
+}
+
 void
 pl_curve_destroy (pl_curve_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
     zactor_destroy (&(*self_p)->auth);
+    nn_free ((*self_p)->table);
     free (*self_p);
     *self_p = NULL;
 }
