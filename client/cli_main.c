@@ -260,6 +260,7 @@ s_recv (cli_t *self, int timeout_ms)
             if (proto_code_is_malformed (rc))
                 cli_send_error (self, rc == PROTO_E_VERSION ? PROTO_ERR_VERSION
                                                           : PROTO_ERR_MALFORMED, err);
+            self->recv_failed = true;
             return NULL;
         }
         self->stats.bytes_down += s_msg_bytes (msg);
@@ -269,8 +270,10 @@ s_recv (cli_t *self, int timeout_ms)
             //  the server times the round trip.
             rc = type == PROTO_MSG_PROBE ? cli_plan_probe_answer (self, msg) : 0;
             proto_msg_destroy (&msg);
-            if (rc)
+            if (rc) {
+                self->recv_failed = true;
                 return NULL;
+            }
             if (patient)
                 deadline = pl_monotonic () + self->args.timeout_s;
             continue;
@@ -286,6 +289,7 @@ s_recv (cli_t *self, int timeout_ms)
             self->diverged = self->diverged
                           || proto_msg_error_code (msg) == PROTO_ERR_DIVERGED;
             proto_msg_destroy (&msg);
+            self->recv_failed = true;
             return NULL;
         }
         return msg;
@@ -471,8 +475,11 @@ s_pump (cli_t *self, int timeout_ms)
         s_event (self, PROTO_STAGE_WAIT, self->cur_epoch, (int) self->cur_iter, -1, s0,
                  s_tl_now (self));
     }
+    //  Nothing yet (1) only when the zero-timeout poll found nothing: an
+    //  ERROR ("server stopping") read here ends the run now, not after
+    //  --timeout of waiting for gradients that will not come.
     if (!msg)
-        return timeout_ms == 0 && !self->bye && !s_interrupted ? 1 : -1;
+        return timeout_ms == 0 && !self->bye && !self->recv_failed && !s_interrupted ? 1 : -1;
     if (proto_msg_type (msg) != PROTO_MSG_GRADIENTS) {
         s_unexpected (self, &msg, "GRADIENTS");
         return -1;

@@ -66,6 +66,8 @@ typedef struct {
     uint32_t model_epoch, model_iter;   //  where the last MODEL's round starts
     bool params_prepaid;                //  the epoch-end PARAMS is in its STATS
     bool bye;                           //  the server said BYE
+    bool recv_failed;                   //  s_recv met an ERROR, a malformed message
+                                        //  or a socket error (not mere silence)
     bool profile_requested;             //  WELCOME asked for a PROFILE
     bool diverged;                      //  a non-finite loss, here or on the server
 } cli_t;

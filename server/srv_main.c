@@ -281,6 +281,23 @@ s_find (srv_t *self, const uint8_t *rid, size_t rid_len)
 }
 
 //  Too few devices are left to go on: tell the others and stop. When the
+//  An ERROR to a joined device that must not be dropped quietly: -1 (errno
+//  set) when it could not be queued.
+static int
+s_send_notice (srv_t *self, const srv_device_t *d, uint32_t code, const char *text)
+{
+    proto_msg_t *msg = proto_msg_new (PROTO_MSG_ERROR);
+    char clipped[PROTO_TEXT_MAX];
+    snprintf (clipped, sizeof clipped, "%s", text);
+    proto_msg_set_error (msg, code, clipped);
+    if (proto_msg_send_to (&msg, self->rh, d->rid, d->rid_len) == 0)
+        return 0;
+    int e = errno;
+    proto_msg_destroy (&msg);
+    errno = e;
+    return -1;
+}
+
 //  devices left because their training diverged, the run ends with exit
 //  status SRV_EXIT_DIVERGED and says so; the newest checkpoint holds the
 //  last finite model (s_checkpoint never writes a non-finite one).
@@ -297,10 +314,12 @@ s_abort_all (srv_t *self, const char *why)
         pl_log_error ("server: %s; aborting the run", why);
     for (int i = 0; i < self->devices; i++)
         if (self->dev[i].joined) {
-            s_send_error_to (self, self->dev[i].rid, self->dev[i].rid_len,
-                             diverged ? PROTO_ERR_DIVERGED : PROTO_ERR_INTERNAL,
-                             diverged ? "run stopped: training diverged"
-                                      : "run aborted: too few devices left");
+            if (s_send_notice (self, &self->dev[i],
+                               diverged ? PROTO_ERR_DIVERGED : PROTO_ERR_INTERNAL,
+                               diverged ? "run stopped: training diverged"
+                                        : "run aborted: too few devices left"))
+                pl_log_warn ("server: could not tell device %d that the run stops (%s)",
+                             i, zmq_strerror (errno));
             self->dev[i].joined = self->dev[i].active = false;
         }
     self->rc = diverged ? SRV_EXIT_DIVERGED : 1;
@@ -2412,9 +2431,10 @@ srv_run (int argc, char **argv)
         else
             pl_log_warn ("server: stopped by a signal before training started");
         for (int i = 0; i < self->devices; i++)
-            if (self->dev[i].joined)
-                s_send_error_to (self, self->dev[i].rid, self->dev[i].rid_len,
-                                 PROTO_ERR_INTERNAL, "server stopping; it can resume the run");
+            if (self->dev[i].joined && s_send_notice (self, &self->dev[i], PROTO_ERR_INTERNAL,
+                                                      "server stopping; it can resume the run"))
+                pl_log_warn ("server: could not tell device %d that the server stops (%s)",
+                             i, zmq_strerror (errno));
     }
     if (rc == 0)
         pl_log_info ("server: results in %s (peak RSS %ld KiB)", self->results,

@@ -178,6 +178,47 @@ Test (daemons, sl_trains, .timeout = 600) { s_mode_trains ("sl"); }
 Test (daemons, sfl_trains, .timeout = 600) { s_mode_trains ("sfl"); }
 Test (daemons, pipelearn_trains, .timeout = 600) { s_mode_trains ("pipelearn"); }
 
+//  SIGTERM to the server mid-epoch: it tells every device "server
+//  stopping" (an ERROR) and exits; each device must stop at once, whether
+//  the ERROR reaches it while it waits for gradients or while it polls
+//  between forwards (with a zero timeout: there the ERROR was taken for
+//  "nothing yet" and the device waited out its --timeout, 60 s). The bound,
+//  20 s against the 60 s --timeout, is the difference between acting on
+//  the message and timing out. Three runs: where the ERROR lands is a race.
+Test (daemons, devices_stop_at_once_when_the_server_stops, .timeout = 600)
+{
+    for (int round = 0; round < 3; round++) {
+        s_run_t run = { 0 };
+        s_mkdtemp (run.dir);
+        const char *config =
+            "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 4000, "
+            "\"test_samples\": 100, \"batch_size\": 100, \"epochs\": 50, \"seed\": 3, "
+            "\"split_point\": 1, \"devices\": 2, \"mode\": \"pipelearn\", "
+            "\"micro_batches\": 20}";
+        char endpoint[256];
+        pid_t server = s_start_server (&run, "run", config, endpoint, sizeof endpoint);
+        pid_t dev[2];
+        for (int i = 0; i < 2; i++)
+            dev[i] = s_start_client (&run, i, endpoint);
+        cr_assert (s_wait_log (&run, "server.log", "joined; training", 60),
+                   "training did not start");
+        usleep (300000 + 200000 * round);
+        kill (server, SIGTERM);
+        int rc = s_wait (&run, server, pl_monotonic () + 30);
+        cr_assert (rc >= 0, "the server did not exit on SIGTERM");
+        double deadline = pl_monotonic () + 20;
+        for (int i = 0; i < 2; i++) {
+            rc = s_wait (&run, dev[i], deadline);
+            if (rc < 0)
+                s_dump_logs (&run);
+            cr_assert (rc >= 0, "round %d: device %d still running 20 s after the server "
+                       "stopped (its --timeout is 60 s)", round, i);
+        }
+        s_kill_all (&run);
+        s_rmtree (run.dir);
+    }
+}
+
 //  Expect an ERROR with this code on the rogue socket.
 static void
 s_expect_error (void *sock, uint32_t code)
