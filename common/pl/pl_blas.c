@@ -107,9 +107,14 @@ pl_blas_setup (char **argv)
     if (user && *user)
         pl_log_info ("openblas: core %s (OPENBLAS_CORETYPE=%s set by the user)", core, user);
     else {
+        //  The correction is for x86 cores only; elsewhere (aarch64) OpenBLAS's
+        //  own choice stands.
+        bool avx2 = false, avx512 = false;
+#if defined(__x86_64__) || defined(__i386__)
         __builtin_cpu_init ();
-        bool avx2 = __builtin_cpu_supports ("avx2") && __builtin_cpu_supports ("fma");
-        bool avx512 = __builtin_cpu_supports ("avx512f");
+        avx2 = __builtin_cpu_supports ("avx2") && __builtin_cpu_supports ("fma");
+        avx512 = __builtin_cpu_supports ("avx512f");
+#endif
         const char *want = pl_blas_choose_coretype (core, avx2, avx512);
         if (want) {
             pl_log_info ("openblas: core %s on a CPU with %s; re-running with "
