@@ -5,6 +5,15 @@
 #   docker build -t pipelearn --build-arg WITH_DATASET=0 .   # without (mount one)
 #
 # Used by deploy/compose/docker-compose.yml; docs/deploy.md has the details.
+#
+# amd64 and arm64 (Raspberry Pi 4/5, Graviton): debian:12 is a multi-arch
+# image, every package below has an arm64 build and nothing is compiled for
+# the builder's CPU, so `docker build` on an arm64 host needs nothing else.
+# An arm64 image from an x86-64 host: `DOCKER_BUILDKIT=1 docker build
+# --platform linux/arm64 -t pipelearn:arm64 .` with arm64 debian:12 images
+# and qemu-user-static registered with binfmt_misc (deploy/setup cross-arm64
+# does that); the build then runs emulated, several times slower. Neither
+# has been tried yet: CI checks the arm64 build with deploy/setup cross-arm64.
 
 # ---- build stage: compilers and -dev packages, never shipped -------------
 FROM debian:12 AS build

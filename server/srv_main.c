@@ -57,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -799,13 +800,17 @@ s_timeline_flush (srv_t *self)
     pl_timeline_t *sorted = s_timeline_sorted (self);
     int wrc = pl_timeline_write_csv (sorted, path, self->timeline_written, err, sizeof err);
     pl_timeline_destroy (&sorted);
-    pl_timeline_clear (self->timeline);
-    if (wrc) {
-        pl_log_error ("%s", err);
-        self->rc = 1;
-    }
-    else
+    //  Events are forgotten only once written: after a failed write they
+    //  go out with the next flush's (pl_timeline_write_csv undoes a partial
+    //  append), so an epoch is late in timeline.csv, never lost.
+    self->timeline_pending = wrc != 0;
+    if (wrc)
+        pl_log_error ("%s; its %zu event(s) are kept for the next write", err,
+                      pl_timeline_count (self->timeline));
+    else {
+        pl_timeline_clear (self->timeline);
         self->timeline_written = true;
+    }
 }
 
 static void
@@ -2169,6 +2174,10 @@ s_setup (srv_t *self, const s_args_t *args)
     //  run; the devices set the same on their side (--heartbeat).
     zsock_set_heartbeat_ivl (self->router, (int) (cfg->heartbeat_s * 1000.0));
     zsock_set_heartbeat_timeout (self->router, (int) (cfg->heartbeat_timeout_s * 1000.0));
+    //  libzmq accepts a connection before its handshake: one that never
+    //  sends a greeting (anyone who can reach the port, no key needed)
+    //  holds a file descriptor until this closes it.
+    zsock_set_handshake_ivl (self->router, (int) (cfg->handshake_timeout_s * 1000.0));
     //  No legitimate frame is bigger than this run's largest tensor, slab
     //  or EVENTS frame: libzmq drops a peer that announces more before
     //  buffering it (a few MiB here instead of the protocol's 256 MiB cap).
@@ -2323,6 +2332,24 @@ s_teardown (srv_t *self)
     pl_timeline_destroy (&self->timeline);
 }
 
+//  Every connection holds a file descriptor, also one that never
+//  authenticates, until libzmq closes it: take all the descriptors the hard
+//  limit allows (a soft limit of 1024 is the usual default) so a flood of
+//  connections leaves the results room to be written.
+static void
+s_raise_nofile (void)
+{
+    struct rlimit rl;
+    if (getrlimit (RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max)
+        return;
+    rlim_t was = rl.rlim_cur;
+    //  An unlimited hard limit is not a valid soft one (fs.nr_open caps it).
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? 1048576 : rl.rlim_max;
+    if (setrlimit (RLIMIT_NOFILE, &rl) != 0)
+        pl_log_warn ("server: cannot raise the open-file limit from %lu: %s",
+                     (unsigned long) was, strerror (errno));
+}
+
 int
 srv_run (int argc, char **argv)
 {
@@ -2337,6 +2364,7 @@ srv_run (int argc, char **argv)
         return 2;
     }
     pl_blas_set_threads (1);
+    s_raise_nofile ();
     zsys_init ();
     zsys_handler_set (NULL);
     struct sigaction sa = { .sa_handler = s_on_signal };
@@ -2421,6 +2449,11 @@ srv_run (int argc, char **argv)
         s_drop_pending (self);
     }
     s_progress_clear (self);
+    if (self->timeline_pending && self->done && self->rc == 0) {
+        pl_log_error ("server: timeline.csv could not be written at the end; the results "
+                      "are incomplete");
+        self->rc = 1;
+    }
     int rc = self->rc;
     if (s_interrupted && !self->done) {
         //  The current round is abandoned; the checkpoint of its start is on

@@ -159,6 +159,7 @@ typedef struct {
     pl_summary_t *summary;
     pl_timeline_t *timeline;
     bool timeline_written;      //  timeline.csv has this run's header and rows
+    bool timeline_pending;      //  the last write failed; its events are still held
     const char *results;
     bool started, done;
     bool clock_wait;            //  epoch clock starts at the first ready device

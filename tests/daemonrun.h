@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,6 +46,7 @@ typedef struct {
     char dir[4096];
     pid_t pids[MAX_PROCS];
     int count;
+    int nofile;                 //  > 0: RLIMIT_NOFILE (soft and hard) of the next spawns
 } s_run_t;
 
 //  Start argv[0] with stdout+stderr to DIR/log_name.
@@ -64,6 +66,11 @@ s_spawn (s_run_t *run, const char *log_name, char *const argv[])
         dup2 (fd, 1);
         dup2 (fd, 2);
         close (fd);
+        if (run->nofile > 0) {
+            struct rlimit rl = { (rlim_t) run->nofile, (rlim_t) run->nofile };
+            if (setrlimit (RLIMIT_NOFILE, &rl))
+                _exit (126);
+        }
         execv (argv[0], argv);
         _exit (127);
     }

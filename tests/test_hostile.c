@@ -32,6 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <zmq.h>
 
 #define WAIT_MS 30000
@@ -414,6 +417,65 @@ Test (hostile, a_diverging_fl_run_stops_cleanly, .timeout = 300)
     char path[4096];
     s_path (path, run.dir, "run/model.ckpt");
     cr_expect (access (path, F_OK) != 0, "a diverged run wrote model.ckpt");
+    s_kill_all (&run);
+    s_rmtree (run.dir);
+}
+
+//  ---------------------------------------------------------------------
+//  Connections without a key
+
+//  Issue 19 (2): 150 TCP connections that never say a word, against a
+//  server allowed 128 open files, while two honest devices train. libzmq
+//  accepts them before any handshake; they hold descriptors until
+//  handshake_timeout_s closes them. Results written meanwhile wait for a
+//  descriptor, and timeline events are kept until written: the run
+//  finishes and every epoch is in summary.json and timeline.csv.
+#define IDLE_CONNECTIONS 150
+#define FLOOD_EPOCHS 6
+
+Test (hostile, idle_connections_cannot_exhaust_the_server, .timeout = 400)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    char endpoint[256];
+    run.nofile = 128;
+    pid_t server = s_start_server (&run, "run",
+                                   "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", "
+                                   "\"samples\": 800, \"test_samples\": 100, "
+                                   "\"batch_size\": 50, \"epochs\": 6, \"seed\": 5, "
+                                   "\"split_point\": 1, \"threads\": 1, \"devices\": 2, "
+                                   "\"mode\": \"sfl\", \"measure_link\": false}",
+                                   endpoint, sizeof endpoint);
+    run.nofile = 0;
+    pid_t clients[2] = { s_start_client (&run, 0, endpoint), s_start_client (&run, 1, endpoint) };
+    cr_assert (s_wait_log (&run, "server.log", "all 2 device(s) joined", 60),
+               "the run did not start");
+    int port = atoi (strrchr (endpoint, ':') + 1);
+    int fds[IDLE_CONNECTIONS];
+    int opened = 0;
+    for (int i = 0; i < IDLE_CONNECTIONS; i++) {
+        fds[i] = socket (AF_INET, SOCK_STREAM, 0);
+        cr_assert (fds[i] >= 0, "socket: %s", strerror (errno));
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons ((uint16_t) port),
+                                 .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
+        opened += connect (fds[i], (struct sockaddr *) &a, sizeof a) == 0;
+    }
+    cr_log_info ("%d of %d idle connections opened", opened, IDLE_CONNECTIONS);
+    s_finish_run (&run, "run", server, clients, 2);
+    for (int i = 0; i < IDLE_CONNECTIONS; i++)
+        close (fds[i]);
+    cJSON *s = s_summary (run.dir, "run");
+    cr_expect_eq (cJSON_GetArraySize (cJSON_GetObjectItemCaseSensitive (s, "epochs")),
+                  FLOOD_EPOCHS);
+    cJSON_Delete (s);
+    s_csv_t csv = s_load_csv (run.dir, "run");
+    bool seen[FLOOD_EPOCHS + 1] = { false };
+    for (int i = 0; i < csv.count; i++)
+        if (csv.rows[i].epoch >= 1 && csv.rows[i].epoch <= FLOOD_EPOCHS)
+            seen[csv.rows[i].epoch] = true;
+    free (csv.rows);
+    for (int e = 1; e <= FLOOD_EPOCHS; e++)
+        cr_expect (seen[e], "timeline.csv has no row of epoch %d", e);
     s_kill_all (&run);
     s_rmtree (run.dir);
 }

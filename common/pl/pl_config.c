@@ -211,6 +211,9 @@ static const s_field_t s_fields[] = {
     { .key = "heartbeat_timeout_s", .kind = S_DOUBLE, S_AT (heartbeat_timeout_s),
       .min = 0, .max = 86400, .min_open = true,
       .expect = "seconds > 0 and <= 86400" },
+    { .key = "handshake_timeout_s", .kind = S_DOUBLE, S_AT (handshake_timeout_s),
+      .min = 0, .max = 3600, .min_open = true,
+      .expect = "seconds > 0 and <= 3600" },
     { .key = "uplink_mbps", .kind = S_DOUBLE, S_AT (uplink_mbps),
       .min = 0, .max = S_MBPS_MAX, .min_open = true,
       .expect = "Mbit/s > 0 and <= 1000000" },
@@ -711,6 +714,7 @@ pl_config_defaults (pl_config_t *self)
     self->round_timeout_s = 600.0;
     self->heartbeat_s = 5.0;
     self->heartbeat_timeout_s = 30.0;
+    self->handshake_timeout_s = 5.0;
     self->uplink_mbps = 10.0;
     self->downlink_mbps = 25.0;
     self->rtt_ms = 60.0;

@@ -52,6 +52,7 @@ typedef struct {
     double round_timeout_s;     //  600: a device not done with a round by then is dropped
     double heartbeat_s;         //  5: ZMTP heartbeat and HEARTBEAT message interval
     double heartbeat_timeout_s; //  30: libzmq closes a connection silent this long
+    double handshake_timeout_s; //  5: libzmq closes a connection not through its handshake
     double uplink_mbps;         //  10: the link the planner assumes ("auto")
     double downlink_mbps;       //  25
     double rtt_ms;              //  60

@@ -4,6 +4,8 @@
 #include "nn_alloc.h"
 #include "nn_isa.h"
 #include "pl_blas.h"
+#include "pl_log.h"
+#include "pl_timeline.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +18,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 struct _pl_summary_t {
@@ -132,6 +135,25 @@ pl_mkdirs (const char *path, char *err, size_t err_size)
     return 0;
 }
 
+bool
+pl_fd_wait (double *deadline)
+{
+    int e = errno;
+    if (e != EMFILE && e != ENFILE)
+        return false;
+    double now = pl_monotonic ();
+    if (*deadline == 0.0) {
+        *deadline = now + PL_FD_WAIT_S;
+        pl_log_warn ("out of file descriptors (%s); waiting up to %.0f s for one",
+                     strerror (e), PL_FD_WAIT_S);
+    }
+    if (now >= *deadline)
+        return false;
+    nanosleep (&(struct timespec) { .tv_sec = 0, .tv_nsec = 50 * 1000 * 1000 }, NULL);
+    errno = e;
+    return true;
+}
+
 int
 pl_write_file_atomic (const char *path, const char *data, size_t size, char *err,
                       size_t err_size)
@@ -139,7 +161,10 @@ pl_write_file_atomic (const char *path, const char *data, size_t size, char *err
     char tmp[1100];
     if (snprintf (tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= (int) sizeof tmp)
         return nn_errf (err, err_size, "%s: path too long", path);
-    int fd = mkstemp (tmp);
+    double deadline = 0.0;
+    int fd;
+    while ((fd = mkstemp (tmp)) < 0 && pl_fd_wait (&deadline))
+        snprintf (tmp, sizeof tmp, "%s.tmp.XXXXXX", path);
     if (fd < 0)
         return nn_errf (err, err_size, "%s: cannot create: %s", path, strerror (errno));
     size_t done = 0;

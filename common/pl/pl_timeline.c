@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define S_CSV_HEADER "who,stage,epoch,iteration,micro_batch,start_s,end_s\n"
 
@@ -170,9 +171,15 @@ int
 pl_timeline_write_csv (const pl_timeline_t *self, const char *path, bool append,
                        char *err, size_t err_size)
 {
-    FILE *f = fopen (path, append ? "a" : "w");
+    FILE *f;
+    double deadline = 0.0;
+    while (!(f = fopen (path, append ? "a" : "w")) && pl_fd_wait (&deadline))
+        ;
     if (!f)
         return nn_errf (err, err_size, "%s: cannot write: %s", path, strerror (errno));
+    //  A failed append is undone, so that writing the same events again
+    //  later does not leave a partial or doubled row.
+    long before = append && fseek (f, 0, SEEK_END) == 0 ? ftell (f) : -1;
     if (!append)
         fputs (S_CSV_HEADER, f);
     for (size_t i = 0; i < self->count; i++) {
@@ -180,7 +187,14 @@ pl_timeline_write_csv (const pl_timeline_t *self, const char *path, bool append,
         fprintf (f, "%s,%s,%d,%d,%d,%.6f,%.6f\n", e->who, e->stage, e->epoch, e->iteration,
                  e->micro_batch, e->start_s, e->end_s);
     }
-    if (fclose (f))
-        return nn_errf (err, err_size, "%s: write failed: %s", path, strerror (errno));
+    bool failed = ferror (f) != 0;
+    int e = errno;
+    if (fclose (f) || failed) {
+        e = failed ? e : errno;
+        if (before >= 0 && truncate (path, (off_t) before) != 0)
+            return nn_errf (err, err_size, "%s: write failed: %s; its last rows may be "
+                            "partial", path, strerror (e));
+        return nn_errf (err, err_size, "%s: write failed: %s", path, strerror (e));
+    }
     return 0;
 }
