@@ -22,6 +22,8 @@ Test (blas, right_core_or_old_cpu_is_left_alone)
     cr_assert_null (pl_blas_choose_coretype (NULL, true, true));
 }
 
+//  x86 core names: on aarch64 OpenBLAS keeps its own choice (pl_blas.c).
+#if defined(__x86_64__)
 Test (blas, binary_logs_core_and_respects_user_setting)
 {
     char bin[1024], cmd[2048], out[8192];
@@ -44,6 +46,7 @@ Test (blas, binary_logs_core_and_respects_user_setting)
     cr_assert_null (strstr (out, "re-running"), "%s", out);
     runcmd ("rm -rf /tmp/pl-blas-*", out, sizeof out);
 }
+#endif
 
 //  The re-exec (here for GOMP_SPINCOUNT) keeps the daemon's own name: the
 //  kernel names a process after the file it executes, and through
