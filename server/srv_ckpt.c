@@ -10,6 +10,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,13 @@
 
 #define S_PREFIX "round-"
 #define S_MAX_KEPT 256
+//  state.json's "format": 2 carries a checksum, 1 (before it) does not.
+#define S_FORMAT 2
+#define S_SUM_HEX (2 * crypto_generichash_BYTES)
+//  Range checks on state.json (a value past them is corruption).
+#define S_EPOCH_MAX 1000001         //  pl_config's epochs bound, plus the "complete" point
+#define S_SAMPLES_MAX 10000000      //  pl_config's samples bound
+#define S_REPLICAS_MAX 1024
 
 //  Config fields that make a checkpoint belong to one run.
 static const char *const s_identity[] = {
@@ -98,6 +107,48 @@ s_list_free (char **names, int count)
     nn_free (names);
 }
 
+//  BLAKE2b-256 of text (len bytes) with the checksum's own S_SUM_HEX hex
+//  digits, at sum inside it, read as '0's; into hex (S_SUM_HEX + 1 bytes).
+//  text is restored before the return.
+static void
+s_state_sum (char *hex, char *text, size_t len, char *sum)
+{
+    char digits[S_SUM_HEX];
+    memcpy (digits, sum, S_SUM_HEX);
+    memset (sum, '0', S_SUM_HEX);
+    unsigned char out[crypto_generichash_BYTES];
+    crypto_generichash (out, sizeof out, (const unsigned char *) text, len, NULL, 0);
+    memcpy (sum, digits, S_SUM_HEX);
+    sodium_bin2hex (hex, S_SUM_HEX + 1, out, sizeof out);
+}
+
+//  state as text with its "checksum" member filled in: the BLAKE2b-256 of
+//  the text itself with those 64 hex digits read as '0'. Caller frees.
+static char *
+s_state_print (cJSON *state)
+{
+    char zeros[S_SUM_HEX + 1];
+    memset (zeros, '0', S_SUM_HEX);
+    zeros[S_SUM_HEX] = 0;
+    cJSON_AddStringToObject (state, "checksum", zeros);
+    char *text = cJSON_Print (state);
+    if (!text)
+        return NULL;
+    //  The only run of 64 '0's in quotes: every other string is shorter or
+    //  a config string, and a number would not be quoted.
+    char needle[S_SUM_HEX + 3];
+    snprintf (needle, sizeof needle, "\"%s\"", zeros);
+    char *sum = strstr (text, needle);
+    if (!sum || strstr (sum + 1, needle)) {
+        free (text);
+        return NULL;
+    }
+    char hex[S_SUM_HEX + 1];
+    s_state_sum (hex, text, strlen (text), sum + 1);
+    memcpy (sum + 1, hex, S_SUM_HEX);
+    return text;
+}
+
 int
 srv_ckpt_save (const char *results_dir, int keep, srv_ckpt_point_t point,
                const pl_config_t *cfg, nn_model_t *devpart, nn_model_t **replicas,
@@ -123,7 +174,7 @@ srv_ckpt_save (const char *results_dir, int keep, srv_ckpt_point_t point,
     }
     if (rc == 0) {
         cJSON *state = cJSON_CreateObject ();
-        cJSON_AddNumberToObject (state, "format", 1);
+        cJSON_AddNumberToObject (state, "format", S_FORMAT);
         cJSON_AddNumberToObject (state, "epoch", point.epoch);
         cJSON_AddNumberToObject (state, "round_iter", point.round_iter);
         cJSON_AddNumberToObject (state, "replicas", replicas_count);
@@ -131,11 +182,11 @@ srv_ckpt_save (const char *results_dir, int keep, srv_ckpt_point_t point,
         cJSON_AddItemToObject (state, "config", pl_config_to_json (cfg));
         cJSON_AddItemToObject (state, "epochs", epochs ? cJSON_Duplicate (epochs, 1)
                                                        : cJSON_CreateArray ());
-        char *text = cJSON_Print (state);
+        char *text = s_state_print (state);
         cJSON_Delete (state);
         snprintf (path, sizeof path, "%s/state.json", tmp);
         rc = text ? pl_write_file_atomic (path, text, strlen (text), err, err_size)
-                  : nn_errf (err, err_size, "checkpoint: out of memory");
+                  : nn_errf (err, err_size, "checkpoint: cannot print %s", path);
         free (text);
     }
     if (rc == 0 && s_sync_path (tmp, err, err_size))
@@ -187,6 +238,35 @@ s_same_run (const cJSON *saved, const pl_config_t *cfg, const char *name, char *
     return rc;
 }
 
+//  0 if the parsed state's checksum matches its text (len bytes); -1 with
+//  a message if not, or if a format-2 file has none. A format-1 file (from
+//  before the checksum) has none to check and is taken on its range checks.
+static int
+s_check_sum (const cJSON *state, char *text, size_t len, const char *file,
+             char *err, size_t err_size)
+{
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive (state, "format");
+    if (cJSON_IsNumber (format) && format->valuedouble == 1)
+        return 0;
+    if (!cJSON_IsNumber (format) || format->valuedouble != S_FORMAT)
+        return nn_errf (err, err_size, "%s: unknown format (want 1 or %d)", file, S_FORMAT);
+    const cJSON *sum = cJSON_GetObjectItemCaseSensitive (state, "checksum");
+    if (!cJSON_IsString (sum) || strlen (sum->valuestring) != S_SUM_HEX)
+        return nn_errf (err, err_size, "%s: no checksum", file);
+    //  The stored digits in the text: a hex string quoted, found once.
+    char needle[S_SUM_HEX + 3];
+    snprintf (needle, sizeof needle, "\"%s\"", sum->valuestring);
+    char *at = strstr (text, needle);
+    if (!at || strstr (at + 1, needle))
+        return nn_errf (err, err_size, "%s: checksum not found in the text", file);
+    char hex[S_SUM_HEX + 1];
+    s_state_sum (hex, text, len, at + 1);
+    if (strcmp (hex, sum->valuestring) != 0)
+        return nn_errf (err, err_size, "%s: checksum mismatch (the file was changed or "
+                        "damaged after it was written)", file);
+    return 0;
+}
+
 //  A checkpoint's state.json, parsed (read by its size, at most 64 MiB:
 //  the epochs array grows with the run). NULL with a message.
 static cJSON *
@@ -196,8 +276,9 @@ s_read_state (const char *path, char *err, size_t err_size)
     snprintf (file, sizeof file, "%s/state.json", path);
     FILE *f = fopen (file, "rb");
     struct stat st;
-    if (!f || fstat (fileno (f), &st) || st.st_size > (64 << 20)) {
-        nn_errf (err, err_size, "%s: %s", file, f ? "larger than 64 MiB" : strerror (errno));
+    if (!f || fstat (fileno (f), &st) || st.st_size > (64 << 20) || !S_ISREG (st.st_mode)) {
+        nn_errf (err, err_size, "%s: %s", file, !f ? strerror (errno)
+                 : S_ISREG (st.st_mode) ? "larger than 64 MiB" : "not a regular file");
         if (f)
             fclose (f);
         return NULL;
@@ -206,10 +287,15 @@ s_read_state (const char *path, char *err, size_t err_size)
     size_t n = fread (text, 1, (size_t) st.st_size, f);
     fclose (f);
     text[n] = 0;
-    cJSON *state = cJSON_Parse (text);
-    nn_free (text);
+    cJSON *state = cJSON_ParseWithOpts (text, NULL, 1);
     if (!state)
         nn_errf (err, err_size, "%s: not valid JSON", file);
+    else
+    if (s_check_sum (state, text, n, file, err, err_size)) {
+        cJSON_Delete (state);
+        state = NULL;
+    }
+    nn_free (text);
     return state;
 }
 
@@ -279,6 +365,13 @@ srv_ckpt_peek_origin (const char *results_dir, double *origin_s)
     return s_peek (results_dir, s_take_origin, origin_s);
 }
 
+//  x is an integer in [lo, hi] (false for NaN and infinities too).
+static bool
+s_integer_in (double x, double lo, double hi)
+{
+    return x >= lo && x <= hi && floor (x) == x;
+}
+
 //  Load one checkpoint. 0; -1 corrupt (skip it); -2 another run (stop).
 static int
 s_load_one (const char *path, const char *name, const pl_config_t *cfg, nn_model_t *devpart,
@@ -295,11 +388,37 @@ s_load_one (const char *path, const char *name, const pl_config_t *cfg, nn_model
     const cJSON *reps = cJSON_GetObjectItemCaseSensitive (state, "replicas");
     const cJSON *config = cJSON_GetObjectItemCaseSensitive (state, "config");
     const cJSON *epochs = cJSON_GetObjectItemCaseSensitive (state, "epochs");
+    const cJSON *origin = cJSON_GetObjectItemCaseSensitive (state, "origin_s");
+    //  Iterations of one epoch: at most its samples over the batch size.
+    double iter_max = (double) (cfg->samples > 0 ? cfg->samples : S_SAMPLES_MAX)
+                    / cfg->batch_size + 1;
     int rc = 0;
-    if (!cJSON_IsNumber (epoch) || epoch->valuedouble < 1 || !cJSON_IsNumber (iter)
-    ||  iter->valuedouble < 0 || !cJSON_IsNumber (reps) || !cJSON_IsObject (config)
-    ||  !cJSON_IsArray (epochs))
+    if (!cJSON_IsNumber (epoch) || !cJSON_IsNumber (iter) || !cJSON_IsNumber (reps)
+    ||  !cJSON_IsObject (config) || !cJSON_IsArray (epochs)
+    ||  (origin && !cJSON_IsNumber (origin)))
         rc = nn_errf (err, err_size, "%s: fields missing or of the wrong type", file);
+    else
+    if (!s_integer_in (epoch->valuedouble, 1, S_EPOCH_MAX))
+        rc = nn_errf (err, err_size, "%s: epoch %g out of range (1..%d)", file,
+                      epoch->valuedouble, S_EPOCH_MAX);
+    else
+    if (!s_integer_in (iter->valuedouble, 0, iter_max))
+        rc = nn_errf (err, err_size, "%s: round_iter %g out of range (0..%.0f for %d "
+                      "samples in batches of %d)", file, iter->valuedouble, floor (iter_max),
+                      cfg->samples, cfg->batch_size);
+    else
+    if (!s_integer_in (reps->valuedouble, 0, S_REPLICAS_MAX))
+        rc = nn_errf (err, err_size, "%s: replicas %g out of range (0..%d)", file,
+                      reps->valuedouble, S_REPLICAS_MAX);
+    else
+    if (origin && !(origin->valuedouble == 0.0 || (origin->valuedouble > 1e9
+                    && origin->valuedouble <= pl_wall_clock () + 86400.0)))
+        rc = nn_errf (err, err_size, "%s: origin_s %g is not a time since 2001 (nor 0)",
+                      file, origin->valuedouble);
+    else
+    if (cJSON_GetArraySize (epochs) > (int) epoch->valuedouble - 1)
+        rc = nn_errf (err, err_size, "%s: %d epochs summarised before epoch %d", file,
+                      cJSON_GetArraySize (epochs), (int) epoch->valuedouble);
     else
     if (s_same_run (config, cfg, name, err, err_size))
         rc = -2;
@@ -318,8 +437,7 @@ s_load_one (const char *path, const char *name, const pl_config_t *cfg, nn_model
     if (rc == 0) {
         point->epoch = (int) epoch->valuedouble;
         point->round_iter = (unsigned) iter->valuedouble;
-        const cJSON *origin = cJSON_GetObjectItemCaseSensitive (state, "origin_s");
-        point->origin_s = cJSON_IsNumber (origin) ? origin->valuedouble : 0.0;
+        point->origin_s = origin ? origin->valuedouble : 0.0;
         *epochs_out = cJSON_Duplicate (epochs, 1);
     }
     cJSON_Delete (state);
@@ -359,6 +477,48 @@ srv_ckpt_load (const char *results_dir, const pl_config_t *cfg, nn_model_t *devp
         pl_log_warn ("server: --resume: skipping checkpoint %s: %s", names[i], why);
         snprintf (err, err_size, "--resume: no valid checkpoint in %s (last problem: %s)",
                   dir, why);
+    }
+    s_list_free (names, count);
+    return rc;
+}
+
+int
+srv_ckpt_claim_fresh (const char *results_dir, bool force, char *err, size_t err_size)
+{
+    char dir[1024];
+    snprintf (dir, sizeof dir, "%s/checkpoints", results_dir);
+    int count = 0;
+    char **names = s_list (dir, &count);
+    int rc = 0;
+    if (count > 0 && !force) {
+        //  Say how far the run there got (the newest checkpoint's name is
+        //  round-EEEEEE-IIIIII): the operator decides with that in mind.
+        int epoch = 0, epochs = 0;
+        unsigned iter = 0;
+        sscanf (names[0], S_PREFIX "%d-%u", &epoch, &iter);
+        char path[2048], why[512], how[128];
+        snprintf (path, sizeof path, "%s/%s", dir, names[0]);
+        cJSON *state = s_read_state (path, why, sizeof why);
+        const cJSON *config = cJSON_GetObjectItemCaseSensitive (state, "config");
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive (config, "epochs");
+        if (cJSON_IsNumber (n) && n->valuedouble >= 1 && n->valuedouble <= S_EPOCH_MAX)
+            epochs = (int) n->valuedouble;
+        cJSON_Delete (state);
+        if (epochs > 0 && epoch > epochs)
+            snprintf (how, sizeof how, "a complete run of %d epoch(s)", epochs);
+        else
+            snprintf (how, sizeof how, "a run stopped in epoch %d, iteration %u", epoch, iter);
+        rc = nn_errf (err, err_size, "%s holds checkpoints of %s (newest %s); --resume "
+                      "continues that run, --force starts a new one over it (its "
+                      "checkpoints are deleted, its summary.json, timeline.csv and model.ckpt "
+                      "replaced), or give another --results", dir, how, names[0]);
+    }
+    for (int i = 0; rc == 0 && i < count; i++) {
+        char path[2048];
+        snprintf (path, sizeof path, "%s/%s", dir, names[i]);
+        s_remove_dir (path);
+        if (access (path, F_OK) == 0)
+            rc = nn_errf (err, err_size, "--force: cannot delete the old checkpoint %s", path);
     }
     s_list_free (names, count);
     return rc;

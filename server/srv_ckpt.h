@@ -6,14 +6,20 @@
       devpart.ckpt      the device part every device gets next (nn_checkpoint)
       replica-K.ckpt    server replica K with its optimiser state (split modes)
       state.json        epoch, round_iter, the run's config, the summary's
-                        epochs so far, origin_s (the run's time 0)
+                        epochs so far, origin_s (the run's time 0), and
+                        "checksum": BLAKE2b-256 (hex) of the file's own text
+                        with these 64 digits read as '0's ("format": 2;
+                        format 1, from before the checksum, still loads)
     It is written as round-...tmp-PID, every file fsynced, then renamed into
     place and the parent directory fsynced: a crash leaves either the whole
     checkpoint or none. The newest `keep` are kept.
 
     Loading walks the checkpoints newest first and takes the first whose
     files all load (nn_checkpoint verifies each file's BLAKE2b checksum and
-    shapes); a corrupt or truncated one is reported and skipped. A
+    shapes; state.json its checksum and every field's range: epoch
+    1..1000001, round_iter within an epoch's batches, replicas, origin_s, no
+    more epochs summarised than have ended); a corrupt or truncated one is
+    reported and skipped. A
     checkpoint made for a different run (model, dataset, mode, devices,
     split, micro-batches, batch size, seed, samples differ) is an error, not
     skipped: resuming someone else's run is never what the operator meant.
@@ -25,6 +31,7 @@
 #define SRV_CKPT_H_INCLUDED
 
 #include <cJSON.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "nn_model.h"
@@ -54,6 +61,12 @@ int srv_ckpt_load (const char *results_dir, const pl_config_t *cfg, nn_model_t *
                    nn_model_t **replicas, int replicas_count, srv_ckpt_point_t *point,
                    cJSON **epochs_out, char *chosen, size_t chosen_size,
                    char *err, size_t err_size);
+
+//  A new run (no --resume) is about to write into results_dir: 0 if it
+//  holds no checkpoint, or it did and force deleted them all (a new run
+//  among an old one's higher rounds could never be resumed); -1 with a
+//  message naming the newest one when it holds some and force is false.
+int srv_ckpt_claim_fresh (const char *results_dir, bool force, char *err, size_t err_size);
 
 //  The split point and micro-batch count of the newest checkpoint that has
 //  them (a run planned with "auto" resumes with the plan it ran; the

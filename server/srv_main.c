@@ -79,6 +79,7 @@ typedef struct {
     const char *bind;
     const char *endpoint_file;
     bool resume;                //  continue from the newest checkpoint
+    bool force;                 //  a new run over an earlier run's checkpoints
     const char *cert;           //  server secret certificate
     const char *allow;          //  directory of allowed device certificates
     bool insecure;
@@ -93,8 +94,8 @@ s_usage (FILE *out)
         "usage: pipelearn-server --config FILE (--cert FILE_secret --allow DIR | --insecure)\n"
         "                        [--bind tcp://*:PORT] [--results DIR]\n"
         "                        [--metrics [ADDR:]PORT] [--log-format text|json]\n"
-        "                        [--set KEY=VALUE]... [--endpoint-file PATH] [--resume]\n"
-        "                        [--quiet]\n"
+        "                        [--set KEY=VALUE]... [--endpoint-file PATH]\n"
+        "                        [--resume | --force] [--quiet]\n"
         "--metrics serves Prometheus /metrics and a live dashboard over HTTP (a\n"
         "PORT alone listens on 127.0.0.1; config key \"metrics\"). --log-format\n"
         "json logs one JSON object per line.\n"
@@ -106,7 +107,9 @@ s_usage (FILE *out)
         "--insecure: plain TCP, no authentication. --endpoint-file writes the\n"
         "bound endpoint (useful with tcp://127.0.0.1:*). The run is checkpointed in\n"
         "DIR/checkpoints at every aggregation point; --resume continues it from the\n"
-        "newest valid one (devices rejoin as they connect).\n");
+        "newest valid one (devices rejoin as they connect). Without --resume, a DIR\n"
+        "holding an earlier run's checkpoints is refused; --force deletes them and\n"
+        "starts a new run there.\n");
 }
 
 static int
@@ -123,6 +126,7 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
         { "allow", required_argument, NULL, 'A' },
         { "insecure", no_argument, NULL, 'I' },
         { "resume", no_argument, NULL, 'R' },
+        { "force", no_argument, NULL, 'F' },
         { "metrics", required_argument, NULL, 'M' },
         { "log-format", required_argument, NULL, 'L' },
         { "help", no_argument, NULL, 'h' },
@@ -142,6 +146,7 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
             case 'A': args->allow = optarg; break;
             case 'I': args->insecure = true; break;
             case 'R': args->resume = true; break;
+            case 'F': args->force = true; break;
             case 'r': args->results_dir = optarg; break;
             case 'b': args->bind = optarg; break;
             case 'E': args->endpoint_file = optarg; break;
@@ -162,6 +167,11 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
                 break;
             default: s_usage (stderr); return -1;
         }
+    }
+    if (args->resume && args->force) {
+        pl_log_error ("--resume continues the run in the results directory, --force "
+                      "replaces it: give one");
+        return -1;
     }
     if (optind < argc) {
         pl_log_error ("unexpected argument \"%s\"", argv[optind]);
@@ -814,16 +824,12 @@ s_timeline_flush (srv_t *self)
 }
 
 static void
-s_finish (srv_t *self)
+s_finish (srv_t *self, bool summary_written)
 {
     char err[NN_ERR_SIZE], path[1024];
-    //  The point after the last epoch: --resume then knows the run is done.
-    self->epoch = self->cfg.epochs + 1;
-    self->round_iter = 0;
-    s_checkpoint (self);
-    self->epoch = self->cfg.epochs;
     s_timeline_flush (self);
     snprintf (path, sizeof path, "%s/model.ckpt", self->results);
+    bool written = false;
     if (!s_models_finite (self)) {
         pl_log_error ("server: the final model holds non-finite weights; %s not written",
                       path);
@@ -834,6 +840,21 @@ s_finish (srv_t *self)
         pl_log_error ("%s", err);
         self->rc = 1;
     }
+    else
+        written = true;
+    //  Then the point after the last epoch, which tells --resume the run is
+    //  done: only once model.ckpt and summary.json are written. Without it
+    //  the newest checkpoint is the last round's, and --resume runs that
+    //  again and writes the results (exit 1 here says so).
+    if (written && summary_written) {
+        self->epoch = self->cfg.epochs + 1;
+        self->round_iter = 0;
+        s_checkpoint (self);
+        self->epoch = self->cfg.epochs;
+    }
+    else
+        pl_log_error ("server: the results are incomplete; the run is not marked complete "
+                      "(--resume runs its last round again)");
     for (int i = 0; i < self->devices; i++)
         if (self->dev[i].joined) {
             proto_msg_t *bye = proto_msg_new (PROTO_MSG_BYE);
@@ -923,14 +944,16 @@ s_end_epoch (srv_t *self)
     }
     s_timeline_flush (self);
     char err[NN_ERR_SIZE];
-    if (pl_summary_write (self->summary, self->results, err, sizeof err)) {
+    bool summary_written = pl_summary_write (self->summary, self->results, err,
+                                             sizeof err) == 0;
+    if (!summary_written) {
         pl_log_error ("%s", err);
         self->rc = 1;
     }
     self->loss_sum = 0.0;
     self->iterations = self->samples_seen = self->correct = 0;
     if (self->epoch >= self->cfg.epochs) {
-        s_finish (self);
+        s_finish (self, summary_written);
         return;
     }
     self->epoch++;
@@ -2260,13 +2283,12 @@ s_resume (srv_t *self)
         pl_log_error ("server: %s", err);
         return -1;
     }
+    pl_summary_set_epochs (self->summary, epochs);
     if (pt.epoch > self->cfg.epochs) {
         pl_log_info ("server: --resume: the run in %s is complete (%d epoch(s)); nothing to "
                      "do", self->results, self->cfg.epochs);
-        cJSON_Delete (epochs);
         return 1;
     }
-    pl_summary_set_epochs (self->summary, epochs);
     //  timeline.csv keeps the epochs that ended before this point, in the
     //  run's time base (rows of the interrupted epoch are dropped: its
     //  rounds from the checkpoint on are run again, those before it had
@@ -2285,6 +2307,32 @@ s_resume (srv_t *self)
     self->resumed = true;
     pl_log_info ("server: resuming from %s: epoch %d, iteration %u", chosen, pt.epoch,
                  pt.round_iter);
+    return 0;
+}
+
+//  --resume of a complete run: its results must be there. A model.ckpt
+//  that does not load (lost, or damaged since) is written again from the
+//  final checkpoint s_resume loaded, and a missing summary.json from its
+//  epochs. 0, or 1 when they cannot be: never a success without a model.
+static int
+s_complete_results (srv_t *self)
+{
+    char err[NN_ERR_SIZE], path[1024];
+    snprintf (path, sizeof path, "%s/model.ckpt", self->results);
+    if (nn_checkpoint_load (path, self->full, err, sizeof err)) {
+        pl_log_warn ("server: --resume: %s; writing it from the final checkpoint", err);
+        s_merge (self);
+        if (nn_checkpoint_save (path, self->full, false, err, sizeof err)) {
+            pl_log_error ("server: --resume: %s", err);
+            return 1;
+        }
+    }
+    snprintf (path, sizeof path, "%s/summary.json", self->results);
+    if (access (path, F_OK) != 0
+    &&  pl_summary_write (self->summary, self->results, err, sizeof err)) {
+        pl_log_error ("server: --resume: %s", err);
+        return 1;
+    }
     return 0;
 }
 
@@ -2375,6 +2423,13 @@ srv_run (int argc, char **argv)
     self->quiet = args.quiet;
     self->tty = isatty (STDOUT_FILENO);
     self->results = args.results_dir ? args.results_dir : self->cfg.results_dir;
+    char ckerr[NN_ERR_SIZE];
+    if (!args.resume && srv_ckpt_claim_fresh (self->results, args.force, ckerr,
+                                              sizeof ckerr)) {
+        pl_log_error ("server: %s", ckerr);
+        nn_free (self);
+        return 1;
+    }
     self->origin = pl_wall_clock ();
     //  A resumed run keeps its time 0: timeline.csv goes on where it was.
     if (args.resume)
@@ -2398,9 +2453,10 @@ srv_run (int argc, char **argv)
     }
     srv_metrics_watch (self->metrics, self->rh);
     if (resumed == 1) {                 //  the run was already complete
+        int rc = s_complete_results (self);
         s_teardown (self);
         nn_free (self);
-        return 0;
+        return rc;
     }
     while (!self->done && !s_interrupted) {
         //  Wake often enough to notice a deadline within a tenth of it.

@@ -9,8 +9,10 @@
 #include "daemonrun.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sodium.h>
 #include <sys/socket.h>
 
 #define RESUME_CONFIG \
@@ -68,6 +70,20 @@ s_full_run (s_run_t *run, const char *sub)
     s_expect_exit (run, c1, 0, "client 1");
 }
 
+//  --resume on DIR/sub (bound to bind; NULL: any port) with two fresh
+//  devices, all three to exit 0.
+static void
+s_resume_run (s_run_t *run, const char *sub, const char *config_json, const char *bind)
+{
+    char endpoint[256];
+    pid_t server = s_start_server_full (run, sub, config_json, endpoint, sizeof endpoint,
+                                        NULL, NULL, bind, true);
+    pid_t c0 = s_start_client (run, 0, endpoint), c1 = s_start_client (run, 1, endpoint);
+    s_expect_exit (run, server, 0, "resumed server");
+    s_expect_exit (run, c0, 0, "client 0 after the resume");
+    s_expect_exit (run, c1, 0, "client 1 after the resume");
+}
+
 //  Kill the server in epoch 2, optionally corrupt the newest checkpoint,
 //  resume with fresh devices; the result must equal the uninterrupted run.
 static void
@@ -104,13 +120,7 @@ s_crash_and_resume (bool corrupt)
         snprintf (file, sizeof file, "%s/replica-1.ckpt", ckdir);
         cr_assert_eq (truncate (file, 1000), 0);
     }
-    server = s_start_server_full (&run, "crash", RESUME_CONFIG, endpoint, sizeof endpoint,
-                                  NULL, NULL, bind, true);
-    c0 = s_start_client (&run, 0, endpoint);
-    c1 = s_start_client (&run, 1, endpoint);
-    s_expect_exit (&run, server, 0, "resumed server");
-    s_expect_exit (&run, c0, 0, "client 0 after the resume");
-    s_expect_exit (&run, c1, 0, "client 1 after the resume");
+    s_resume_run (&run, "crash", RESUME_CONFIG, bind);
     if (corrupt) {
         cr_assert (s_log_has (&run, "server.log", "skipping checkpoint round-000002-000000"),
                    "the corrupt checkpoint was not reported");
@@ -188,13 +198,7 @@ Test (resume, planned_run_resumes_with_its_split, .timeout = 400)
     s_wait (&run, server, pl_monotonic () + 5);
     s_expect_exit (&run, c0, 1, "client 0 after the crash");
     s_expect_exit (&run, c1, 1, "client 1 after the crash");
-    server = s_start_server_full (&run, "auto", AUTO_CONFIG, endpoint, sizeof endpoint,
-                                  NULL, NULL, bind, true);
-    c0 = s_start_client (&run, 0, endpoint);
-    c1 = s_start_client (&run, 1, endpoint);
-    s_expect_exit (&run, server, 0, "resumed server");
-    s_expect_exit (&run, c0, 0, "client 0 after the resume");
-    s_expect_exit (&run, c1, 0, "client 1 after the resume");
+    s_resume_run (&run, "auto", AUTO_CONFIG, bind);
     cr_assert (s_log_has (&run, "server.log", "resuming from"), "did not resume");
     s = s_summary (run.dir, "auto");
     cr_expect_eq (cJSON_GetArraySize (cJSON_GetObjectItemCaseSensitive (s, "epochs")), 3);
@@ -202,6 +206,271 @@ Test (resume, planned_run_resumes_with_its_split, .timeout = 400)
     cr_expect (split2 >= 1 && split2 <= 4, "split point %d after the resume", split2);
     cr_expect (split >= 1 && split <= 4);
     cJSON_Delete (s);
+    s_kill_all (&run);
+    s_rmtree (run.dir);
+}
+
+//  ---------------------------------------------------------------------
+//  Results that must not be lost (issue 19): the final writes, a fresh
+//  run over a finished one, a damaged state.json.
+
+#define SMALL_CONFIG(seed) \
+    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 200, " \
+    "\"test_samples\": 100, \"batch_size\": 50, \"epochs\": 1, \"seed\": " #seed ", " \
+    "\"momentum\": 0, \"split_point\": 1, \"threads\": 1, \"devices\": 2, " \
+    "\"mode\": \"sfl\"}"
+
+//  pipelearn-server on DIR/sub bound to bind, with flag (may be NULL).
+static pid_t
+s_spawn_server (s_run_t *run, const char *sub, const char *config_json, const char *bind,
+                const char *flag)
+{
+    char cfg[4096], res[4096], bin[4096], name[64];
+    snprintf (name, sizeof name, "%s.json", sub);
+    s_path (cfg, run->dir, name);
+    s_write (cfg, config_json);
+    s_path (res, run->dir, sub);
+    built ("server/pipelearn-server", bin, sizeof bin);
+    char *argv[] = { bin, "--config", cfg, "--bind", (char *) bind, "--results", res,
+                     "--quiet", "--insecure", (char *) flag, NULL };
+    return s_spawn (run, "server.log", argv);
+}
+
+//  The server alone (no devices) to its exit: its status, -1 if it is still
+//  running after 60 s (waiting for devices: it took the run as unfinished).
+static int
+s_server_alone (s_run_t *run, const char *sub, const char *config_json, const char *flag)
+{
+    pid_t pid = s_spawn_server (run, sub, config_json, "tcp://127.0.0.1:*", flag);
+    int rc = s_wait (run, pid, pl_monotonic () + 60);
+    if (rc == -1) {
+        s_dump_logs (run);
+        s_kill_all (run);
+    }
+    return rc;
+}
+
+//  model.ckpt cannot be written (a directory is in its place): the server
+//  exits 1 and does not mark the run complete, so --resume (the old code
+//  said "complete; nothing to do" and exited 0 with no model) runs the
+//  last round again with the devices and writes the model.
+Test (resume, failed_final_write_is_not_a_complete_run, .timeout = 400)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    char results[4096], model[4096], endpoint[256];
+    s_path (results, run.dir, "fail");
+    s_path (model, run.dir, "fail/model.ckpt");
+    cr_assert_eq (mkdir (results, 0755), 0);
+    cr_assert_eq (mkdir (model, 0755), 0);
+    pid_t server = s_start_server (&run, "fail", SMALL_CONFIG (5), endpoint, sizeof endpoint);
+    pid_t c0 = s_start_client (&run, 0, endpoint), c1 = s_start_client (&run, 1, endpoint);
+    s_expect_exit (&run, server, 1, "server that cannot write model.ckpt");
+    s_wait (&run, c0, pl_monotonic () + 30);
+    s_wait (&run, c1, pl_monotonic () + 30);
+    bool said = s_log_has (&run, "server.log", "not marked complete");
+
+    cr_assert_eq (rmdir (model), 0);
+    s_resume_run (&run, "fail", SMALL_CONFIG (5), NULL);
+    cr_assert (!s_log_has (&run, "server.log", "nothing to do"), "called complete");
+    nn_model_t *m = s_load_model (run.dir, "fail", "vgg5");
+    nn_model_destroy (&m);
+    cJSON *s = s_summary (run.dir, "fail");
+    cr_expect_eq (cJSON_GetArraySize (cJSON_GetObjectItemCaseSensitive (s, "epochs")), 1);
+    cJSON_Delete (s);
+    cr_assert (said, "the failed run's log has no word on the incomplete results");
+    s_kill_all (&run);
+    s_rmtree (run.dir);
+}
+
+//  A complete run whose model.ckpt was lost: --resume writes it again from
+//  the final checkpoint (the same weights), and exits 1 when it cannot
+//  (never 0 without a model). A new run without --resume in its directory
+//  is refused, touching nothing (it used to replace round 1 and keep the
+//  old higher rounds); with --force it replaces the old run entirely.
+Test (resume, finished_run_keeps_its_model_and_refuses_a_fresh_run, .timeout = 400)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    s_run_daemons (&run, "done", SMALL_CONFIG (5), 2);
+    char model[4096], summary[4096];
+    s_path (model, run.dir, "done/model.ckpt");
+    s_path (summary, run.dir, "done/summary.json");
+    nn_model_t *a = s_load_model (run.dir, "done", "vgg5");
+
+    cr_assert_eq (unlink (model), 0);
+    cr_assert_eq (s_server_alone (&run, "done", SMALL_CONFIG (5), "--resume"), 0);
+    nn_model_t *b = s_load_model (run.dir, "done", "vgg5");
+    cr_assert_eq (s_max_rel_diff (a, b), 0.0, "the rebuilt model is not the run's");
+    nn_model_destroy (&b);
+    cr_assert (s_log_has (&run, "server.log", "writing it from the final checkpoint"));
+
+    cr_assert_eq (unlink (model), 0);
+    cr_assert_eq (mkdir (model, 0755), 0);
+    cr_assert_eq (s_server_alone (&run, "done", SMALL_CONFIG (5), "--resume"), 1,
+                  "a complete run without its model succeeded");
+    cr_assert_eq (rmdir (model), 0);
+    cr_assert_eq (s_server_alone (&run, "done", SMALL_CONFIG (5), "--resume"), 0);
+
+    char *before = s_read (summary);
+    cr_assert_not_null (before);
+    cr_assert_eq (s_server_alone (&run, "done", SMALL_CONFIG (6), NULL), 1,
+                  "a fresh run started over a finished one");
+    cr_assert (s_log_has (&run, "server.log", "holds checkpoints of a complete run of 1 "
+                          "epoch(s)") && s_log_has (&run, "server.log", "--force"),
+               "unclear refusal");
+    char *after = s_read (summary);
+    cr_assert_str_eq (after, before, "the refused run changed summary.json");
+    free (after);
+    free (before);
+    b = s_load_model (run.dir, "done", "vgg5");
+    cr_assert_eq (s_max_rel_diff (a, b), 0.0, "the refused run changed model.ckpt");
+    nn_model_destroy (&b);
+
+    //  --force: another seed's run replaces it; none of the old run's
+    //  checkpoints is left (--resume would find them "for another run").
+    char bind[64];
+    snprintf (bind, sizeof bind, "tcp://127.0.0.1:%d", s_free_port ());
+    pid_t server = s_spawn_server (&run, "done", SMALL_CONFIG (6), bind, "--force");
+    pid_t c0 = s_start_client (&run, 0, bind), c1 = s_start_client (&run, 1, bind);
+    s_expect_exit (&run, server, 0, "server with --force");
+    s_expect_exit (&run, c0, 0, "client 0");
+    s_expect_exit (&run, c1, 0, "client 1");
+    cr_assert_eq (s_server_alone (&run, "done", SMALL_CONFIG (6), "--resume"), 0);
+    cr_assert (s_log_has (&run, "server.log", "is complete"), "the new run is not complete");
+    b = s_load_model (run.dir, "done", "vgg5");
+    cr_assert_gt (s_max_rel_diff (a, b), 0.0, "--force kept the old model");
+    nn_model_destroy (&b);
+    nn_model_destroy (&a);
+    s_kill_all (&run);
+    s_rmtree (run.dir);
+}
+
+//  Every DIR/checkpoints/round-*/state.json of a run: paths into paths.
+static int
+s_states (const char *results, char paths[][4096], int max)
+{
+    char dir[4096];
+    int len = snprintf (dir, sizeof dir, "%s/checkpoints", results);
+    cr_assert (len > 0 && len < (int) sizeof dir);
+    DIR *d = opendir (dir);
+    cr_assert_not_null (d, "%s", dir);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir (d)) && n < max)
+        if (strncmp (e->d_name, "round-", 6) == 0) {
+            len = snprintf (paths[n++], 4096, "%s/%s/state.json", dir, e->d_name);
+            cr_assert (len > 0 && len < 4096);
+        }
+    closedir (d);
+    return n;
+}
+
+//  state.json text with its checksum made right for its content (the
+//  BLAKE2b-256 of the text with the checksum's digits as '0's).
+static char *
+s_print_with_checksum (cJSON *state)
+{
+    char zeros[65];
+    memset (zeros, '0', 64);
+    zeros[64] = 0;
+    cJSON_DeleteItemFromObjectCaseSensitive (state, "checksum");
+    cJSON_AddStringToObject (state, "checksum", zeros);
+    char *text = cJSON_Print (state);
+    char *at = strstr (text, zeros);
+    cr_assert_not_null (at);
+    unsigned char sum[crypto_generichash_BYTES];
+    crypto_generichash (sum, sizeof sum, (unsigned char *) text, strlen (text), NULL, 0);
+    char hex[65];
+    sodium_bin2hex (hex, sizeof hex, sum, sizeof sum);
+    memcpy (at, hex, 64);
+    return text;
+}
+
+//  Edits of a parsed state.json; true: give it a right checksum.
+static bool
+s_format1_huge_epoch (cJSON *state)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive (state, "checksum");
+    cJSON_SetNumberValue (cJSON_GetObjectItemCaseSensitive (state, "format"), 1);
+    cJSON_SetNumberValue (cJSON_GetObjectItemCaseSensitive (state, "epoch"), 1e300);
+    return false;
+}
+
+static bool
+s_huge_round_iter (cJSON *state)
+{
+    cJSON_SetNumberValue (cJSON_GetObjectItemCaseSensitive (state, "round_iter"),
+                          4294967295.0);
+    return true;
+}
+
+//  Write each paths[i] as orig[i] (its text as written) after edit.
+static void
+s_edit_states (char paths[][4096], char **orig, int n, bool (*edit) (cJSON *))
+{
+    for (int i = 0; i < n; i++) {
+        cJSON *state = cJSON_Parse (orig[i]);
+        cr_assert_not_null (state, "%s", paths[i]);
+        char *text = edit (state) ? s_print_with_checksum (state) : cJSON_Print (state);
+        s_write (paths[i], text);
+        free (text);
+        cJSON_Delete (state);
+    }
+}
+
+//  A damaged state.json is refused, never resumed from: a changed value
+//  fails the checksum; a value out of range fails even with a right
+//  checksum, or in a format-1 file (no checksum). The old code resumed
+//  "epoch 1e300" as epoch -2147483648 and waited for devices.
+Test (resume, damaged_state_json_is_refused, .timeout = 400)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    s_run_daemons (&run, "st", SMALL_CONFIG (5), 2);
+    char results[4096], paths[8][4096];
+    s_path (results, run.dir, "st");
+    int n = s_states (results, paths, 8);
+    cr_assert_geq (n, 2, "%d checkpoints", n);
+    char *orig[8];
+    for (int i = 0; i < n; i++)
+        orig[i] = s_read (paths[i]);
+
+    //  The epoch edited in the text: the checksum no longer matches.
+    for (int i = 0; i < n; i++) {
+        cJSON *state = cJSON_Parse (orig[i]);
+        int epoch = (int) cJSON_GetObjectItemCaseSensitive (state, "epoch")->valuedouble;
+        cJSON_Delete (state);
+        char from[32], *text = strdup (orig[i]);
+        snprintf (from, sizeof from, "\"epoch\":\t%d,", epoch);
+        char *at = strstr (text, from);
+        cr_assert_not_null (at, "%s lacks %s", paths[i], from);
+        memcpy (at + 9, "9", 1);
+        s_write (paths[i], text);
+        free (text);
+    }
+    cr_assert_eq (s_server_alone (&run, "st", SMALL_CONFIG (5), "--resume"), 1);
+    cr_assert (s_log_has (&run, "server.log", "checksum mismatch"), "no checksum error");
+
+    //  Format 1 (no checksum) with epoch 1e300: the range check.
+    s_edit_states (paths, orig, n, s_format1_huge_epoch);
+    cr_assert_eq (s_server_alone (&run, "st", SMALL_CONFIG (5), "--resume"), 1);
+    cr_assert (s_log_has (&run, "server.log", "epoch 1e+300 out of range"),
+               "no range error for the epoch");
+
+    //  A right checksum over a round_iter past the epoch's batches.
+    s_edit_states (paths, orig, n, s_huge_round_iter);
+    cr_assert_eq (s_server_alone (&run, "st", SMALL_CONFIG (5), "--resume"), 1);
+    cr_assert (s_log_has (&run, "server.log", "round_iter 4.29497e+09 out of range"),
+               "no range error for round_iter");
+
+    //  The files as written: the run is complete again.
+    for (int i = 0; i < n; i++) {
+        s_write (paths[i], orig[i]);
+        free (orig[i]);
+    }
+    cr_assert_eq (s_server_alone (&run, "st", SMALL_CONFIG (5), "--resume"), 0);
+    cr_assert (s_log_has (&run, "server.log", "is complete"));
     s_kill_all (&run);
     s_rmtree (run.dir);
 }
