@@ -139,7 +139,7 @@ def launch(build, work, tag, config, sets, client_threads, timeout, timed):
 
     argv = [os.path.join(build, "server", "pipelearn-server"),
             "--config", config, "--bind", "tcp://127.0.0.1:*",
-            "--endpoint-file", ep, "--results", res, "--quiet", "--insecure"]
+            "--endpoint-file", ep, "--results", res, "--quiet", "--insecure", "--force"]
     for s in sets:
         argv += ["--set", s]
     procs = []
