@@ -281,17 +281,6 @@ s_send_error_to (srv_t *self, const uint8_t *rid, size_t rid_len, uint32_t code,
         proto_msg_destroy (&msg);
 }
 
-static srv_device_t *
-s_find (srv_t *self, const uint8_t *rid, size_t rid_len)
-{
-    for (int i = 0; i < self->devices; i++)
-        if (self->dev[i].joined && self->dev[i].rid_len == rid_len
-        &&  memcmp (self->dev[i].rid, rid, rid_len) == 0)
-            return &self->dev[i];
-    return NULL;
-}
-
-//  Too few devices are left to go on: tell the others and stop. When the
 //  An ERROR to a joined device that must not be dropped quietly: -1 (errno
 //  set) when it could not be queued.
 static int
@@ -309,6 +298,17 @@ s_send_notice (srv_t *self, const srv_device_t *d, uint32_t code, const char *te
     return -1;
 }
 
+static srv_device_t *
+s_find (srv_t *self, const uint8_t *rid, size_t rid_len)
+{
+    for (int i = 0; i < self->devices; i++)
+        if (self->dev[i].joined && self->dev[i].rid_len == rid_len
+        &&  memcmp (self->dev[i].rid, rid, rid_len) == 0)
+            return &self->dev[i];
+    return NULL;
+}
+
+//  Too few devices are left to go on: tell the others and stop. When the
 //  devices left because their training diverged, the run ends with exit
 //  status SRV_EXIT_DIVERGED and says so; the newest checkpoint holds the
 //  last finite model (s_checkpoint never writes a non-finite one).
@@ -323,6 +323,10 @@ s_abort_all (srv_t *self, const char *why)
                       self->diverged, why, self->results);
     else
         pl_log_error ("server: %s; aborting the run", why);
+    //  The run ends here: wait up to a second for room in a device's queue
+    //  rather than drop the notice (a device that misses it waits out its
+    //  --timeout).
+    zsock_set_sndtimeo (self->router, 1000);
     for (int i = 0; i < self->devices; i++)
         if (self->dev[i].joined) {
             if (s_send_notice (self, &self->dev[i],
@@ -2519,6 +2523,10 @@ srv_run (int argc, char **argv)
                          "its last checkpoint with --resume", self->epoch);
         else
             pl_log_warn ("server: stopped by a signal before training started");
+        //  The notice must arrive (a device that misses it waits out its
+        //  --timeout): wait up to a second for room in a device's queue
+        //  rather than drop it as the training sends do.
+        zsock_set_sndtimeo (self->router, 1000);
         for (int i = 0; i < self->devices; i++)
             if (self->dev[i].joined && s_send_notice (self, &self->dev[i], PROTO_ERR_INTERNAL,
                                                       "server stopping; it can resume the run"))
