@@ -903,15 +903,18 @@ s_end_epoch (srv_t *self)
     if (replans)
         cJSON_AddItemToObject (ej, "replanned_before", replans);
     double busy = 0.0;
+    cJSON *server = cJSON_AddObjectToObject (ej, "server");
+    cJSON *per_worker = cJSON_CreateArray ();
     for (int i = 0; i < self->workers_count; i++) {
         double *b = s_worker_call (self, i, "BUSY", "BUSY");
+        cJSON_AddItemToArray (per_worker, cJSON_CreateNumber (b ? *b : 0.0));
         if (b) {
             busy += *b;
             nn_free (b);
         }
     }
-    cJSON *server = cJSON_AddObjectToObject (ej, "server");
     cJSON_AddNumberToObject (server, "busy_s", busy);
+    cJSON_AddItemToObject (server, "worker_busy_s", per_worker);
     double idle = wall * self->workers_count - busy;
     cJSON_AddNumberToObject (server, "idle_s", idle > 0 ? idle : 0.0);
     cJSON_AddNumberToObject (server, "workers", self->workers_count);

@@ -29,6 +29,7 @@ extern const size_t srv_dashboard_html_size;
 #define S_RING          96      //  Gantt events kept per row
 #define S_EPOCHS        256     //  epochs kept for the curves (the newest)
 #define S_STAGES        16
+#define S_WORKERS       64      //  server workers with their own busy/idle series
 #define S_PENDING       64      //  uplinks waiting for their downlink, per device
 //  libmicrohttpd limits: a scraper and a browser or two, never a crowd.
 #define S_CONNECTIONS   16
@@ -80,6 +81,9 @@ typedef struct {
     double epoch_elapsed_s;
     double origin;              //  wall clock of time 0
     double busy_total_s, idle_total_s;
+    //  Per worker thread (the first S_WORKERS): busy over completed epochs,
+    //  and idle = their wall time - busy.
+    double worker_busy_total_s[S_WORKERS], worker_idle_total_s[S_WORKERS];
     double refused[SRV_REFUSED_KINDS];
     int last_summary_epoch;     //  epochs up to this one are counted
     int epochs_count;
@@ -301,6 +305,16 @@ s_on_summary (void *arg, const cJSON *root)
         st->ep[st->epochs_count++] = e;
         st->busy_total_s += e.busy_s;
         st->idle_total_s += e.idle_s;
+        const cJSON *wb;
+        int w = 0;
+        cJSON_ArrayForEach (wb, cJSON_GetObjectItemCaseSensitive (server, "worker_busy_s")) {
+            if (w >= S_WORKERS || !cJSON_IsNumber (wb))
+                break;
+            double idle = e.wall_s - wb->valuedouble;
+            st->worker_busy_total_s[w] += wb->valuedouble;
+            st->worker_idle_total_s[w] += idle > 0 ? idle : 0.0;
+            w++;
+        }
         const cJSON *dj;
         cJSON_ArrayForEach (dj, cJSON_GetObjectItemCaseSensitive (ej, "devices")) {
             int id = (int) s_num (dj, "id", -1);
@@ -647,6 +661,17 @@ s_render_metrics (const srv_metrics_t *self, const s_state_t *st, size_t *len)
     s_gauge (&b, "pipelearn_server_idle_seconds_total", "counter",
              "Server worker time idle (epoch wall time x workers - busy).",
              st->idle_total_s);
+    int workers = st->workers < S_WORKERS ? st->workers : S_WORKERS;
+    s_head (&b, "pipelearn_server_worker_busy_seconds_total", "counter",
+            "Time a server worker thread spent computing (completed epochs).");
+    for (int w = 0; w < workers; w++)
+        s_put (&b, "pipelearn_server_worker_busy_seconds_total{worker=\"%d\"} %.6f\n", w,
+               st->worker_busy_total_s[w]);
+    s_head (&b, "pipelearn_server_worker_idle_seconds_total", "counter",
+            "Time a server worker thread stood idle (completed epochs).");
+    for (int w = 0; w < workers; w++)
+        s_put (&b, "pipelearn_server_worker_idle_seconds_total{worker=\"%d\"} %.6f\n", w,
+               st->worker_idle_total_s[w]);
     s_head (&b, "pipelearn_device_joined", "gauge", "1 while the device has a session.");
     for (int i = 0; i < st->devices; i++)
         s_put (&b, "pipelearn_device_joined{device=\"%d\"} %d\n", i, st->dev[i].joined);

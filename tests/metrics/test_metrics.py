@@ -187,7 +187,8 @@ EXPECTED = [
     "pipelearn_epochs_completed_total", "pipelearn_epoch_iterations_done",
     "pipelearn_train_loss", "pipelearn_train_accuracy_ratio",
     "pipelearn_test_accuracy_ratio", "pipelearn_server_busy_seconds_total",
-    "pipelearn_server_idle_seconds_total", "pipelearn_device_forward_seconds_total",
+    "pipelearn_server_idle_seconds_total", "pipelearn_server_worker_busy_seconds_total",
+    "pipelearn_server_worker_idle_seconds_total", "pipelearn_device_forward_seconds_total",
     "pipelearn_device_backward_seconds_total", "pipelearn_device_idle_seconds_total",
     "pipelearn_device_uplink_bytes_total", "pipelearn_device_downlink_bytes_total",
     "pipelearn_device_rtt_seconds", "pipelearn_device_uplink_bytes_per_second",
@@ -214,7 +215,7 @@ def promtool_check(text, tmp, name):
 def case_promtool(tmp):
     if not shutil.which("promtool"):
         skip_all("promtool not installed (Debian package prometheus)")
-    print("1..6", flush=True)
+    print("1..7", flush=True)
     run = Run(tmp, epochs=4)
     try:
         status, before = http(run.url + "/metrics")
@@ -230,6 +231,8 @@ def case_promtool(tmp):
         ok(not missing, "every metric the issue lists is exposed (missing: %s)" % missing)
         ok(re.search(r'^pipelearn_device_forward_seconds_total\{device="1"\} [0-9.e+-]+$',
                      text, re.M) is not None, "per-device samples carry a device label")
+        ok(re.search(r'^pipelearn_server_worker_busy_seconds_total\{worker="0"\} [0-9.e+-]+$',
+                     text, re.M) is not None, "per-worker samples carry a worker label")
         rc = run.wait(180)
         ok(rc == 0 and len(summary_epochs(run)) == 4, "the run finishes (rc %s)" % rc)
     finally:
