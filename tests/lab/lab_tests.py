@@ -13,6 +13,8 @@ host, as root, in network namespaces of their own. TAP on stdout.
   lab_tests.py adaptive  a device's link shaped down mid-run: the server
                          re-plans its micro-batches at the next epoch end
                          and logs why
+  lab_tests.py firewall  deploy/firewall/pipelearn.nft caps idle connections
+                         from one address; devices elsewhere still train
   lab_tests.py plan      pipelearn-plan's epoch estimate against the lab's
                          measured epoch, three (P, N) settings on 4g and
                          one on wifi (errors printed; each within 35%)
@@ -702,10 +704,98 @@ def test_plan(t):
                 _fmt(err, "%+.1f%%", 100)))
 
 
+# ------------------------------------------------------------------ firewall
+
+FIREWALL = os.path.join(SRC, "deploy", "firewall", "pipelearn.nft")
+FIREWALL_PORT = 5555
+
+
+def test_firewall(t):
+    """deploy/firewall/pipelearn.nft in a namespace of its own, in front of
+    a real pipelearn-server: 20 idle TCP connections from one address (no
+    CurveZMQ handshake: what exhausts a server's descriptors without a key)
+    get 8 through; two devices from other addresses (127.0.0.2, .3 via
+    ZeroMQ's source-address syntax) still join and train to the end."""
+    if not shutil.which("nft"):
+        t.ok(False, "nft (Debian package nftables) is installed")
+        return
+    ns = "tf" + secrets.token_hex(3)
+    r = subprocess.run(["ip", "netns", "add", ns], capture_output=True, text=True)
+    if not t.ok(r.returncode == 0, "namespace %s" % ns, r.stderr):
+        return
+    procs, idle = [], []
+    try:
+        nsx = ["ip", "netns", "exec", ns]
+        subprocess.run(nsx + ["ip", "link", "set", "lo", "up"], check=True)
+        with open(FIREWALL) as f:
+            rules = f.read().replace("define pipelearn_port = 5555",
+                                     "define pipelearn_port = %d" % FIREWALL_PORT)
+        r = subprocess.run(nsx + ["nft", "-f", "-"], input=rules, capture_output=True,
+                           text=True)
+        t.ok(r.returncode == 0, "the shipped rules load", r.stderr)
+        with tempfile.TemporaryDirectory() as out:
+            cfg = os.path.join(out, "fw.json")
+            with open(cfg, "w") as f:
+                json.dump({"model": "vgg5", "dataset": "synthetic", "mode": "pipelearn",
+                           "devices": 2, "split_point": 2, "micro_batches": 2,
+                           "batch_size": 50, "epochs": 2, "samples": 400,
+                           "test_samples": 100, "seed": 1}, f)
+            log = open(os.path.join(out, "server.log"), "w")
+            procs.append(subprocess.Popen(
+                nsx + [os.path.join(BUILD, "server", "pipelearn-server"), "--config", cfg,
+                       "--bind", "tcp://127.0.0.1:%d" % FIREWALL_PORT, "--insecure",
+                       "--results", os.path.join(out, "run")],
+                stdout=log, stderr=subprocess.STDOUT))
+            time.sleep(1.0)
+            # 20 idle connections from 127.0.0.1, held open by a helper in
+            # the namespace; it prints how many got through.
+            holder = subprocess.Popen(
+                nsx + [sys.executable, "-c",
+                       "import socket,sys,time\n"
+                       "ok=0;keep=[]\n"
+                       "for i in range(20):\n"
+                       "  c=socket.socket();c.settimeout(3)\n"
+                       "  try:\n"
+                       "    c.connect(('127.0.0.1',%d));keep.append(c);ok+=1\n"
+                       "  except OSError: pass\n"
+                       "print(ok,flush=True)\n"
+                       "sys.stdin.read()\n" % FIREWALL_PORT],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            idle.append(holder)
+            got = holder.stdout.readline().strip()
+            t.ok(got == "8", "20 idle connections from one address: %s got through "
+                 "(the cap is 8)" % got)
+            for k in range(2):
+                clog = open(os.path.join(out, "client%d.log" % k), "w")
+                procs.append(subprocess.Popen(
+                    nsx + [os.path.join(BUILD, "client", "pipelearn-client"), "--connect",
+                           "tcp://127.0.0.%d:0;127.0.0.1:%d" % (k + 2, FIREWALL_PORT),
+                           "--device-id", str(k), "--insecure", "--timeout", "60"],
+                    stdout=clog, stderr=subprocess.STDOUT))
+            rcs = []
+            for p in procs:
+                try:
+                    rcs.append(p.wait(timeout=240))
+                except subprocess.TimeoutExpired:
+                    rcs.append(None)
+            text = open(os.path.join(out, "server.log")).read()
+            t.ok(rcs == [0, 0, 0], "the server and both devices exit 0 (%s)" % rcs,
+                 text[-2000:])
+            summary = os.path.join(out, "run", "summary.json")
+            s = read_json(summary) if os.path.exists(summary) else {}
+            t.ok(len(s.get("epochs", [])) == 2, "both epochs in summary.json")
+    finally:
+        for p in procs + idle:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
 def main(argv):
     tests = {"dryrun": test_dryrun, "shaping": test_shaping, "modes": test_modes,
              "cpu": test_cpu, "cleanup": test_cleanup, "lossy": test_lossy,
-             "adaptive": test_adaptive, "plan": test_plan}
+             "adaptive": test_adaptive, "plan": test_plan, "firewall": test_firewall}
     if len(argv) != 1 or argv[0] not in tests:
         print("usage: lab_tests.py %s" % "|".join(tests), file=sys.stderr)
         return 2
