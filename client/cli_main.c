@@ -221,6 +221,10 @@ cli_send_error (cli_t *self, uint32_t code, const char *text)
     cli_send (self, &msg);
 }
 
+//  The longest a wait for the server sleeps before it looks at
+//  s_interrupted again.
+#define S_POLL_SLICE_MS 200
+
 //  Next message from the server that is not a HEARTBEAT, waiting at most
 //  timeout_ms (-1: --timeout). NULL on silence, interrupt, socket error,
 //  malformed input (answered with ERROR), ERROR or BYE (sets self->bye).
@@ -234,8 +238,16 @@ s_recv (cli_t *self, int timeout_ms)
         if (left < 0)
             left = 0;
         zmq_pollitem_t item = { self->dh, 0, ZMQ_POLLIN, 0 };
-        int rc = zmq_poll (&item, 1, (long) (left * 1000.0 + 0.5));
+        //  In slices: SIGTERM may be delivered to another thread of this
+        //  process (OpenBLAS's, OpenMP's), which sets s_interrupted but
+        //  leaves this poll asleep until its timeout (--timeout, 60 s): CI
+        //  saw a stopped device still running 10 s after the signal.
+        long ms = (long) (left * 1000.0 + 0.5);
+        long slice = ms < S_POLL_SLICE_MS ? ms : S_POLL_SLICE_MS;
+        int rc = zmq_poll (&item, 1, slice);
         if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc == 0 && slice < ms)
             continue;
         if (rc <= 0) {
             if (patient && self->plan.batch_size == 0)
