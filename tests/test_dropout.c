@@ -40,6 +40,16 @@ s_active (const cJSON *device)
     return cJSON_IsTrue (cJSON_GetObjectItemCaseSensitive (device, "active"));
 }
 
+//  Three devices, and the run started with all of them.
+static void
+s_start_three (s_run_t *run, const char *endpoint, pid_t c[3])
+{
+    for (int i = 0; i < 3; i++)
+        c[i] = s_start_client (run, i, endpoint);
+    cr_assert (s_wait_log (run, "server.log", "all 3 device(s) joined", 60),
+               "the run did not start");
+}
+
 Test (dropout, killed_device_is_dropped_and_rejoins_when_restarted, .timeout = 400)
 {
     s_run_t run = { 0 };
@@ -50,10 +60,7 @@ Test (dropout, killed_device_is_dropped_and_rejoins_when_restarted, .timeout = 4
                                                    "\"min_devices\": 2"),
                                    endpoint, sizeof endpoint);
     pid_t c[3];
-    for (int i = 0; i < 3; i++)
-        c[i] = s_start_client (&run, i, endpoint);
-    cr_assert (s_wait_log (&run, "server.log", "all 3 device(s) joined", 60),
-               "the run did not start");
+    s_start_three (&run, endpoint, c);
     usleep (800000);                    //  mid epoch 1
     cr_assert_eq (kill (c[2], SIGKILL), 0);
     s_wait (&run, c[2], pl_monotonic () + 5);
@@ -98,9 +105,7 @@ Test (dropout, stalled_fl_device_misses_the_round_deadline, .timeout = 400)
                                                      "\"min_devices\": 2"),
                                    endpoint, sizeof endpoint);
     pid_t c[3];
-    for (int i = 0; i < 3; i++)
-        c[i] = s_start_client (&run, i, endpoint);
-    cr_assert (s_wait_log (&run, "server.log", "all 3 device(s) joined", 60));
+    s_start_three (&run, endpoint, c);
     //  Frozen, not dead: its connection stays up, it just never answers.
     cr_assert_eq (kill (c[1], SIGSTOP), 0);
     s_expect_exit (&run, server, 0, "server");
@@ -127,9 +132,7 @@ Test (dropout, too_few_devices_left_ends_the_run, .timeout = 400)
                                                    "\"min_devices\": 3"),
                                    endpoint, sizeof endpoint);
     pid_t c[3];
-    for (int i = 0; i < 3; i++)
-        c[i] = s_start_client (&run, i, endpoint);
-    cr_assert (s_wait_log (&run, "server.log", "all 3 device(s) joined", 60));
+    s_start_three (&run, endpoint, c);
     usleep (500000);
     cr_assert_eq (kill (c[0], SIGKILL), 0);
     s_expect_exit (&run, server, 1, "server");
@@ -158,10 +161,7 @@ Test (dropout, a_device_restarted_within_device_timeout_rejoins, .timeout = 400)
                                                      "\"heartbeat_timeout_s\": 300"),
                                    endpoint, sizeof endpoint);
     pid_t c[3];
-    for (int i = 0; i < 3; i++)
-        c[i] = s_start_client (&run, i, endpoint);
-    cr_assert (s_wait_log (&run, "server.log", "all 3 device(s) joined", 60),
-               "the run did not start");
+    s_start_three (&run, endpoint, c);
     usleep (500000);                    //  mid epoch 1
     cr_assert_eq (kill (c[1], SIGKILL), 0);
     s_wait (&run, c[1], pl_monotonic () + 5);
