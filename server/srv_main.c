@@ -269,7 +269,9 @@ srv_send (srv_t *self, srv_device_t *d, proto_msg_t **msg_p)
     d->state = proto_state_next (d->state, type, PROTO_DOWN);
 }
 
-static void
+//  An ERROR to one peer: 0, or -1 (errno set) when it could not be queued
+//  (callers that must not lose it say so; the others go on).
+static int
 s_send_error_to (srv_t *self, const uint8_t *rid, size_t rid_len, uint32_t code,
                  const char *text)
 {
@@ -277,20 +279,7 @@ s_send_error_to (srv_t *self, const uint8_t *rid, size_t rid_len, uint32_t code,
     char clipped[PROTO_TEXT_MAX];
     snprintf (clipped, sizeof clipped, "%s", text);
     proto_msg_set_error (msg, code, clipped);
-    if (proto_msg_send_to (&msg, self->rh, rid, rid_len))
-        proto_msg_destroy (&msg);
-}
-
-//  An ERROR to a joined device that must not be dropped quietly: -1 (errno
-//  set) when it could not be queued.
-static int
-s_send_notice (srv_t *self, const srv_device_t *d, uint32_t code, const char *text)
-{
-    proto_msg_t *msg = proto_msg_new (PROTO_MSG_ERROR);
-    char clipped[PROTO_TEXT_MAX];
-    snprintf (clipped, sizeof clipped, "%s", text);
-    proto_msg_set_error (msg, code, clipped);
-    if (proto_msg_send_to (&msg, self->rh, d->rid, d->rid_len) == 0)
+    if (proto_msg_send_to (&msg, self->rh, rid, rid_len) == 0)
         return 0;
     int e = errno;
     proto_msg_destroy (&msg);
@@ -329,10 +318,10 @@ s_abort_all (srv_t *self, const char *why)
     zsock_set_sndtimeo (self->router, 1000);
     for (int i = 0; i < self->devices; i++)
         if (self->dev[i].joined) {
-            if (s_send_notice (self, &self->dev[i],
-                               diverged ? PROTO_ERR_DIVERGED : PROTO_ERR_INTERNAL,
-                               diverged ? "run stopped: training diverged"
-                                        : "run aborted: too few devices left"))
+            if (s_send_error_to (self, self->dev[i].rid, self->dev[i].rid_len,
+                                 diverged ? PROTO_ERR_DIVERGED : PROTO_ERR_INTERNAL,
+                                 diverged ? "run stopped: training diverged"
+                                          : "run aborted: too few devices left"))
                 pl_log_warn ("server: could not tell device %d that the run stops (%s)",
                              i, zmq_strerror (errno));
             self->dev[i].joined = self->dev[i].active = false;
@@ -2531,8 +2520,9 @@ srv_run (int argc, char **argv)
         //  rather than drop it as the training sends do.
         zsock_set_sndtimeo (self->router, 1000);
         for (int i = 0; i < self->devices; i++)
-            if (self->dev[i].joined && s_send_notice (self, &self->dev[i], PROTO_ERR_INTERNAL,
-                                                      "server stopping; it can resume the run"))
+            if (self->dev[i].joined
+            &&  s_send_error_to (self, self->dev[i].rid, self->dev[i].rid_len,
+                                 PROTO_ERR_INTERNAL, "server stopping; it can resume the run"))
                 pl_log_warn ("server: could not tell device %d that the server stops (%s)",
                              i, zmq_strerror (errno));
     }
