@@ -1,4 +1,4 @@
-/*  test_config.c: the JSON run config (common/pl/pl_config.h). */
+/*  test_config.c: the JSON run config (common/run/pl_config.h). */
 #include <criterion/criterion.h>
 
 #include <stdio.h>

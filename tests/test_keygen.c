@@ -190,7 +190,7 @@ Test (keygen, usage_and_clear_errors)
 }
 
 //  ---------------------------------------------------------------------
-//  Loading key files (common/pl/pl_curve.c). zcert_load took a key with an
+//  Loading key files (common/net/pl_curve.c). zcert_load took a key with an
 //  invalid Z85 character (decoding into an uninitialised key) or a public
 //  half from another pair; the server then answered no HELLO and every
 //  device saw only a timeout. The daemons now refuse such files at start,

@@ -26,7 +26,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import torch  # noqa: E402
 import torch.nn as nn
 
-#  Fashion-MNIST normalisation, as common/nn_dataset.c uses.
+#  Fashion-MNIST normalisation, as common/nn/nn_dataset.c uses.
 MEAN, STD = 0.2860, 0.3530
 POOL = 2000             #  pre-generated images, cycled through
 SIDE, CLASSES = 28, 10
