@@ -246,11 +246,33 @@ Test (config, alias_value_errors_name_the_alias)
     s_parse_fails ("{\"layer_num_on_client\": -1}", err, sizeof err);
     S_ASSERT_HAS (err, "layer_num_on_client");
     S_ASSERT_HAS (err, "\"fl\"");
-    s_parse_fails ("{\"model_name\": \"ResNet18\"}", err, sizeof err);
-    S_ASSERT_HAS (err, "\"ResNet18\"");
+    s_parse_fails ("{\"model_name\": \"ResNet50\"}", err, sizeof err);
+    S_ASSERT_HAS (err, "\"ResNet50\"");
     S_ASSERT_HAS (err, "not implement");
     s_parse_fails ("{\"dataset_name\": \"SVHN\"}", err, sizeof err);
     S_ASSERT_HAS (err, "\"SVHN\"");
+}
+
+Test (config, models_come_from_the_registry)
+{
+    pl_config_t config;
+    char err [NN_ERR_SIZE];
+    //  The reference's spellings give the registry's names.
+    s_parse_ok (&config, "{\"model_name\": \"ResNet18\", \"split_point\": 9}");
+    cr_assert_str_eq (config.model, "resnet18");
+    s_parse_ok (&config, "{\"model\": \"VGG11\"}");
+    cr_assert_str_eq (config.model, "vgg11");
+    //  split_point is checked against the model's own units (resnet18: 10).
+    s_parse_ok (&config, "{\"model\": \"resnet18\", \"split_point\": 10}");
+    cr_assert_eq (pl_config_check (&config, "config.json", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "resnet18 has 10 split units");
+    config.split_point = 9;
+    cr_assert_eq (pl_config_check (&config, "config.json", err, sizeof err), 0, "%s", err);
+    //  An unknown name lists the known ones.
+    s_parse_fails ("{\"model\": \"vgg9\"}", err, sizeof err);
+    S_ASSERT_HAS (err, "\"vgg9\"");
+    S_ASSERT_HAS (err, "resnet18");
+    S_ASSERT_HAS (err, "vgg5-nobn");
 }
 
 Test (config, unknown_key_suggests_the_near_one)

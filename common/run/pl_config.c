@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "nn_alloc.h"
+#include "nn_model.h"
 
 #define S_MAX_FILE_SIZE (1024 * 1024)
 #define S_SEED_MAX 9007199254740992.0   //  2^53: every integer up to it is exact in a JSON number
@@ -57,6 +58,7 @@ typedef enum {
 #define S_MINUS_ONE 2u      //  S_INT: -1 is allowed besides [min, max]
 #define S_NONEMPTY  4u      //  S_STRING: "" is not allowed
 #define S_ENDPOINT  8u      //  S_STRING: must look like "transport://address"
+#define S_REGISTRY  16u     //  S_NAME: a model of nn_model_registry first
 
 typedef struct {
     const char *spelling;   //  normalised: lowercase, no '-', '_' or ' '
@@ -91,13 +93,11 @@ typedef struct {
 
 #define S_AT(member) offsetof (pl_config_t, member), sizeof (((pl_config_t *) 0)->member)
 
+//  The models pipelearn builds are nn_model_registry's (S_REGISTRY); these
+//  are the reference's others, refused with a reason.
 static const s_choice_t s_models[] = {
-    { "vgg5", "vgg5", 0, NULL },
-    { "vgg5nobn", "vgg5-nobn", 0, NULL },
     { "vgg8", NULL, 0, "a reference model pipelearn does not implement" },
-    { "vgg11", NULL, 0, "a reference model pipelearn does not implement" },
     { "vgg16", NULL, 0, "a reference model pipelearn does not implement" },
-    { "resnet18", NULL, 0, "a reference model pipelearn does not implement" },
     { "resnet50", NULL, 0, "a reference model pipelearn does not implement" },
     { "mobilenetsmall", NULL, 0, "a reference model pipelearn does not implement" },
     { "mobilenetlarge", NULL, 0, "a reference model pipelearn does not implement" },
@@ -144,7 +144,7 @@ static const s_field_t s_fields[] = {
     { .key = "experiment_name", .kind = S_STRING, S_AT (experiment_name),
       .flags = S_NONEMPTY, .expect = "a non-empty string of at most 63 bytes" },
     { .key = "model", .kind = S_NAME, S_AT (model), .choices = s_models,
-      .expect = "one of \"vgg5\", \"vgg5-nobn\"" },
+      .flags = S_REGISTRY, .expect = "a model name (pipelearn-train --list-models)" },
     { .key = "dataset", .kind = S_NAME, S_AT (dataset), .choices = s_datasets,
       .expect = "one of \"fashion-mnist\", \"mnist\", \"cifar10\", \"synthetic\"" },
     { .key = "data_dir", .kind = S_STRING, S_AT (data_dir),
@@ -289,17 +289,6 @@ static const s_refused_t s_refused[] = {
 };
 #define S_REFUSED_COUNT (sizeof s_refused / sizeof s_refused[0])
 
-//  Split units per model, for the split_point check. nn_model_spec_by_name
-//  is the source of truth; this copy lets a config be checked without
-//  building a spec (dataset shape unknown here) and must agree with it.
-static const struct {
-    const char *model;
-    int units;
-} s_model_units[] = {
-    { "vgg5", 5 },
-    { "vgg5-nobn", 5 },
-};
-
 //  ---------------------------------------------------------------------
 //  Small helpers
 
@@ -399,6 +388,12 @@ s_value_error (const char *source, const s_field_t *f, const s_alias_t *alias,
     s_render (got, sizeof got, item);
     if (!note && alias)
         note = alias->note;
+    char names [256], known [272];
+    if (!note && (f->flags & S_REGISTRY)) {
+        snprintf (known, sizeof known, "known: %s",
+                  nn_model_registry_names (names, sizeof names));
+        note = known;
+    }
     return nn_errf (err, err_size, "%s: %s: expected %s, got %s%s%s%s",
                     source, label, f->expect, got,
                     note ? " (" : "", note ? note : "", note ? ")" : "");
@@ -569,6 +564,12 @@ s_apply (pl_config_t *self, const s_field_t *f, const s_alias_t *alias,
         case S_PARTITION: {
             if (!cJSON_IsString (item))
                 return s_value_error (source, f, alias, item, NULL, err, err_size);
+            const nn_model_entry_t *model = (f->flags & S_REGISTRY)
+                                            ? nn_model_registry_find (item->valuestring) : NULL;
+            if (model) {
+                s_store_string (target, f->size, model->name);
+                return 0;
+            }
             const s_choice_t *choice = s_choice_find (f->choices, item->valuestring);
             if (!choice || !choice->value)
                 return s_value_error (source, f, alias, item,
@@ -899,6 +900,10 @@ s_check_field (const pl_config_t *self, const s_field_t *f, const char *source,
                 for (const s_choice_t *c = f->choices; c->spelling; c++)
                     if (c->value && strcmp (c->value, text) == 0)
                         ok = true;
+                const nn_model_entry_t *model = (f->flags & S_REGISTRY)
+                                                ? nn_model_registry_find (text) : NULL;
+                if (model && strcmp (model->name, text) == 0)
+                    ok = true;
             }
             if ((f->flags & S_NONEMPTY) && text [0] == 0)
                 ok = false;
@@ -950,15 +955,6 @@ s_check_field (const pl_config_t *self, const s_field_t *f, const char *source,
     return -1;
 }
 
-static int
-s_units_of (const char *model)
-{
-    for (size_t i = 0; i < sizeof s_model_units / sizeof s_model_units [0]; i++)
-        if (strcmp (s_model_units [i].model, model) == 0)
-            return s_model_units [i].units;
-    return -1;
-}
-
 int
 pl_config_check (const pl_config_t *self, const char *source,
                  char *err, size_t err_size)
@@ -999,8 +995,8 @@ pl_config_check (const pl_config_t *self, const char *source,
 
     //  FL trains the whole model on each device: no split point.
     if (splits) {
-        int units = s_units_of (self->model);
-        assert (units > 1);     //  every model s_models accepts is in s_model_units
+        int units = nn_model_registry_units (self->model);
+        assert (units > 1);     //  the model field holds registry names only
         if (self->split_point != PL_AUTO && self->split_point > units - 1)
             return nn_errf (err, err_size,
                             "%s: split_point, model: %s has %d split units, so split_point "
