@@ -299,7 +299,9 @@ def main():
                                                  ("vgg5", 3, 32, 4, 2, 5, 1e-3),
                                                  ("vgg11", 3, 32, 8, 1, 3, 1e-3),
                                                  ("resnet18", 3, 32, 8, 2, 5, 1e-3),
-                                                 ("resnet18", 1, 28, 8, 1, 4, 1e-4)]:
+                                                 ("resnet18", 1, 28, 8, 1, 4, 1e-4),
+                                                 ("mobilenetv3-small", 3, 32, 8, 2, 3, 1e-3),
+                                                 ("mobilenetv3-small", 1, 28, 8, 1, 4, 1e-3)]:
         ok &= check_model(binary, model, c, side, n, threads, seed, lr=lr)
     sys.exit(0 if ok else 1)
 
