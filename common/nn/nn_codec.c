@@ -199,6 +199,81 @@ s_bits_from_half (uint16_t h)
     return sign | ((uint32_t) (b - 24 + 127) << 23) | ((mant << (23 - b)) & 0x7FFFFFu);
 }
 
+//  The portable fast path (F. Giesen's float_to_half_fast3_rtne, with
+//  our NaN rule): one float addition rounds subnormal halves (in the
+//  default round-to-nearest-even mode, which the process never changes),
+//  and an integer add with the rounding bias rounds the normal ones. Few
+//  branches, so it does not stall on data that mixes zeros and values.
+static uint16_t
+s_half_from_bits_fast (uint32_t f)
+{
+    const uint32_t magic_bits = 126u << 23;         //  0.5f
+    uint32_t sign = f & 0x80000000u;
+    f ^= sign;
+    uint32_t o;
+    if (f >= (127u + 16u) << 23)                    //  >= 2^16: inf or NaN
+        o = f > 0x7F800000u ? 0x7E00u | ((f >> 13) & 0x3FFu) : 0x7C00u;
+    else
+    if (f < 113u << 23) {                           //  below 2^-14: subnormal half
+        float x, magic;
+        memcpy (&x, &f, 4);
+        memcpy (&magic, &magic_bits, 4);
+        x += magic;
+        memcpy (&o, &x, 4);
+        o -= magic_bits;
+    }
+    else {
+        uint32_t odd = (f >> 13) & 1u;
+        f += ((uint32_t) (15 - 127) << 23) + 0xFFFu + odd;
+        o = f >> 13;
+    }
+    return (uint16_t) (o | (sign >> 16));
+}
+
+static uint32_t
+s_bits_from_half_fast (uint16_t h)
+{
+    const uint32_t shifted_exp = 0x7C00u << 13;
+    uint32_t o = (uint32_t) (h & 0x7FFFu) << 13;
+    uint32_t exp = o & shifted_exp;
+    o += (uint32_t) (127 - 15) << 23;
+    if (exp == shifted_exp) {                       //  inf or NaN
+        o += (uint32_t) (128 - 16) << 23;
+        if (o & 0x7FFFFFu)
+            o |= 0x400000u;                         //  NaN made quiet
+    }
+    else
+    if (exp == 0) {                                 //  zero or subnormal: renormalise
+        const uint32_t magic_bits = 113u << 23;
+        float x, magic;
+        o += 1u << 23;
+        memcpy (&x, &o, 4);
+        memcpy (&magic, &magic_bits, 4);
+        x -= magic;
+        memcpy (&o, &x, 4);
+    }
+    return o | (uint32_t) (h & 0x8000u) << 16;
+}
+
+static void
+s_from_float_portable (uint16_t *out, const float *in, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        uint32_t f;
+        memcpy (&f, &in[i], 4);
+        out[i] = s_half_from_bits_fast (f);
+    }
+}
+
+static void
+s_to_float_portable (float *out, const uint16_t *in, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        uint32_t f = s_bits_from_half_fast (in[i]);
+        memcpy (&out[i], &f, 4);
+    }
+}
+
 void
 nn_codec_fp16_from_float_ref (uint16_t *out, const float *in, size_t count)
 {
@@ -235,7 +310,7 @@ s_from_float_f16c (uint16_t *out, const float *in, size_t count)
         _mm_storeu_si128 ((__m128i *) (out + i),
                           _mm256_cvtps_ph (x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
-    nn_codec_fp16_from_float_ref (out + i, in + i, count - i);
+    s_from_float_portable (out + i, in + i, count - i);
 }
 
 __attribute__ ((target ("avx,f16c"))) static void
@@ -244,7 +319,7 @@ s_to_float_f16c (float *out, const uint16_t *in, size_t count)
     size_t i = 0;
     for (; i + 8 <= count; i += 8)
         _mm256_storeu_ps (out + i, _mm256_cvtph_ps (_mm_loadu_si128 ((const __m128i *) (in + i))));
-    nn_codec_fp16_to_float_ref (out + i, in + i, count - i);
+    s_to_float_portable (out + i, in + i, count - i);
 }
 #endif
 
@@ -257,7 +332,7 @@ nn_codec_fp16_from_float (uint16_t *out, const float *in, size_t count)
         return;
     }
 #endif
-    nn_codec_fp16_from_float_ref (out, in, count);
+    s_from_float_portable (out, in, count);
 }
 
 void
@@ -269,7 +344,7 @@ nn_codec_fp16_to_float (float *out, const uint16_t *in, size_t count)
         return;
     }
 #endif
-    nn_codec_fp16_to_float_ref (out, in, count);
+    s_to_float_portable (out, in, count);
 }
 
 //  ---------------------------------------------------------------------

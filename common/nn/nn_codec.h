@@ -125,8 +125,9 @@ int nn_codec_decode (float *out, const void *buf, size_t size, nn_codec_id_t exp
 //  IEEE 754 binary16, round to nearest, ties to even; overflow (|x| >=
 //  65520) to inf; inf to inf; NaN to a quiet NaN with the sign and the top
 //  9 payload bits (sign | 0x7E00 | mantissa >> 13), as F16C's VCVTPS2PH
-//  does. The fast path (F16C when nn_isa_active () is avx2 or avx512) and
-//  the portable bit-exact path give the same bits; tests compare them.
+//  does. The fast paths (F16C when nn_isa_active () is avx2 or avx512, a
+//  branch-light portable one otherwise) and the reference (integer
+//  rounding, written for clarity) give the same bits; tests compare them.
 void nn_codec_fp16_from_float (uint16_t *out, const float *in, size_t count);
 void nn_codec_fp16_from_float_ref (uint16_t *out, const float *in, size_t count);
 //  Exact (every binary16 is a float); a NaN keeps sign and payload and is

@@ -285,7 +285,8 @@ double nn_plan_aggregation_s (const nn_plan_input_t *in, int device, int units);
 //  model; equal to nn_plan_estimate up to rounding). pooled true: all D
 //  devices start together against W real workers, a replica on at most one
 //  worker at a time, idle workers taking replicas round-robin (srv_main's
-//  dispatch), no share factor. Writes each device's iteration time.
+//  dispatch), no share factor. Codecs: each device's pinned ones (none
+//  for auto). Writes each device's iteration time.
 void nn_plan_simulate_events (const nn_plan_input_t *in, const int *split_points,
                               const int *micro_batches, bool pooled,
                               double *iteration_s);

@@ -11,7 +11,7 @@
     the f32 tensor per second, so every codec is on the same scale the
     planner uses: bytes of activations per second of CPU), with the ratio
     to none (a copy) and the bytes on the wire. fp16 is also timed on its
-    portable path (the reference) beside the F16C path. The CPU, the ISA
+    reference path (integer rounding) beside the fast one. The CPU, the ISA
     path (PIPELEARN_ISA) and the thread count (one) are printed first.
 */
 #include <getopt.h>
@@ -50,7 +50,7 @@ s_median (double *v, int n)
 typedef struct {
     const char *label;
     nn_codec_params_t params;
-    bool reference;             //  fp16 on the portable path
+    bool reference;             //  fp16 on the reference path
     nn_codec_encoder_t *enc;
     uint8_t *wire;
     int reps;
@@ -64,7 +64,7 @@ s_die (const char *what)
     exit (1);
 }
 
-//  The portable fp16 path, timed the way nn_codec_encode/decode would run
+//  The reference fp16 path, timed the way nn_codec_encode/decode would run
 //  it (the conversion is all they do besides the header).
 static void
 s_fp16_ref_encode (uint8_t *wire, const float *x, size_t count)
@@ -129,7 +129,7 @@ main (int argc, char **argv)
     s_case_t cases[] = {
         { "none", { .id = NN_CODEC_NONE }, false, NULL, NULL, 0, { 0 }, { 0 } },
         { "fp16", { .id = NN_CODEC_FP16 }, false, NULL, NULL, 0, { 0 }, { 0 } },
-        { "fp16 (portable path)", { .id = NN_CODEC_FP16 }, true, NULL, NULL, 0, { 0 }, { 0 } },
+        { "fp16 (reference path)", { .id = NN_CODEC_FP16 }, true, NULL, NULL, 0, { 0 }, { 0 } },
         { "int8", { .id = NN_CODEC_INT8 }, false, NULL, NULL, 0, { 0 }, { 0 } },
         { "int8 stochastic", { .id = NN_CODEC_INT8, .stochastic = true }, false, NULL, NULL,
           0, { 0 }, { 0 } },
