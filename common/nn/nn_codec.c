@@ -14,6 +14,11 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #   include <immintrin.h>
 #   define S_F16C 1
+#elif defined(__aarch64__) && defined(__FLT16_MAX__)
+//  ARMv8-A converts in hardware (FCVT: round to nearest even under Linux's
+//  default FPCR, NaNs quieted with their payload's top bits, as F16C).
+#   define S_ARM_F16 1
+__extension__ typedef _Float16 s_f16_t;
 #endif
 
 static const char *s_names[NN_CODEC_COUNT] = { "none", "fp16", "int8", "topk" };
@@ -323,9 +328,34 @@ s_to_float_f16c (float *out, const uint16_t *in, size_t count)
 }
 #endif
 
+#ifdef S_ARM_F16
+static void
+s_from_float_arm (uint16_t *out, const float *in, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        s_f16_t h = (s_f16_t) in[i];
+        memcpy (&out[i], &h, 2);
+    }
+}
+
+static void
+s_to_float_arm (float *out, const uint16_t *in, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        s_f16_t h;
+        memcpy (&h, &in[i], 2);
+        out[i] = (float) h;
+    }
+}
+#endif
+
 void
 nn_codec_fp16_from_float (uint16_t *out, const float *in, size_t count)
 {
+#ifdef S_ARM_F16
+    s_from_float_arm (out, in, count);
+    return;
+#endif
 #ifdef S_F16C
     if (s_f16c ()) {
         s_from_float_f16c (out, in, count);
@@ -338,6 +368,10 @@ nn_codec_fp16_from_float (uint16_t *out, const float *in, size_t count)
 void
 nn_codec_fp16_to_float (float *out, const uint16_t *in, size_t count)
 {
+#ifdef S_ARM_F16
+    s_to_float_arm (out, in, count);
+    return;
+#endif
 #ifdef S_F16C
     if (s_f16c ()) {
         s_to_float_f16c (out, in, count);
