@@ -520,7 +520,7 @@ def build_models(lab_dir):
              [epoch(1, 5.0, 4.0, 2, 0.5, devs(0.5))], model="resnet18",
              lab_extra={"model": "resnet18"})
     make_run(lab_dir, "resnet18-sfl-wifi-r1", "sfl", "wifi", 1, failed=True,
-             lab_extra={"model": "resnet18"})
+             lab_extra={"model": "resnet18", "device_cpu_pct": [10, 50]})
 
 
 def t_models(ctx):
@@ -583,6 +583,8 @@ def t_models(ctx):
     with open(os.path.join(lab, "comparison.md"), encoding="utf-8") as f:
         md = f.read()
     assert "| model | profile | mode |" in md, md[:800]
+    # Unequal devices' quotas, in device order, beside the equal ones.
+    assert "device CPU 25, 10/50% of a core" in md, md[:400]
     assert "| resnet18 | 4g | pipelearn | 1 | 8.00 | 11.25x | 5.00x |" in md, md
     assert "- resnet18 4g: **pipelearn** (8.00 s)" in md, md
     assert "- vgg5 4g: **pipelearn** (10.00 s)" in md, md

@@ -61,6 +61,13 @@ def _f(v, fmt="%.2f", suffix=""):
     return (fmt % v) + suffix if v is not None else "–"
 
 
+def _per_device(value):
+    """lab.json's per-device list as "10/50" (devices in order); a number as is."""
+    if isinstance(value, list):
+        return "/".join("%g" % v if isinstance(v, (int, float)) else "none" for v in value)
+    return value
+
+
 def _setup_line(runs):
     """One line on how the runs were made, from lab.json and summary config."""
     def values(get):
@@ -83,7 +90,7 @@ def _setup_line(runs):
         ("batch %s", values(lambda r: cfg(r, "batch_size"))),
         ("%s epoch(s)", values(lambda r: cfg(r, "epochs"))),
         ("%s device(s)", values(lambda r: r.lab.get("devices") or cfg(r, "devices"))),
-        ("device CPU %s%%", values(lambda r: r.lab.get("device_cpu_pct"))),
+        ("device CPU %s%% of a core", values(lambda r: _per_device(r.lab.get("device_cpu_pct")))),
         ("network back-end %s", values(lambda r: r.lab.get("backend"))),
     ]
     return ", ".join(fmt % v for fmt, v in parts if v is not None)
