@@ -829,4 +829,11 @@ Test (config, pad_to_is_bounded)
                       "(0 = images as stored), got -1");
     s_parse_fails ("{\"pad_to\": 1025}", err, sizeof err);
     S_ASSERT_HAS (err, "pad_to");
+    //  Smaller than the dataset's images: refused by the check.
+    s_parse_ok (&config, "{\"dataset\": \"svhn\", \"pad_to\": 28}");
+    cr_assert_eq (pl_config_check (&config, "config.json", err, sizeof err), -1);
+    cr_assert_str_eq (err, "config.json: pad_to, dataset: svhn's images are 32x32, pad_to 28 "
+                      "would crop them (need pad_to 0 or >= 32)");
+    s_parse_ok (&config, "{\"dataset\": \"mnist\", \"pad_to\": 28}");
+    cr_assert_eq (pl_config_check (&config, "config.json", err, sizeof err), 0, "%s", err);
 }

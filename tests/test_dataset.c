@@ -1205,6 +1205,16 @@ Test (batch, augmentation_reproducible_for_a_seed)
 //  ---------------------------------------------------------------------
 //  Per-dataset transforms
 
+Test (transform, shapes_by_name)
+{
+    int h, w, c;
+    cr_assert_eq (nn_dataset_shape ("svhn", &h, &w, &c), 0);
+    cr_assert (h == 32 && w == 32 && c == 3);
+    cr_assert_eq (nn_dataset_shape ("fashion-mnist", &h, &w, &c), 0);
+    cr_assert (h == 28 && w == 28 && c == 1);
+    cr_assert_eq (nn_dataset_shape ("imagenet", &h, &w, &c), -1);
+}
+
 Test (transform, defaults_per_dataset)
 {
     nn_augment_t a = nn_dataset_augment_default ("cifar10");

@@ -249,6 +249,20 @@ nn_dataset_augment_default (const char *name)
 }
 
 int
+nn_dataset_shape (const char *name, int *h, int *w, int *c)
+{
+    assert (name && h && w && c);
+    bool colour = strcmp (name, "cifar10") == 0 || strcmp (name, "svhn") == 0;
+    bool grey = strcmp (name, "mnist") == 0 || strcmp (name, "fashion-mnist") == 0
+             || strcmp (name, "synthetic") == 0;
+    if (!colour && !grey)
+        return -1;
+    *h = *w = colour ? 32 : 28;
+    *c = colour ? 3 : 1;
+    return 0;
+}
+
+int
 nn_dataset_pad (nn_dataset_t *self, int side, char *err, size_t err_size)
 {
     assert (self && self->pixels);

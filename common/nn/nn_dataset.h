@@ -135,6 +135,11 @@ typedef struct {
 //  4 for every name; an unknown name gives no augmentation.
 nn_augment_t nn_dataset_augment_default (const char *name);
 
+//  The image shape a named dataset's files hold (before any padding):
+//  28x28x1 for "mnist", "fashion-mnist" and "synthetic", 32x32x3 for
+//  "cifar10" and "svhn". -1 for an unknown name.
+int nn_dataset_shape (const char *name, int *h, int *w, int *c);
+
 //  Assemble n samples ds[indices[i]] into x (n, h, w, c) float, normalised
 //  ((p/255 - mean) / std), with augmentation drawn from rng when
 //  aug->augment (aug may be NULL). Labels go to y (n).

@@ -1037,6 +1037,14 @@ pl_config_check (const pl_config_t *self, const char *source,
                         "cannot go on with more devices than it has)",
                         source, self->min_devices, self->devices);
 
+    int h, w, c;
+    if (self->pad_to > 0 && nn_dataset_shape (self->dataset, &h, &w, &c) == 0
+    &&  (self->pad_to < h || self->pad_to < w))
+        return nn_errf (err, err_size,
+                        "%s: pad_to, dataset: %s's images are %dx%d, pad_to %d would "
+                        "crop them (need pad_to 0 or >= %d)", source, self->dataset, h, w,
+                        self->pad_to, h > w ? h : w);
+
     //  FL trains the whole model on each device: no split point.
     if (splits) {
         int units = s_units_of (self->model);
