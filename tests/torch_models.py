@@ -21,6 +21,10 @@ our convolution weights are (k, r, s, c/groups) where PyTorch's are
 (k, c/groups, r, s), and our flatten is NHWC (h, w, c) where PyTorch's is
 (c, h, w) (only VGG5 flattens a map larger than 1x1).
 
+`load_ours(model, tensors, weights)` copies a pipelearn model's weights
+(the tensor table and slab tests/tools/dump_step writes) into the PyTorch
+one, bridging both differences.
+
 Run as a program (a unit test, exit 77 without python3-torch) it checks
 every model on 28x28x1 and 32x32x3: unit names and counts, output shape,
 and that the units chain to the whole model at every split point.
@@ -267,6 +271,54 @@ def parametric_layers(unit):
     """The unit's Conv2d, BatchNorm2d and Linear modules in the order of the
     C unit's layers (their registration order)."""
     return [m for m in unit.modules() if isinstance(m, (nn.Conv2d, nn.BatchNorm2d, nn.Linear))]
+
+
+def load_ours(model, tensors, weights, flat_hwc=None):
+    """Copies pipelearn's weights into model. tensors maps our tensor names
+    ("u<unit>.l<layer>.<kind>.<param>", as tensors.txt of tests/tools/
+    dump_step lists them) to (offset, count) in weights, the flat float32
+    slab (BN running statistics included). Layers pair up in order within
+    each unit (parametric_layers). flat_hwc: the (h, w, c) map the first
+    dense layer after a flatten reads when it is larger than 1x1 (VGG5:
+    (side/4, side/4, 64)), to reorder our NHWC flattening to PyTorch's."""
+    layers = {}
+    for name, (off, cnt) in tensors.items():
+        unit, layer, kind, param = name.split(".", 3)
+        key = (int(unit[1:]), int(layer[1:]))
+        layers.setdefault(key, (kind, {}))[1][param] = weights[off:off + cnt]
+    flattened = False
+    for u, unit in enumerate(model.units.values()):
+        ours = [layers[k] for k in sorted(layers) if k[0] == u]
+        theirs = parametric_layers(unit)
+        if len(ours) != len(theirs):
+            raise ValueError("unit %d: %d parametric layers here, %d in pipelearn's"
+                             % (u, len(theirs), len(ours)))
+        for (kind, p), m in zip(ours, theirs):
+            with torch.no_grad():
+                if kind == "conv":
+                    k, cg, r, s = m.weight.shape
+                    w = p["w"].reshape(k, r, s, cg).transpose(0, 3, 1, 2)
+                elif kind == "dense":
+                    w = p["w"].reshape(m.weight.shape)
+                    if flat_hwc and not flattened and m.in_features == flat_hwc[0] * flat_hwc[1] * flat_hwc[2]:
+                        h, ww, c = flat_hwc
+                        w = w.reshape(-1, h, ww, c).transpose(0, 3, 1, 2).reshape(m.weight.shape)
+                        flattened = True
+                elif kind == "bn":
+                    w = p["w"]
+                    m.running_mean.copy_(torch.tensor(p["running_mean"]))
+                    m.running_var.copy_(torch.tensor(p["running_var"]))
+                else:
+                    raise ValueError("unknown layer kind %r" % kind)
+                if tuple(m.weight.shape) != tuple(w.shape):
+                    raise ValueError("%s: shape %s here, %s in pipelearn's"
+                                     % (kind, tuple(m.weight.shape), tuple(w.shape)))
+                m.weight.copy_(torch.tensor(w.copy()))
+                if ("b" in p) != (m.bias is not None):
+                    raise ValueError("%s in unit %d: bias %s here, %s in pipelearn's"
+                                     % (kind, u, m.bias is not None, "b" in p))
+                if m.bias is not None:
+                    m.bias.copy_(torch.tensor(p["b"]))
 
 
 def _self_test():
