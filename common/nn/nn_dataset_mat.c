@@ -126,10 +126,15 @@ s_inflate_read (nn_mat_t *self, uint8_t *buf, size_t n, const char *what,
 static int
 s_in (nn_mat_t *self, void *buf, size_t n, const char *what, char *err, size_t err_size)
 {
-    if (n == 0)
-        return 0;
-    return self->compressed ? s_inflate_read (self, buf, n, what, err, err_size)
-                            : s_file_read (self, buf, n, what, err, err_size);
+    if (!self->compressed)
+        return n ? s_file_read (self, buf, n, what, err, err_size) : 0;
+    //  zlib counts in uInt: larger reads go in pieces.
+    for (size_t at = 0; at < n; at += (size_t) 1 << 30) {
+        size_t piece = n - at < (size_t) 1 << 30 ? n - at : (size_t) 1 << 30;
+        if (s_inflate_read (self, (uint8_t *) buf + at, piece, what, err, err_size))
+            return -1;
+    }
+    return 0;
 }
 
 static void
