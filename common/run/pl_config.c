@@ -43,6 +43,7 @@
 #define S_TIMEOUT_MAX   604800.0        //  a week, in seconds
 #define S_MBPS_MAX      1e6             //  1 Tbit/s
 #define S_RTT_MAX       600000.0        //  10 minutes, in ms
+#define S_PAD_MAX       1024            //  nn_dataset_pad's bound
 
 typedef enum {
     S_STRING,       //  char[] field, free text
@@ -51,6 +52,7 @@ typedef enum {
     S_INT,          //  int in [min, max]
     S_DOUBLE,       //  double in min..max (open or closed ends)
     S_BOOL,
+    S_SWITCH,       //  int: 1 (true), 0 (false) or PL_AUTO (the string "auto")
     S_SEED          //  uint64_t in [0, 2^53]
 } s_kind_t;
 
@@ -112,7 +114,7 @@ static const s_choice_t s_datasets[] = {
     { "synthetic", "synthetic", 0, NULL },
     { "cifar100", NULL, 0, "a reference dataset pipelearn does not read" },
     { "imagenet", NULL, 0, "a reference dataset pipelearn does not read" },
-    { "svhn", NULL, 0, "a reference dataset pipelearn does not read" },
+    { "svhn", "svhn", 0, NULL },
     { "coco", NULL, 0, "a reference dataset pipelearn does not read" },
     { NULL, NULL, 0, NULL }
 };
@@ -146,7 +148,8 @@ static const s_field_t s_fields[] = {
     { .key = "model", .kind = S_NAME, S_AT (model), .choices = s_models,
       .flags = S_REGISTRY, .expect = "a model name (pipelearn-train --list-models)" },
     { .key = "dataset", .kind = S_NAME, S_AT (dataset), .choices = s_datasets,
-      .expect = "one of \"fashion-mnist\", \"mnist\", \"cifar10\", \"synthetic\"" },
+      .expect = "one of \"fashion-mnist\", \"mnist\", \"cifar10\", \"svhn\", "
+                "\"synthetic\"" },
     { .key = "data_dir", .kind = S_STRING, S_AT (data_dir),
       .expect = "a string of at most 511 bytes (\"\" = the dataset's default directory)" },
     { .key = "samples", .kind = S_INT, S_AT (samples), .min = 0, .max = S_SAMPLES_MAX,
@@ -170,8 +173,12 @@ static const s_field_t s_fields[] = {
       .expect = "an integer from 0 to 2^53" },
     { .key = "threads", .kind = S_INT, S_AT (threads), .min = 0, .max = S_THREADS_MAX,
       .expect = "an integer from 0 to 256 (0 = all cores)" },
-    { .key = "augment", .kind = S_BOOL, S_AT (augment), .expect = "true or false" },
-    { .key = "flip", .kind = S_BOOL, S_AT (flip), .expect = "true or false" },
+    { .key = "augment", .kind = S_SWITCH, S_AT (augment_setting),
+      .expect = "true, false or \"auto\" (the dataset's default)" },
+    { .key = "flip", .kind = S_SWITCH, S_AT (flip_setting),
+      .expect = "true, false or \"auto\" (the dataset's default)" },
+    { .key = "pad_to", .kind = S_INT, S_AT (pad_to), .min = 0, .max = S_PAD_MAX,
+      .expect = "an integer from 0 to 1024 (0 = images as stored)" },
     { .key = "partition", .kind = S_PARTITION, S_AT (partition), .choices = s_partitions,
       .expect = "one of \"contiguous\", \"iid\", \"dirichlet\"" },
     { .key = "dirichlet_alpha", .kind = S_DOUBLE, S_AT (dirichlet_alpha),
@@ -610,6 +617,16 @@ s_apply (pl_config_t *self, const s_field_t *f, const s_alias_t *alias,
             *(bool *) target = cJSON_IsTrue (item);
             return 0;
         }
+        case S_SWITCH: {
+            if (cJSON_IsString (item) && strcasecmp (item->valuestring, "auto") == 0)
+                *(int *) target = PL_AUTO;
+            else
+            if (cJSON_IsBool (item))
+                *(int *) target = cJSON_IsTrue (item);
+            else
+                return s_value_error (source, f, alias, item, NULL, err, err_size);
+            return 0;
+        }
         case S_SEED: {
             if (!cJSON_IsNumber (item) || !s_is_integral (item->valuedouble)
             || item->valuedouble < 0 || item->valuedouble > S_SEED_MAX)
@@ -620,6 +637,19 @@ s_apply (pl_config_t *self, const s_field_t *f, const s_alias_t *alias,
     }
     assert (false);
     return -1;
+}
+
+//  The training transform in force: "auto" takes the dataset's default
+//  (nn_dataset_augment_default), so "dataset": "cifar10" alone gives the
+//  reference's crop and flip, and the transform follows the dataset
+//  whichever order the keys come in.
+static void
+s_derive_transforms (pl_config_t *self)
+{
+    nn_augment_t preset = nn_dataset_augment_default (self->dataset);
+    self->augment = self->augment_setting == PL_AUTO ? preset.augment
+                                                     : self->augment_setting != 0;
+    self->flip = self->flip_setting == PL_AUTO ? preset.flip : self->flip_setting != 0;
 }
 
 //  Overlay the members of root onto self; self is untouched on failure.
@@ -672,6 +702,7 @@ s_overlay (pl_config_t *self, const cJSON *root, const char *source,
         }
         seen [index] = item;
     }
+    s_derive_transforms (&work);
     *self = work;
     return 0;
 }
@@ -698,8 +729,9 @@ pl_config_defaults (pl_config_t *self)
     self->weight_decay = 0;
     self->seed = 1;
     self->threads = 0;
-    self->augment = false;
-    self->flip = false;
+    self->augment_setting = PL_AUTO;
+    self->flip_setting = PL_AUTO;
+    self->pad_to = 0;
     self->partition = NN_PARTITION_CONTIGUOUS;
     self->dirichlet_alpha = 0.5;
     s_store_string (self->mode, sizeof self->mode, "pipelearn");
@@ -727,6 +759,7 @@ pl_config_defaults (pl_config_t *self)
     self->host_copy_mbps = 0.0;
     s_store_string (self->bind, sizeof self->bind, "tcp://*:5555");
     s_store_string (self->results_dir, sizeof self->results_dir, "results");
+    s_derive_transforms (self);
 }
 
 int
@@ -943,6 +976,13 @@ s_check_field (const pl_config_t *self, const s_field_t *f, const char *source,
         }
         case S_BOOL:
             return 0;
+        case S_SWITCH: {
+            int v = *(const int *) value;
+            if (v == 0 || v == 1 || v == PL_AUTO)
+                return 0;
+            return nn_errf (err, err_size, "%s: %s: expected %s, got %d",
+                            source, f->key, f->expect, v);
+        }
         case S_SEED: {
             uint64_t v = *(const uint64_t *) value;
             if (v <= (uint64_t) S_SEED_MAX)
@@ -992,6 +1032,14 @@ pl_config_check (const pl_config_t *self, const char *source,
                         "%s: min_devices, devices: min_devices %d exceeds devices %d (a run "
                         "cannot go on with more devices than it has)",
                         source, self->min_devices, self->devices);
+
+    int h, w, c;
+    if (self->pad_to > 0 && nn_dataset_shape (self->dataset, &h, &w, &c) == 0
+    &&  (self->pad_to < h || self->pad_to < w))
+        return nn_errf (err, err_size,
+                        "%s: pad_to, dataset: %s's images are %dx%d, pad_to %d would "
+                        "crop them (need pad_to 0 or >= %d)", source, self->dataset, h, w,
+                        self->pad_to, h > w ? h : w);
 
     //  FL trains the whole model on each device: no split point.
     if (splits) {
@@ -1061,6 +1109,12 @@ pl_config_to_json (const pl_config_t *self)
             case S_BOOL:
                 added = cJSON_AddBoolToObject (json, f->key, *(const bool *) value);
                 break;
+            case S_SWITCH: {
+                int v = *(const int *) value;
+                added = v == PL_AUTO ? cJSON_AddStringToObject (json, f->key, "auto")
+                                     : cJSON_AddBoolToObject (json, f->key, v != 0);
+                break;
+            }
             case S_SEED:
                 added = s_add_number (json, f->key, (double) *(const uint64_t *) value);
                 break;
