@@ -165,6 +165,46 @@ Test (layers, add_of_one_output_with_itself)
     gradcheck_run (&s, 2, 18, false);
 }
 
+Test (layers, conv_groups2_and_depthwise_stride2)
+{
+    nn_layer_spec_t g[] = { L (.kind = NN_LAYER_CONV, .out_channels = 6, .kernel = 3,
+                               .stride = 1, .pad = 1, .bias = true, .groups = 2) };
+    nn_model_spec_t s = gradcheck_spec (5, 5, 4, g, 1);
+    gradcheck_run (&s, 2, 19, false);
+    nn_layer_spec_t d[] = { L (.kind = NN_LAYER_CONV, .out_channels = 3, .kernel = 5,
+                               .stride = 2, .pad = 2, .groups = 3) };
+    s = gradcheck_spec (7, 7, 3, d, 1);
+    gradcheck_run (&s, 2, 20, false);
+}
+
+Test (layers, hswish_and_hsigmoid)
+{
+    nn_layer_spec_t a[] = { L (.kind = NN_LAYER_HSWISH) };
+    nn_model_spec_t s = gradcheck_spec (3, 3, 2, a, 1);
+    gradcheck_run (&s, 2, 21, false);
+    nn_layer_spec_t b[] = { L (.kind = NN_LAYER_HSIGMOID) };
+    s = gradcheck_spec (3, 3, 2, b, 1);
+    gradcheck_run (&s, 2, 22, false);
+}
+
+Test (layers, squeeze_excite_block)
+{
+    //  A depthwise conv's output forks into the squeeze (pool, dense,
+    //  ReLU, dense, hard-sigmoid) and the channel multiply that joins them.
+    nn_layer_spec_t l[] = {
+        L (.kind = NN_LAYER_CONV, .out_channels = 4, .kernel = 3, .stride = 1, .pad = 1,
+           .groups = 4),                                                   //  0
+        L (.kind = NN_LAYER_AVGPOOL, .kernel = 0),
+        L (.kind = NN_LAYER_DENSE, .out_channels = 2, .bias = true),
+        L (.kind = NN_LAYER_RELU),
+        L (.kind = NN_LAYER_DENSE, .out_channels = 4, .bias = true),
+        L (.kind = NN_LAYER_HSIGMOID),                                     //  5
+        L (.kind = NN_LAYER_MUL, .from = { NN_FROM_LAYER (0), NN_FROM_LAYER (5) }),
+        L (.kind = NN_LAYER_HSWISH) };
+    nn_model_spec_t s = gradcheck_spec (4, 4, 4, l, 8);
+    gradcheck_run (&s, 3, 23, false);
+}
+
 Test (layers, softmax_xent_after_dense)
 {
     nn_layer_spec_t l[] = { L (.kind = NN_LAYER_FLATTEN),

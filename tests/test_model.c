@@ -174,6 +174,11 @@ Test (model, split_is_exact_resnet18_every_split_point)
     s_check_split_named ("resnet18", 1, 28, 2);
 }
 
+Test (model, split_is_exact_mobilenetv3_small_every_split_point)
+{
+    s_check_split_named ("mobilenetv3-small", 1, 28, 3);
+}
+
 Test (model, registry_lists_finds_and_refuses_clearly)
 {
     char names[256];
@@ -191,6 +196,7 @@ Test (model, registry_lists_finds_and_refuses_clearly)
     cr_assert_null (nn_model_registry_find (""));
     cr_assert_eq (nn_model_registry_units ("resnet18"), 10);
     cr_assert_eq (nn_model_registry_units ("vgg11"), 11);
+    cr_assert_eq (nn_model_registry_units ("MobileNetSmall"), 13);
     cr_assert_eq (nn_model_registry_units ("nope"), -1);
     nn_model_spec_t spec;
     char err[256] = "";

@@ -76,7 +76,7 @@ s_conv_shape (const nn_layer_t *self, int n)
     nn_conv_shape_t s = {
         .n = n, .h = self->ishape.h, .w = self->ishape.w, .c = self->ishape.c,
         .k = self->spec.out_channels, .r = self->spec.kernel, .s = self->spec.kernel,
-        .stride = self->spec.stride, .pad = self->spec.pad
+        .stride = self->spec.stride, .pad = self->spec.pad, .groups = self->spec.groups
     };
     nn_conv_shape_finish (&s);
     return s;
@@ -471,6 +471,97 @@ s_add_backward (nn_layer_t *self, const float *dout, float *din)
         memcpy (self->din2, dout, bytes);
 }
 
+//  Element-wise activations that read their input in backward (hard-swish,
+//  hard-sigmoid): samples split across the threads.
+typedef void (s_unary_fn) (float *out, const float *in, size_t count);
+typedef void (s_unary_bwd_fn) (float *din, const float *dout, const float *in, size_t count);
+
+static void
+s_unary_forward (nn_layer_t *self, const float *in, int n, bool train, s_unary_fn *fn)
+{
+    nn_layer_remember (self, in, n, train);
+    size_t sz = nn_shape_size (self->oshape);
+    int T = nn_layer_threads (self, (size_t) n * sz);
+    NN_THREADS_FOR (T, t,
+        int n0 = nn_layer_lo (n, T, t), n1 = nn_layer_lo (n, T, t + 1);
+        fn (self->out + n0 * sz, in + n0 * sz, (size_t) (n1 - n0) * sz);
+    );
+}
+
+static void
+s_unary_backward (nn_layer_t *self, const float *dout, float *din, s_unary_bwd_fn *fn)
+{
+    if (!din)
+        return;
+    size_t sz = nn_shape_size (self->oshape);
+    int n = self->n, T = nn_layer_threads (self, (size_t) n * sz);
+    NN_THREADS_FOR (T, t,
+        int n0 = nn_layer_lo (n, T, t), n1 = nn_layer_lo (n, T, t + 1);
+        fn (din + n0 * sz, dout + n0 * sz, self->in_ptr + n0 * sz, (size_t) (n1 - n0) * sz);
+    );
+}
+
+static void
+s_hswish_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rng)
+{
+    s_unary_forward (self, in, n, train, nn_hswish_forward);
+}
+
+static void
+s_hswish_backward (nn_layer_t *self, const float *dout, float *din)
+{
+    s_unary_backward (self, dout, din, nn_hswish_backward);
+}
+
+static void
+s_hsigmoid_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rng)
+{
+    s_unary_forward (self, in, n, train, nn_hsigmoid_forward);
+}
+
+static void
+s_hsigmoid_backward (nn_layer_t *self, const float *dout, float *din)
+{
+    s_unary_backward (self, dout, din, nn_hsigmoid_backward);
+}
+
+//  Squeeze-excite's scale: out (n, h, w, c) = x * s (n, 1, 1, c). Both
+//  inputs are read again in backward (the model keeps them: neither runs
+//  in place). Samples split across the threads.
+static void
+s_mul_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rng)
+{
+    nn_layer_remember (self, in, n, train);
+    int hw = self->ishape.h * self->ishape.w, c = self->ishape.c;
+    const float *sc = self->in2;
+    int T = nn_layer_threads (self, (size_t) n * hw * c);
+    NN_THREADS_FOR (T, t,
+        int n0 = nn_layer_lo (n, T, t), n1 = nn_layer_lo (n, T, t + 1);
+        if (n1 > n0)
+            nn_channel_scale_forward (self->out + (size_t) n0 * hw * c, in + (size_t) n0 * hw * c,
+                                      sc + (size_t) n0 * c, n1 - n0, hw, c);
+    );
+}
+
+static void
+s_mul_backward (nn_layer_t *self, const float *dout, float *din)
+{
+    int n = self->n, hw = self->ishape.h * self->ishape.w, c = self->ishape.c;
+    const float *sc = self->in2;    //  still the last forward's
+    float *ds = self->din2;
+    if (!din && !ds)
+        return;
+    int T = nn_layer_threads (self, (size_t) n * hw * c);
+    NN_THREADS_FOR (T, t,
+        int n0 = nn_layer_lo (n, T, t), n1 = nn_layer_lo (n, T, t + 1);
+        size_t at = (size_t) n0 * hw * c;
+        if (n1 > n0)
+            nn_channel_scale_backward (din ? din + at : NULL, ds ? ds + (size_t) n0 * c : NULL,
+                                       dout + at, self->in_ptr + at, sc + (size_t) n0 * c,
+                                       n1 - n0, hw, c);
+    );
+}
+
 //  ---------------------------------------------------------------------
 //  What the model asks of each kind: shapes, parameters, memory.
 
@@ -488,15 +579,13 @@ s_conv_out_shape (const nn_layer_spec_t *spec, const nn_shape_t *in, nn_shape_t 
 {
     nn_conv_shape_t s = { .n = 1, .h = in->h, .w = in->w, .c = in->c,
                           .k = spec->out_channels, .r = spec->kernel, .s = spec->kernel,
-                          .stride = spec->stride, .pad = spec->pad };
-    if (spec->groups > 1)
-        return nn_errf (err, err_size, "conv with %d groups: grouped convolution is not "
-                        "built in this version", spec->groups);
+                          .stride = spec->stride, .pad = spec->pad, .groups = spec->groups };
     if (spec->out_channels < 1 || spec->groups < 0 || nn_conv_shape_finish (&s))
         return nn_errf (err, err_size,
-                        "conv %dx%d stride %d pad %d to %d channels does not fit input %dx%dx%d",
-                        spec->kernel, spec->kernel, spec->stride, spec->pad,
-                        spec->out_channels, in->h, in->w, in->c);
+                        "conv %dx%d stride %d pad %d groups %d to %d channels does not fit "
+                        "input %dx%dx%d", spec->kernel, spec->kernel, spec->stride, spec->pad,
+                        spec->groups > 1 ? spec->groups : 1, spec->out_channels, in->h, in->w,
+                        in->c);
     *out = (nn_shape_t) { s.p, s.q, s.k };
     return 0;
 }
@@ -684,6 +773,18 @@ s_add_out_shape (const nn_layer_spec_t *spec, const nn_shape_t *in, nn_shape_t *
     return 0;
 }
 
+static int
+s_mul_out_shape (const nn_layer_spec_t *spec, const nn_shape_t *in, nn_shape_t *out,
+                 char *err, size_t err_size)
+{
+    if (in[1].h != 1 || in[1].w != 1 || in[1].c != in[0].c)
+        return nn_errf (err, err_size, "channel multiply of %dx%dx%d by %dx%dx%d: the scale "
+                        "must be 1x1x%d", in[0].h, in[0].w, in[0].c, in[1].h, in[1].w, in[1].c,
+                        in[0].c);
+    *out = in[0];
+    return 0;
+}
+
 static const nn_layer_ops_t s_ops[NN_LAYER_KINDS_END] = {
     [NN_LAYER_CONV] = { .name = "conv", .inputs = 1, .shape = s_conv_out_shape,
         .params = s_conv_params, .init = s_conv_init, .scratch = s_conv_scratch,
@@ -711,6 +812,12 @@ static const nn_layer_ops_t s_ops[NN_LAYER_KINDS_END] = {
         .backward = s_dropout_backward, .can_inplace = true },
     [NN_LAYER_ADD] = { .name = "add", .inputs = 2, .shape = s_add_out_shape,
         .forward = s_add_forward, .backward = s_add_backward, .can_inplace = true },
+    [NN_LAYER_MUL] = { .name = "mul", .inputs = 2, .shape = s_mul_out_shape,
+        .forward = s_mul_forward, .backward = s_mul_backward },
+    [NN_LAYER_HSWISH] = { .name = "hswish", .inputs = 1, .shape = s_same_shape,
+        .forward = s_hswish_forward, .backward = s_hswish_backward },
+    [NN_LAYER_HSIGMOID] = { .name = "hsigmoid", .inputs = 1, .shape = s_same_shape,
+        .forward = s_hsigmoid_forward, .backward = s_hsigmoid_backward },
 };
 
 const nn_layer_ops_t *

@@ -68,7 +68,7 @@ struct nn_layer {
     //  Activation memory (views into the model's activation slab).
     float *out;                 //  (max_batch, out), or == input when in place
     bool inplace;
-    const float *in2;           //  forward: the second input
+    const float *in2;           //  the last forward's second input
     float *din2;                //  backward: its gradient, or NULL
     //  Fusions the model sets up to save passes over memory:
     bool bn_relu;               //  BN: apply the next layer's ReLU itself

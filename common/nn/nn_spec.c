@@ -155,6 +155,80 @@ s_build_resnet18 (nn_model_spec_t *spec, int in_c, int side, int classes, char *
     return 0;
 }
 
+//  ---------------------------------------------------------------------
+//  MobileNetV3-Small: stem, 11 inverted-residual bottlenecks, tail. A
+//  bottleneck (as the reference's MobileBottleneck): 1x1 expand + BN + NL,
+//  kxk depthwise (stride) + BN, [squeeze-excite], NL, 1x1 project + BN,
+//  plus the input when stride 1 and the width is kept. Squeeze-excite:
+//  global average, dense c -> c/4 (no bias), ReLU, dense c/4 -> c (no
+//  bias), hard-sigmoid, times the block's activations.
+
+static void
+s_nonlinear (nn_unit_spec_t *u, bool hswish)
+{
+    s_add (u, (nn_layer_spec_t) { .kind = hswish ? NN_LAYER_HSWISH : NN_LAYER_RELU });
+}
+
+static void
+s_bottleneck (nn_model_spec_t *spec, const char *name, int in, int kernel, int expand,
+              int out, bool se, bool hswish, int stride)
+{
+    nn_unit_spec_t *u = s_unit (spec, name);
+    s_conv_bn (u, 0, expand, 1, 1);
+    s_nonlinear (u, hswish);
+    s_add (u, (nn_layer_spec_t) { .kind = NN_LAYER_CONV, .out_channels = expand,
+                                  .kernel = kernel, .stride = stride, .pad = kernel / 2,
+                                  .groups = expand });
+    int x = s_add (u, (nn_layer_spec_t) { .kind = NN_LAYER_BATCHNORM });
+    if (se) {
+        s_add (u, (nn_layer_spec_t) { .kind = NN_LAYER_AVGPOOL, .kernel = 0 });
+        s_add (u, (nn_layer_spec_t) { .kind = NN_LAYER_DENSE, .out_channels = expand / 4 });
+        s_add (u, (nn_layer_spec_t) { .kind = NN_LAYER_RELU });
+        s_add (u, (nn_layer_spec_t) { .kind = NN_LAYER_DENSE, .out_channels = expand });
+        int s = s_add (u, (nn_layer_spec_t) { .kind = NN_LAYER_HSIGMOID });
+        s_add (u, (nn_layer_spec_t) { .kind = NN_LAYER_MUL,
+                                      .from = { NN_FROM_LAYER (x), NN_FROM_LAYER (s) } });
+    }
+    s_nonlinear (u, hswish);
+    int y = s_conv_bn (u, 0, out, 1, 1);
+    if (stride == 1 && in == out)
+        s_add (u, (nn_layer_spec_t) { .kind = NN_LAYER_ADD,
+                                      .from = { NN_FROM_LAYER (y), NN_FROM_INPUT } });
+}
+
+static int
+s_build_mobilenetv3_small (nn_model_spec_t *spec, int in_c, int side, int classes, char *err,
+                           size_t err_size)
+{
+    nn_unit_spec_t *u = s_unit (spec, "stem");
+    s_conv_bn (u, 0, 16, 3, 2);
+    s_nonlinear (u, true);
+    //  kernel, expansion, out, SE, hard-swish, stride (the facts file).
+    static const int b[11][6] = {
+        { 3, 16, 16, 1, 0, 2 }, { 3, 72, 24, 0, 0, 2 }, { 3, 88, 24, 0, 0, 1 },
+        { 5, 96, 40, 1, 1, 2 }, { 5, 240, 40, 1, 1, 1 }, { 5, 240, 40, 1, 1, 1 },
+        { 5, 120, 48, 1, 1, 1 }, { 5, 144, 48, 1, 1, 1 }, { 5, 288, 96, 1, 1, 2 },
+        { 5, 576, 96, 1, 1, 1 }, { 5, 576, 96, 1, 1, 1 } };
+    int in = 16;
+    for (int i = 0; i < 11; i++) {
+        char name[16];
+        snprintf (name, sizeof name, "bneck%d", i + 1);
+        s_bottleneck (spec, name, in, b[i][0], b[i][1], b[i][2], b[i][3], b[i][4], b[i][5]);
+        in = b[i][2];
+    }
+    //  conv 1x1 576 + BN + hard-swish; pool; dense 1024 + hard-swish
+    //  (the reference's 1x1 conv with bias on the pooled map); dense.
+    u = s_unit (spec, "tail");
+    s_conv_bn (u, 0, 576, 1, 1);
+    s_nonlinear (u, true);
+    s_add (u, (nn_layer_spec_t) { .kind = NN_LAYER_AVGPOOL, .kernel = 0 });
+    s_add (u, (nn_layer_spec_t) { .kind = NN_LAYER_DENSE, .out_channels = 1024, .bias = true });
+    s_nonlinear (u, true);
+    s_add (u, (nn_layer_spec_t) { .kind = NN_LAYER_DENSE, .out_channels = classes,
+                                  .bias = true });
+    return 0;
+}
+
 static int
 s_build_vgg5 (nn_model_spec_t *spec, int in_c, int side, int classes, char *err,
               size_t err_size)
@@ -182,6 +256,9 @@ static const nn_model_entry_t s_registry[] = {
       s_build_vgg11 },
     { "resnet18", "", "ResNet18: stem, 8 basic blocks (projection shortcuts), head",
       s_build_resnet18 },
+    { "mobilenetv3-small", "mobilenetsmall mobilenetv3",
+      "MobileNetV3-Small: stem, 11 bottlenecks (depthwise, squeeze-excite), tail",
+      s_build_mobilenetv3_small },
 };
 #define S_REGISTRY_COUNT ((int) (sizeof s_registry / sizeof s_registry[0]))
 

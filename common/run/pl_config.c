@@ -101,7 +101,6 @@ static const s_choice_t s_models[] = {
     { "vgg8", NULL, 0, "a reference model pipelearn does not implement" },
     { "vgg16", NULL, 0, "a reference model pipelearn does not implement" },
     { "resnet50", NULL, 0, "a reference model pipelearn does not implement" },
-    { "mobilenetsmall", NULL, 0, "a reference model pipelearn does not implement" },
     { "mobilenetlarge", NULL, 0, "a reference model pipelearn does not implement" },
     { NULL, NULL, 0, NULL }
 };
