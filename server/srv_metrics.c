@@ -5,6 +5,7 @@
 #include "pl_log.h"
 
 #include <arpa/inet.h>
+#include <czmq.h>
 #include <errno.h>
 #include <math.h>
 #include <microhttpd.h>
@@ -359,7 +360,7 @@ s_on_summary (void *arg, const cJSON *root)
 }
 
 void
-srv_metrics_tick (srv_metrics_t *self, const srv_t *srv)
+srv_metrics_tick (srv_metrics_t *self, const srv_metrics_sample_t *srv)
 {
     if (!self)
         return;
@@ -369,27 +370,22 @@ srv_metrics_tick (srv_metrics_t *self, const srv_t *srv)
     s_state_t *st = self->live;
     st->started = srv->started;
     st->done = srv->done;
-    st->epoch = srv->started ? srv->epoch : 0;
+    st->epoch = srv->epoch;
     st->split = srv->split;
-    st->workers = srv->workers_count;
+    st->workers = srv->workers;
     st->joined = srv->joined;
     st->iterations = srv->iterations;
     st->epoch_iterations = srv->epoch_iterations;
     st->loss_sum = srv->loss_sum;
-    st->correct = (double) srv->correct;
-    st->samples = (double) srv->samples_seen;
-    st->epoch_elapsed_s = srv->started && !srv->clock_wait ? now - srv->epoch_start : 0.0;
+    st->correct = srv->correct;
+    st->samples = srv->samples;
+    st->epoch_elapsed_s = srv->epoch_elapsed_s;
     for (int i = 0; i < st->devices; i++) {
-        const srv_device_t *d = &srv->dev[i];
         s_device_t *m = &st->dev[i];
-        m->joined = d->joined;
-        m->active = d->active;
-        m->micro = srv->plan.slot[i].micro;
-        m->queue = 0;
-        if (srv->mode != PROTO_MODE_FL && d->replica >= 0 && d->replica < srv->replicas_count) {
-            const srv_replica_t *r = &srv->rep[d->replica];
-            m->queue = (r->queue ? (int) zlist_size (r->queue) : 0) + (r->busy ? 1 : 0);
-        }
+        m->joined = srv->dev[i].joined;
+        m->active = srv->dev[i].active;
+        m->micro = srv->dev[i].micro;
+        m->queue = srv->dev[i].queue;
     }
     st->refused[SRV_REFUSED_CURVE] = (double) atomic_load (&self->curve_refused);
     s_publish (self);
@@ -932,7 +928,7 @@ s_mhd_log (void *cls, const char *fmt, va_list ap)
 //  ---------------------------------------------------------------------
 
 srv_metrics_t *
-srv_metrics_new (const char *listen, const srv_t *srv, const char *results,
+srv_metrics_new (const char *listen, const srv_metrics_sample_t *srv, const char *results,
                  pl_timeline_t *timeline, pl_summary_t *summary, char *err, size_t err_size)
 {
     struct sockaddr_storage addr;
@@ -950,10 +946,10 @@ srv_metrics_new (const char *listen, const srv_t *srv, const char *results,
     s_state_t *st = self->live;
     st->rows = rows;
     st->devices = devices;
-    snprintf (st->mode, sizeof st->mode, "%s", srv->cfg.mode);
-    snprintf (st->model, sizeof st->model, "%s", srv->cfg.model);
-    snprintf (st->dataset, sizeof st->dataset, "%s", srv->cfg.dataset);
-    snprintf (st->aggregation, sizeof st->aggregation, "%s", srv->cfg.aggregation);
+    snprintf (st->mode, sizeof st->mode, "%s", srv->mode);
+    snprintf (st->model, sizeof st->model, "%s", srv->model);
+    snprintf (st->dataset, sizeof st->dataset, "%s", srv->dataset);
+    snprintf (st->aggregation, sizeof st->aggregation, "%s", srv->aggregation);
     //  The results directory's name only, never its path.
     char copy[1024];
     snprintf (copy, sizeof copy, "%s", results);
@@ -963,13 +959,13 @@ srv_metrics_new (const char *listen, const srv_t *srv, const char *results,
     const char *slash = strrchr (copy, '/');
     snprintf (st->results, sizeof st->results, "%s", slash ? slash + 1 : copy);
     snprintf (self->ckpt_dir, sizeof self->ckpt_dir, "%s/checkpoints", results);
-    st->epochs = srv->cfg.epochs;
+    st->epochs = srv->epochs;
     st->batch = srv->batch;
     st->split = srv->split;
-    st->workers = srv->workers_count;
+    st->workers = srv->workers;
     st->origin = srv->origin;
     for (int i = 0; i < devices; i++) {
-        st->dev[i].micro = srv->plan.slot[i].micro;
+        st->dev[i].micro = srv->dev[i].micro;
         st->dev[i].last_iteration = -1;
     }
     self->start_wall = pl_wall_clock ();
