@@ -329,7 +329,7 @@ s_wait_model (cli_t *self, uint32_t epoch, int iteration)
     double t0 = pl_monotonic (), s0 = s_tl_now (self);
     proto_msg_t *msg = s_recv (self, -1);
     //  A PLAN comes just before the MODEL it holds for.
-    while (msg && proto_msg_type (msg) == PROTO_MSG_PLAN && self->mode != PROTO_MODE_FL) {
+    while (msg && proto_msg_type (msg) == PROTO_MSG_PLAN && self->mode != PL_MODE_FL) {
         int rc = cli_plan_apply (self, proto_msg_plan (msg));
         proto_msg_destroy (&msg);
         if (rc)
@@ -618,14 +618,14 @@ s_train (cli_t *self)
     //  The first MODEL says where this device starts: epoch 1, iteration 0
     //  at the start of a run; later when it (re)joins a running one.
     int epoch = 1, start_it = 0;
-    if (self->mode != PROTO_MODE_SL && (rc = s_wait_model (self, 1, -1)) == 0) {
+    if (self->mode != PL_MODE_SL && (rc = s_wait_model (self, 1, -1)) == 0) {
         epoch = (int) self->model_epoch;
         start_it = (int) self->model_iter;
     }
     for (; rc == 0 && epoch <= self->cfg.epochs; epoch++) {
         self->cur_epoch = (uint32_t) epoch;
         self->cur_iter = 0;
-        if (self->mode == PROTO_MODE_SL) {
+        if (self->mode == PL_MODE_SL) {
             if ((rc = s_wait_model (self, (uint32_t) epoch, -1)) != 0)
                 break;
             epoch = (int) self->model_epoch;
@@ -643,18 +643,18 @@ s_train (cli_t *self)
         for (int it = first; rc == 0 && it < self->iterations; it++) {
             self->cur_iter = (uint32_t) it;
             const int *batch = order + (size_t) it * self->batch;
-            if (self->mode == PROTO_MODE_FL ? s_fl_iteration (self, batch)
+            if (self->mode == PL_MODE_FL ? s_fl_iteration (self, batch)
                                             : s_split_iteration (self, batch))
                 rc = -1;
             if (rc)
                 break;
             self->cur_iter = (uint32_t) it + 1;
             bool end = it == self->iterations - 1;
-            bool round = self->mode != PROTO_MODE_SL && agg > 0 && (it + 1) % agg == 0;
+            bool round = self->mode != PL_MODE_SL && agg > 0 && (it + 1) % agg == 0;
             if (end) {
                 if (s_send_events (self) || s_send_stats (self) || s_send_params (self))
                     rc = -1;
-                else if (self->mode != PROTO_MODE_SL)
+                else if (self->mode != PL_MODE_SL)
                     rc = s_wait_model (self, (uint32_t) epoch + 1, -1);
             }
             else if (round) {
@@ -731,7 +731,7 @@ s_join (cli_t *self)
         cli_send_error (self, PROTO_ERR_REFUSED, err);
         return -1;
     }
-    self->mode = (proto_mode_t) p->mode;
+    self->mode = (pl_mode_t) p->mode;
     self->id = (int) p->device_id;
     self->batch = (int) p->batch_size;
     self->micro = (int) p->micro_batches;
@@ -743,7 +743,7 @@ s_join (cli_t *self)
     //  the in-process tests, which run several, log text).
     pl_log_set_device (self->id);
     pl_log_info ("client: joined as device %d of %u (%s, split %u, %d micro-batch(es))",
-                 self->id, p->devices, proto_mode_name ((int) self->mode), p->split_point,
+                 self->id, p->devices, pl_mode_name ((int) self->mode), p->split_point,
                  self->micro);
     return 0;
 }
@@ -767,7 +767,7 @@ cli_contexts_free (cli_t *self)
 int
 cli_contexts_build (cli_t *self, int units, int micro, char *err, size_t err_size)
 {
-    bool fl = self->mode == PROTO_MODE_FL;
+    bool fl = self->mode == PL_MODE_FL;
     if (units < 1 || units > self->spec.units_count
     ||  (!fl && units >= self->spec.units_count)) {
         snprintf (err, err_size, "split point %d does not fit %s (%d units)", units,
@@ -903,7 +903,7 @@ s_prepare (cli_t *self)
     //  memory together (cli_plan_profile has answered ERROR on failure).
     if (self->profile_requested && cli_plan_profile (self))
         return -1;
-    int units = self->mode == PROTO_MODE_FL ? self->spec.units_count
+    int units = self->mode == PL_MODE_FL ? self->spec.units_count
                                             : (int) self->plan.split_point;
     if (cli_contexts_build (self, units, self->micro, err, sizeof err))
         goto fail;

@@ -38,7 +38,7 @@ typedef struct {
     void *dh;
     pl_config_t cfg;
     proto_plan_t plan;
-    proto_mode_t mode;
+    pl_mode_t mode;
     int id;
     proto_limits_t limits;
     nn_model_spec_t spec;

@@ -48,7 +48,6 @@ static const char *const s_stage_names[PROTO_STAGE_MAX + 1] = {
     NULL, "forward", "backward", "update", "wait", "upload"
 };
 
-static const char *const s_mode_names[] = { NULL, "fl", "sl", "sfl", "pipelearn" };
 
 //  ---------------------------------------------------------------------
 //  Names and codes
@@ -88,13 +87,6 @@ proto_code_is_malformed (int code)
 }
 
 const char *
-proto_mode_name (int mode)
-{
-    return mode >= PROTO_MODE_FL && mode <= PROTO_MODE_PIPELEARN ? s_mode_names[mode]
-                                                                 : "UNKNOWN";
-}
-
-const char *
 proto_stage_name (int stage)
 {
     return stage >= 1 && stage <= PROTO_STAGE_MAX ? s_stage_names[stage] : "UNKNOWN";
@@ -106,15 +98,6 @@ proto_stage_from_name (const char *name)
     for (int st = 1; name && st <= PROTO_STAGE_MAX; st++)
         if (strcmp (name, s_stage_names[st]) == 0)
             return st;
-    return -1;
-}
-
-int
-proto_mode_from_name (const char *name)
-{
-    for (int m = PROTO_MODE_FL; name && m <= PROTO_MODE_PIPELEARN; m++)
-        if (strcmp (name, s_mode_names[m]) == 0)
-            return m;
     return -1;
 }
 
@@ -302,7 +285,7 @@ int
 proto_plan_check (const proto_plan_t *p, const proto_limits_t *l, const char *w,
                   char *err, size_t err_size)
 {
-    if (p->mode < PROTO_MODE_FL || p->mode > PROTO_MODE_PIPELEARN)
+    if (p->mode < PL_MODE_FL || p->mode > PL_MODE_PIPELEARN)
         return proto_fail (err, err_size, PROTO_E_VALUE,
                            "%s: mode %" PRIu32 " not in 1..4 (fl, sl, sfl, pipelearn)",
                            w, p->mode);
@@ -320,10 +303,10 @@ proto_plan_check (const proto_plan_t *p, const proto_limits_t *l, const char *w,
         return proto_fail (err, err_size, PROTO_E_VALUE,
                            "%s: micro_batches %" PRIu32 " not in 1..batch_size %" PRIu32,
                            w, p->micro_batches, p->batch_size);
-    if (p->mode == PROTO_MODE_FL ? p->split_point != 0 : p->split_point < 1)
+    if (p->mode == PL_MODE_FL ? p->split_point != 0 : p->split_point < 1)
         return proto_fail (err, err_size, PROTO_E_VALUE,
                            "%s: split_point %" PRIu32 " in mode %s (fl: 0, others: >= 1)",
-                           w, p->split_point, proto_mode_name ((int) p->mode));
+                           w, p->split_point, pl_mode_name ((int) p->mode));
     if (p->shard_count > UINT64_MAX - p->shard_begin)
         return proto_fail (err, err_size, PROTO_E_VALUE,
                            "%s: shard %" PRIu64 " + %" PRIu64 " overflows",
@@ -1253,7 +1236,7 @@ proto_socket_limit (void *socket, const proto_limits_t *limits)
 //  State machine
 
 bool
-proto_type_allowed (proto_mode_t mode, proto_state_t state, int type, proto_dir_t dir)
+proto_type_allowed (pl_mode_t mode, proto_state_t state, int type, proto_dir_t dir)
 {
     if (dir != PROTO_UP && dir != PROTO_DOWN)
         return false;
@@ -1263,7 +1246,7 @@ proto_type_allowed (proto_mode_t mode, proto_state_t state, int type, proto_dir_
                       || type == PROTO_MSG_ERROR;
     //  Planning, split modes only: a PROFILE once, before the first MODEL;
     //  PROBEs both ways and a PLAN before any MODEL.
-    const bool split_mode = mode >= PROTO_MODE_SL && mode <= PROTO_MODE_PIPELEARN;
+    const bool split_mode = mode >= PL_MODE_SL && mode <= PL_MODE_PIPELEARN;
     const bool planning = split_mode && (type == PROTO_MSG_PROBE
                                          || (!up && type == PROTO_MSG_PLAN));
     switch (state) {
@@ -1275,9 +1258,9 @@ proto_type_allowed (proto_mode_t mode, proto_state_t state, int type, proto_dir_
             return control || planning || (!up && type == PROTO_MSG_MODEL)
                 || (split_mode && up && type == PROTO_MSG_PROFILE);
         case PROTO_STATE_TRAINING: {
-            if (mode < PROTO_MODE_FL || mode > PROTO_MODE_PIPELEARN)
+            if (mode < PL_MODE_FL || mode > PL_MODE_PIPELEARN)
                 return false;
-            const bool split = mode != PROTO_MODE_FL;
+            const bool split = mode != PL_MODE_FL;
             switch (type) {
                 case PROTO_MSG_ACTIVATIONS: return up && split;
                 case PROTO_MSG_GRADIENTS:   return !up && split;
@@ -1295,7 +1278,7 @@ proto_type_allowed (proto_mode_t mode, proto_state_t state, int type, proto_dir_
 }
 
 bool
-proto_msg_allowed (proto_mode_t mode, proto_state_t state, const proto_msg_t *msg,
+proto_msg_allowed (pl_mode_t mode, proto_state_t state, const proto_msg_t *msg,
                    proto_dir_t dir)
 {
     assert (msg);

@@ -30,6 +30,8 @@
 #include <stdint.h>
 #include <zmq.h>
 
+#include "pl_mode.h"
+
 #define PROTO_MAGIC            0x4E524C50u  //  "PLRN" as little-endian bytes
 #define PROTO_VERSION          2            //  2: PROFILE, PROBE, PLAN
 #define PROTO_HEADER_SIZE      40
@@ -129,13 +131,6 @@ typedef enum {
 } proto_stage_t;
 #define PROTO_STAGE_MAX        PROTO_STAGE_UPLOAD
 
-typedef enum {
-    PROTO_MODE_FL = 1,
-    PROTO_MODE_SL = 2,
-    PROTO_MODE_SFL = 3,
-    PROTO_MODE_PIPELEARN = 4
-} proto_mode_t;
-
 //  Session states, one view shared by both ends (PROTOCOL.md, "State machine").
 typedef enum {
     PROTO_STATE_CONNECTING = 1, //  nothing sent yet
@@ -180,7 +175,7 @@ typedef struct {
     uint32_t micro_batches;     //  1..batch_size
     uint32_t batch_size;        //  mini-batch B, >= 1
     uint32_t devices;           //  devices in the run, >= 1
-    uint32_t mode;              //  proto_mode_t
+    uint32_t mode;              //  pl_mode_t
     uint64_t shard_begin;       //  the device's training samples are positions
     uint64_t shard_count;       //  [shard_begin, +count) of the partition order
     uint64_t seed;              //  the device's RNG seed (shuffle, augmentation)
@@ -290,12 +285,9 @@ typedef void (proto_free_fn) (void *data);
 const char *proto_type_name (int type);         //  "ACTIVATIONS", "UNKNOWN"
 const char *proto_strerror (int code);          //  static text for PROTO_*
 bool proto_code_is_malformed (int code);        //  code <= PROTO_E_MAGIC
-const char *proto_mode_name (int mode);         //  "pipelearn", "UNKNOWN"
 const char *proto_stage_name (int stage);       //  "forward", "wait", "UNKNOWN"
 //  "forward" | "backward" | "update" | "wait" | "upload" -> proto_stage_t, or -1.
 int proto_stage_from_name (const char *name);
-//  "fl" | "sl" | "sfl" | "pipelearn" -> proto_mode_t, or -1.
-int proto_mode_from_name (const char *name);
 
 //  ---------------------------------------------------------------------
 //  Pure codecs over bytes (no sockets), for tests and fuzzers.
@@ -498,11 +490,11 @@ int proto_socket_limit (void *socket, const proto_limits_t *limits);
 //  State machine (PROTOCOL.md); the daemons enforce it.
 
 //  May a message of this type travel in this direction in this state?
-bool proto_type_allowed (proto_mode_t mode, proto_state_t state, int type,
+bool proto_type_allowed (pl_mode_t mode, proto_state_t state, int type,
                          proto_dir_t dir);
 //  proto_type_allowed for a received message, plus EVAL's form: up must be
 //  activations, down must be results (the flag is the peer's choice).
-bool proto_msg_allowed (proto_mode_t mode, proto_state_t state,
+bool proto_msg_allowed (pl_mode_t mode, proto_state_t state,
                         const proto_msg_t *msg, proto_dir_t dir);
 //  State after an allowed message: HELLO up -> JOINING, WELCOME down ->
 //  JOINED, MODEL down -> TRAINING, BYE/ERROR -> CLOSED; else unchanged.

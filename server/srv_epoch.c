@@ -45,7 +45,7 @@ static void
 s_train_stats (const srv_t *self, pl_epoch_stats_t *st, long *samples_p)
 {
     long samples = self->samples_seen;
-    if (self->mode == PROTO_MODE_FL) {
+    if (self->mode == PL_MODE_FL) {
         double loss = 0.0;
         uint64_t correct = 0, seen = 0;
         for (int i = 0; i < self->devices; i++) {
@@ -100,7 +100,7 @@ s_devices_json (srv_t *self, cJSON *ej)
         cJSON_AddNumberToObject (o, "bytes_up", (double) s->bytes_up);
         cJSON_AddNumberToObject (o, "bytes_down", (double) s->bytes_down);
         cJSON_AddBoolToObject (o, "active", self->dev[i].active);
-        if (self->mode != PROTO_MODE_FL)
+        if (self->mode != PL_MODE_FL)
             srv_planner_epoch_json (self->planner, i, self->assign.micro[i], o);
         cJSON_AddItemToArray (devs, o);
         memset (&self->dev[i].stats, 0, sizeof self->dev[i].stats);
@@ -175,10 +175,10 @@ srv_epoch_finish (srv_t *self, bool summary_written)
     //  the newest checkpoint is the last round's, and --resume runs that
     //  again and writes the results (exit 1 here says so).
     if (written && summary_written) {
-        self->epoch = self->cfg.epochs + 1;
+        self->epoch = self->cfg->epochs + 1;
         self->round_iter = 0;
         srv_parts_checkpoint (self);
-        self->epoch = self->cfg.epochs;
+        self->epoch = self->cfg->epochs;
     }
     else
         pl_log_error ("server: the results are incomplete; the run is not marked complete "

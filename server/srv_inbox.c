@@ -76,8 +76,8 @@ s_params_check (const srv_t *self, const srv_device_t *d, const proto_msg_t *msg
     const proto_header_t *h = proto_msg_header (msg);
     const proto_slab_t *slab = proto_msg_slab (msg);
     srv_round_t round = { .epoch_iterations = self->epoch_iterations,
-                          .aggregation_frequency = self->cfg.aggregation_frequency,
-                          .sl = self->mode == PROTO_MODE_SL,
+                          .aggregation_frequency = self->cfg->aggregation_frequency,
+                          .sl = self->mode == PL_MODE_SL,
                           .round_iter = self->round_iter };
     if (srv_round_check_close (&round, h->iteration, why, why_size))
         return -1;
@@ -91,7 +91,7 @@ s_params_check (const srv_t *self, const srv_device_t *d, const proto_msg_t *msg
                 return -1;
             }
     uint64_t cap = self->shard_size[id] > 0 ? (uint64_t) self->shard_size[id]
-                 : self->cfg.samples > 0 ? (uint64_t) self->cfg.samples : INT32_MAX;
+                 : self->cfg->samples > 0 ? (uint64_t) self->cfg->samples : INT32_MAX;
     if (slab->sample_count == 0 || slab->sample_count > cap) {
         snprintf (why, why_size, "PARAMS claims %" PRIu64 " samples; device %d's shard "
                   "holds %" PRIu64, slab->sample_count, id, cap);
@@ -124,7 +124,7 @@ s_on_params (srv_t *self, srv_device_t *d, proto_msg_t *msg)
                   "PARAMS with ACTIVATIONS pending");
         return;
     }
-    if (self->mode == PROTO_MODE_SL && (int) (d - self->dev) != self->sl_turn) {
+    if (self->mode == PL_MODE_SL && (int) (d - self->dev) != self->sl_turn) {
         s_refuse (self, d, "not your turn", "PARAMS out of turn");
         return;
     }
@@ -137,7 +137,7 @@ s_on_params (srv_t *self, srv_device_t *d, proto_msg_t *msg)
     d->samples = slab->sample_count;
     d->params_iter = h->iteration;
     d->params_in = true;
-    if (self->mode == PROTO_MODE_SL)
+    if (self->mode == PL_MODE_SL)
         //  sl hands the device part on as it is: no averaging.
         memcpy (nn_model_weights (self->devpart), d->params,
                 sizeof (float) * self->dev_wcount);
@@ -158,7 +158,7 @@ s_on_activations (srv_t *self, srv_device_t *d, proto_msg_t **msg_p)
         return;
     }
     if (h->epoch != (uint32_t) self->epoch
-    ||  (self->mode == PROTO_MODE_SL && id != self->sl_turn)) {
+    ||  (self->mode == PL_MODE_SL && id != self->sl_turn)) {
         proto_msg_destroy (msg_p);
         s_refuse (self, d, "ACTIVATIONS for another epoch or out of turn",
                   "unexpected ACTIVATIONS");
@@ -364,7 +364,7 @@ srv_inbox_deadlines (srv_t *self)
     char why[160];
     for (int i = 0; i < self->devices; i++)
         if (self->dev[i].joined
-        &&  srv_planner_overdue (self->planner, i, self->cfg.device_timeout_s, why,
+        &&  srv_planner_overdue (self->planner, i, self->cfg->device_timeout_s, why,
                                  sizeof why))
             srv_drop (self, &self->dev[i], PROTO_ERR_TIMEOUT, why);
     if (!self->started || self->done || self->replanning)
@@ -374,24 +374,24 @@ srv_inbox_deadlines (srv_t *self)
         srv_device_t *d = &self->dev[i];
         if (!d->active || d->params_in)
             continue;
-        if (self->mode == PROTO_MODE_SL && i != self->sl_turn)
+        if (self->mode == PL_MODE_SL && i != self->sl_turn)
             continue;
         //  Waiting for the server's own work is not silence.
         if (self->pool && srv_pool_pending (self->pool, d->replica))
             continue;
-        if (self->mode != PROTO_MODE_FL && now - d->last_seen > self->cfg.device_timeout_s) {
+        if (self->mode != PL_MODE_FL && now - d->last_seen > self->cfg->device_timeout_s) {
             snprintf (why, sizeof why, "silent for %.1f s (device_timeout_s %g)",
-                      now - d->last_seen, self->cfg.device_timeout_s);
+                      now - d->last_seen, self->cfg->device_timeout_s);
             srv_drop (self, d, PROTO_ERR_TIMEOUT, why);
         }
         else
-        if (now - self->round_start > self->cfg.round_timeout_s) {
+        if (now - self->round_start > self->cfg->round_timeout_s) {
             snprintf (why, sizeof why, "round not finished after %.1f s (round_timeout_s %g)",
-                      now - self->round_start, self->cfg.round_timeout_s);
+                      now - self->round_start, self->cfg->round_timeout_s);
             srv_drop (self, d, PROTO_ERR_TIMEOUT, why);
         }
         //  Too few left: the step function ends the run and tells the rest.
-        if (!d->active && srv_session_active_count (self) < self->cfg.min_devices)
+        if (!d->active && srv_session_active_count (self) < self->cfg->min_devices)
             return;
     }
 }

@@ -79,12 +79,14 @@ typedef struct {
 } srv_device_t;
 
 typedef struct {
-    pl_config_t cfg;
-    proto_mode_t mode;
+    //  The run's config, read-only once checked: what changes during a run
+    //  (the split point, N) is the assignment below.
+    const pl_config_t *cfg;
+    pl_mode_t mode;
     nn_model_spec_t spec;
     int units, batch, eval_batch;
     srv_agg_t agg;
-    srv_assign_t assign;        //  written by srv_step.c only (and setup/resume)
+    srv_assign_t assign;        //  written by srv_step.c (and at setup/resume) only
     zsock_t *router;
     void *rh;
     pl_curve_t *curve;          //  NULL with --insecure

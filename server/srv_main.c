@@ -157,7 +157,7 @@ s_parse_args (int argc, char **argv, srv_args_t *args, pl_config_t *cfg)
         pl_log_error ("%s", err);
         return -1;
     }
-    if (strcmp (cfg->mode, "pipelearn") == 0 && cfg->micro_batches != PL_AUTO
+    if (cfg->mode == PL_MODE_PIPELEARN && cfg->micro_batches != PL_AUTO
     &&  cfg->batch_size % cfg->micro_batches) {
         pl_log_error ("%s: micro_batches, batch_size: %d micro-batches must divide the "
                       "batch of %d samples", src, cfg->micro_batches, cfg->batch_size);
@@ -194,18 +194,18 @@ static void
 s_metrics_sample (const srv_t *self, srv_metrics_sample_t *m)
 {
     memset (m, 0, sizeof *m);
-    m->mode = self->cfg.mode;
-    m->model = self->cfg.model;
-    m->dataset = self->cfg.dataset;
-    m->aggregation = self->cfg.aggregation;
-    m->epochs = self->cfg.epochs;
+    m->mode = pl_mode_name (self->mode);
+    m->model = self->cfg->model;
+    m->dataset = self->cfg->dataset;
+    m->aggregation = self->cfg->aggregation;
+    m->epochs = self->cfg->epochs;
     m->batch = self->batch;
     m->devices = self->devices;
     m->origin = self->origin;
     m->started = self->started;
     m->done = self->done;
     m->epoch = self->started ? self->epoch : 0;
-    m->split = self->mode == PROTO_MODE_FL ? self->units : srv_assign_split (&self->assign);
+    m->split = self->mode == PL_MODE_FL ? self->units : srv_assign_split (&self->assign);
     m->workers = self->pool ? srv_pool_workers (self->pool) : 0;
     m->joined = self->joined;
     m->iterations = self->iterations;
@@ -277,7 +277,7 @@ s_loop (srv_t *self)
 {
     while (!self->done && !s_interrupted) {
         //  Wake often enough to notice a deadline within a tenth of it.
-        double tick = self->cfg.device_timeout_s * 100.0;
+        double tick = self->cfg->device_timeout_s * 100.0;
         void *which = zpoller_wait (self->poller, tick < 1000.0 ? (int) tick + 1 : 1000);
         if (which == self->router) {
             //  Drain what is queued so one busy device cannot starve others.
@@ -347,6 +347,8 @@ static int
 s_finish (srv_t *self, int rc)
 {
     srv_setup_teardown (self);
+    pl_config_t *cfg = (pl_config_t *) self->cfg;      //  srv_run's, to free
+    nn_free (cfg);
     nn_free (self);
     return rc;
 }
@@ -355,12 +357,15 @@ int
 srv_run (int argc, char **argv)
 {
     srv_t *self = nn_calloc (1, sizeof *self);
-    pl_config_defaults (&self->cfg);
+    pl_config_t *cfg = nn_calloc (1, sizeof *cfg);
+    pl_config_defaults (cfg);
     srv_args_t args = { 0 };
     pl_args_lock ();
-    int parsed = s_parse_args (argc, argv, &args, &self->cfg);
+    int parsed = s_parse_args (argc, argv, &args, cfg);
     pl_args_unlock ();
+    self->cfg = cfg;                    //  checked: read-only from here on
     if (parsed) {
+        nn_free (cfg);
         nn_free (self);
         return 2;
     }
@@ -375,11 +380,12 @@ srv_run (int argc, char **argv)
     sigaction (SIGHUP, &sa, NULL);
     self->quiet = args.quiet;
     self->tty = isatty (STDOUT_FILENO);
-    self->results = args.results_dir ? args.results_dir : self->cfg.results_dir;
+    self->results = args.results_dir ? args.results_dir : self->cfg->results_dir;
     char ckerr[NN_ERR_SIZE];
     if (!args.resume && srv_ckpt_claim_fresh (self->results, args.force, ckerr,
                                               sizeof ckerr)) {
         pl_log_error ("server: %s", ckerr);
+        nn_free (cfg);
         nn_free (self);
         return 1;
     }
@@ -388,15 +394,15 @@ srv_run (int argc, char **argv)
     if (args.resume)
         srv_ckpt_peek_origin (self->results, &self->origin);
     self->timeline = pl_timeline_new (self->origin);
-    self->summary = pl_summary_new (&self->cfg, self->results, "pipelearn-server", 1);
+    self->summary = pl_summary_new (self->cfg, self->results, "pipelearn-server", 1);
     int resumed = 0;
     if (srv_setup (self, &args) || (args.resume && (resumed = srv_setup_resume (self)) < 0))
         return s_finish (self, 1);
     char merr[NN_ERR_SIZE];
     srv_metrics_sample_t sample;
     s_metrics_sample (self, &sample);
-    if (self->cfg.metrics[0]
-    &&  !(self->metrics = srv_metrics_new (self->cfg.metrics, &sample, self->results,
+    if (self->cfg->metrics[0]
+    &&  !(self->metrics = srv_metrics_new (self->cfg->metrics, &sample, self->results,
                                            self->timeline, self->summary, merr, sizeof merr))) {
         pl_log_error ("%s", merr);
         return s_finish (self, 1);

@@ -33,9 +33,9 @@ srv_parts_finite (const srv_t *self)
 int
 srv_parts_workers (const srv_t *self)
 {
-    int cores = self->cfg.threads > 0 ? self->cfg.threads
+    int cores = self->cfg->threads > 0 ? self->cfg->threads
                                       : (int) sysconf (_SC_NPROCESSORS_ONLN);
-    int replicas = self->mode == PROTO_MODE_SL ? 1 : self->devices;
+    int replicas = self->mode == PL_MODE_SL ? 1 : self->devices;
     if (cores < 1)
         cores = 1;
     return cores < replicas ? cores : replicas;
@@ -68,8 +68,6 @@ srv_parts_resplit (srv_t *self)
     nn_model_copy_tensors (devpart, self->full);
     nn_model_destroy (&self->devpart);
     self->devpart = devpart;
-    //  WELCOME's config and the checkpoints still carry the split point.
-    self->cfg.split_point = split;
     self->dev_wcount = nn_model_weights_count (devpart);
     int mb = srv_assign_max_micro_batch (&self->assign, self->batch);
     if (srv_pool_resplit (self->pool, split, self->full, mb, self->timeline, err,
@@ -108,7 +106,8 @@ srv_parts_checkpoint (srv_t *self)
         reps[i] = srv_pool_model (self->pool, i);
     char err[NN_ERR_SIZE];
     srv_ckpt_point_t pt = { self->epoch, self->round_iter, self->origin };
-    if (srv_ckpt_save (self->results, SRV_CKPT_KEEP, pt, &self->cfg, self->devpart, reps, n,
-                       pl_summary_epochs (self->summary), err, sizeof err))
+    if (srv_ckpt_save (self->results, SRV_CKPT_KEEP, pt, self->cfg, &self->assign,
+                       self->devpart, reps, n, pl_summary_epochs (self->summary), err,
+                       sizeof err))
         pl_log_error ("server: %s (the run goes on without this checkpoint)", err);
 }

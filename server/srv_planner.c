@@ -63,7 +63,7 @@ srv_planner_auto_micro (const srv_planner_t *self)
 static bool
 s_pipelearn (const srv_planner_t *self)
 {
-    return self->args.mode == PROTO_MODE_PIPELEARN;
+    return self->args.mode == PL_MODE_PIPELEARN;
 }
 
 //  ---------------------------------------------------------------------
@@ -194,7 +194,7 @@ static int
 s_provisional (srv_planner_t *self, srv_assign_t *assign, cJSON *summary_root)
 {
     const pl_config_t *cfg = self->args.cfg;
-    proto_mode_t mode = self->args.mode;
+    pl_mode_t mode = self->args.mode;
     int batch = self->args.batch;
     char err[NN_ERR_SIZE];
     nn_profile_args_t pa = { .batch_size = batch, .threads = 1, .seed = cfg->seed,
@@ -227,7 +227,7 @@ s_provisional (srv_planner_t *self, srv_assign_t *assign, cJSON *summary_root)
         return -1;
     int p = 0, n = 1;
     double epoch_s;
-    if (mode == PROTO_MODE_SL) {
+    if (mode == PL_MODE_SL) {
         const nn_plan_mode_t *sl = nn_plan_mode (plan, NN_PLAN_SL);
         p = sl->split_point;
         epoch_s = sl->epoch_s;
@@ -247,7 +247,7 @@ s_provisional (srv_planner_t *self, srv_assign_t *assign, cJSON *summary_root)
                  nn_plan_mode (plan, NN_PLAN_SFL)->epoch_s,
                  nn_plan_mode (plan, NN_PLAN_PIPELEARN)->epoch_s, self->args.devices,
                  cfg->uplink_mbps, cfg->downlink_mbps, cfg->rtt_ms, profile_s,
-                 mode == PROTO_MODE_FL ? ""
+                 mode == PL_MODE_FL ? ""
                  : self->measure ? "; provisional until the devices' profiles and links are in"
                  : "; provisional until the devices' profiles are in");
     nn_plan_destroy (&plan);
@@ -263,10 +263,10 @@ srv_planner_new (const srv_planner_args_t *args, srv_assign_t *assign, cJSON *su
     bool pipelearn = s_pipelearn (self);
     int units = args->spec->units_count;
     srv_assign_uniform (assign, args->devices,
-                        args->mode == PROTO_MODE_FL ? units : cfg->split_point,
+                        args->mode == PL_MODE_FL ? units : cfg->split_point,
                         pipelearn ? cfg->micro_batches : 1);
     self->fixed_micro = pipelearn ? cfg->micro_batches : 1;
-    if (args->mode == PROTO_MODE_FL
+    if (args->mode == PL_MODE_FL
     ||  !(cfg->split_point == PL_AUTO || (pipelearn && cfg->micro_batches == PL_AUTO)))
         return self;
     self->auto_split = cfg->split_point == PL_AUTO;
@@ -293,7 +293,7 @@ srv_planner_destroy (srv_planner_t **self_p)
 bool
 srv_planner_profile_wanted (const srv_planner_t *self, bool started)
 {
-    return srv_planner_auto (self) && self->args.mode != PROTO_MODE_FL && !started;
+    return srv_planner_auto (self) && self->args.mode != PL_MODE_FL && !started;
 }
 
 void
@@ -467,7 +467,7 @@ srv_planner_start (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_
         if (!free_plan)
             return -1;
         int n_common;
-        if (self->args.mode == PROTO_MODE_SL)
+        if (self->args.mode == PL_MODE_SL)
             p = nn_plan_mode (free_plan, NN_PLAN_SL)->split_point;
         else
             nn_plan_common (free_plan, &p, &n_common);
@@ -517,9 +517,9 @@ srv_planner_epoch_end (srv_planner_t *self, const bool *active, int epoch,
     for (int i = 0; i < self->args.devices; i++)
         probes[i] = NULL;
     const pl_config_t *cfg = self->args.cfg;
-    proto_mode_t mode = self->args.mode;
-    if (!srv_planner_auto (self) || !self->measure || !cfg->adaptive || mode == PROTO_MODE_FL
-    ||  mode == PROTO_MODE_SL)
+    pl_mode_t mode = self->args.mode;
+    if (!srv_planner_auto (self) || !self->measure || !cfg->adaptive || mode == PL_MODE_FL
+    ||  mode == PL_MODE_SL)
         return false;
     bool any = false;
     for (int i = 0; i < self->args.devices; i++)

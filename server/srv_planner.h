@@ -37,7 +37,7 @@ typedef struct _srv_planner_t srv_planner_t;
 typedef struct {
     const pl_config_t *cfg;         //  borrowed; outlives the planner
     const nn_model_spec_t *spec;    //  borrowed
-    proto_mode_t mode;
+    pl_mode_t mode;
     int devices;
     int batch;
     int workers;                    //  the server's compute threads

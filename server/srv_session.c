@@ -303,7 +303,7 @@ s_session_replace (srv_t *self, srv_device_t *d, char *why, size_t why_size)
         srv_drop (self, d, 0, "its connection is gone (a new connection asks for its id)");
     }
     if (self->started && was_active
-    &&  srv_session_active_count (self) < self->cfg.min_devices) {
+    &&  srv_session_active_count (self) < self->cfg->min_devices) {
         snprintf (why, why_size, "the run has ended");
         return -1;
     }
@@ -336,13 +336,13 @@ static proto_plan_t
 s_assignment (const srv_t *self, int id)
 {
     proto_plan_t plan = { .device_id = (uint32_t) id,
-                          .split_point = self->mode == PROTO_MODE_FL
+                          .split_point = self->mode == PL_MODE_FL
                                        ? 0 : (uint32_t) self->assign.split[id],
                           .micro_batches = (uint32_t) self->assign.micro[id],
                           .batch_size = (uint32_t) self->batch,
                           .devices = (uint32_t) self->devices,
                           .mode = (uint32_t) self->mode, .shard_begin = 0,
-                          .shard_count = 0, .seed = self->cfg.seed,
+                          .shard_count = 0, .seed = self->cfg->seed,
                           .origin_s = self->origin };
     return plan;
 }
@@ -366,7 +366,7 @@ srv_session_hello (srv_t *self, const proto_msg_t *msg, const uint8_t *rid, size
                    const char *key)
 {
     const proto_hello_t *hello = proto_msg_hello (msg);
-    uint32_t need = self->mode == PROTO_MODE_FL ? PROTO_CAP_FL : PROTO_CAP_SPLIT;
+    uint32_t need = self->mode == PL_MODE_FL ? PROTO_CAP_FL : PROTO_CAP_SPLIT;
     if (!(hello->capabilities & need)) {
         srv_send_error_to (self, rid, rid_len, PROTO_ERR_REFUSED,
                            "capability missing for this run's mode");
@@ -402,7 +402,7 @@ srv_session_hello (srv_t *self, const proto_msg_t *msg, const uint8_t *rid, size
     memcpy (d->rid, rid, rid_len);
     d->rid_len = rid_len;
     d->state = proto_state_next (PROTO_STATE_CONNECTING, PROTO_MSG_HELLO, PROTO_UP);
-    d->replica = self->mode == PROTO_MODE_SL ? 0 : id;
+    d->replica = self->mode == PL_MODE_SL ? 0 : id;
     if (!d->params)
         d->params = nn_malloc (sizeof (float) * self->dev_wcount);
     self->joined++;
@@ -411,7 +411,7 @@ srv_session_hello (srv_t *self, const proto_msg_t *msg, const uint8_t *rid, size
 
     proto_msg_t *w = proto_msg_new (PROTO_MSG_WELCOME);
     proto_msg_set_route (w, (uint32_t) id, 0, 0, 0);
-    cJSON *json = pl_config_to_json (&self->cfg);
+    cJSON *json = pl_config_to_json (self->cfg);
     char *text = json ? cJSON_PrintUnformatted (json) : NULL;
     cJSON_Delete (json);
     if (!text || proto_msg_set_config (w, text, strlen (text))) {
@@ -438,7 +438,7 @@ void
 srv_session_heartbeat (srv_t *self)
 {
     double now = pl_monotonic ();
-    if (now - self->last_heartbeat < self->cfg.heartbeat_s)
+    if (now - self->last_heartbeat < self->cfg->heartbeat_s)
         return;
     self->last_heartbeat = now;
     for (int i = 0; i < self->devices; i++)

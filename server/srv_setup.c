@@ -21,7 +21,7 @@
 static size_t
 s_frame_limit (const srv_t *self)
 {
-    size_t bytes = proto_limits_frame_bytes (&self->limits, self->mode != PROTO_MODE_FL);
+    size_t bytes = proto_limits_frame_bytes (&self->limits, self->mode != PL_MODE_FL);
     if (!srv_planner_auto (self->planner))
         return bytes;
     proto_limits_t any = self->limits;
@@ -77,7 +77,7 @@ s_shard_count (const nn_dataset_t *unloaded, int *count_out, void *arg, char *er
 static void
 s_shards_compute (srv_t *self)
 {
-    const pl_config_t *cfg = &self->cfg;
+    const pl_config_t *cfg = self->cfg;
     char err[NN_ERR_SIZE];
     s_shard_count_t sc = { .cfg = cfg, .sizes = self->shard_size };
     const char *dir = cfg->data_dir[0] ? cfg->data_dir : NULL;
@@ -103,7 +103,7 @@ static int
 s_models (srv_t *self)
 {
     char err[NN_ERR_SIZE];
-    const pl_config_t *cfg = &self->cfg;
+    const pl_config_t *cfg = self->cfg;
     int split = srv_assign_split (&self->assign);
     int mb = srv_assign_max_micro_batch (&self->assign, self->batch);
     self->devpart = nn_model_new (&self->spec, 0, split, 1, err, sizeof err);
@@ -126,7 +126,7 @@ s_models (srv_t *self)
     self->limits.classes = (uint32_t) self->spec.classes;
     self->limits.slab_count = self->dev_wcount;
     self->limits.spec_hash = self->spec_hash;
-    if (self->mode == PROTO_MODE_FL)
+    if (self->mode == PL_MODE_FL)
         return 0;
     nn_shape_t s = nn_model_output_shape (self->devpart);
     self->limits.h = (uint32_t) s.h;
@@ -136,14 +136,14 @@ s_models (srv_t *self)
     self->bufpool = srv_bufpool_new (2 * self->devices + 2);
     srv_pool_args_t pa = {
         .spec = &self->spec, .split = split,
-        .replicas = self->mode == PROTO_MODE_SL ? 1 : self->devices,
+        .replicas = self->mode == PL_MODE_SL ? 1 : self->devices,
         //  One worker per core: more would only oversubscribe the host
         //  (OpenBLAS runs one thread inside each worker).
         .workers = srv_parts_workers (self),
         .max_batch = mb, .batch_size = self->batch, .seed = cfg->seed,
         .sgd = { (float) cfg->learning_rate, (float) cfg->momentum,
                  (float) cfg->weight_decay },
-        .origin = self->origin, .shared_replica = self->mode == PROTO_MODE_SL,
+        .origin = self->origin, .shared_replica = self->mode == PL_MODE_SL,
         .bufpool = self->bufpool
     };
     self->pool = srv_pool_new (&pa, err, sizeof err);
@@ -160,7 +160,7 @@ static int
 s_router (srv_t *self, const srv_args_t *args)
 {
     char err[NN_ERR_SIZE];
-    const pl_config_t *cfg = &self->cfg;
+    const pl_config_t *cfg = self->cfg;
     self->router = zsock_new (ZMQ_ROUTER);
     if (!self->router) {
         pl_log_error ("server: cannot create the ROUTER socket");
@@ -214,7 +214,7 @@ s_router (srv_t *self, const srv_args_t *args)
     size_t len = sizeof endpoint;
     zmq_getsockopt (self->rh, ZMQ_LAST_ENDPOINT, endpoint, &len);
     pl_log_info ("server: listening on %s for %d device(s), mode %s; frames up to "
-                 "%zu bytes", endpoint, self->devices, cfg->mode,
+                 "%zu bytes", endpoint, self->devices, pl_mode_name (cfg->mode),
                  self->limits.max_frame_bytes);
     if (args->endpoint_file) {
         char path[1024];
@@ -231,8 +231,8 @@ int
 srv_setup (srv_t *self, const srv_args_t *args)
 {
     char err[NN_ERR_SIZE];
-    pl_config_t *cfg = &self->cfg;
-    self->mode = (proto_mode_t) proto_mode_from_name (cfg->mode);
+    const pl_config_t *cfg = self->cfg;
+    self->mode = cfg->mode;
     self->batch = cfg->batch_size;
     self->devices = cfg->devices;
     self->agg = (srv_agg_t) { srv_aggregate_rule (cfg->aggregation), cfg->trim_fraction };
@@ -257,12 +257,6 @@ srv_setup (srv_t *self, const srv_args_t *args)
     self->planner = srv_planner_new (&pa, &self->assign, pl_summary_root (self->summary));
     if (!self->planner)
         return -1;
-    if (srv_planner_auto (self->planner)) {
-        //  WELCOME's config and the checkpoints carry the provisional plan.
-        cfg->split_point = srv_assign_split (&self->assign);
-        if (self->mode == PROTO_MODE_PIPELEARN)
-            cfg->micro_batches = self->assign.micro[0];
-    }
     nn_model_spec_hash (&self->spec, self->spec_hash);
     if (s_models (self) || s_router (self, args))
         return -1;
@@ -279,28 +273,26 @@ srv_setup_resume (srv_t *self)
     srv_ckpt_point_t pt;
     cJSON *epochs = NULL;
     char err[NN_ERR_SIZE], chosen[2048];
-    //  A planned ("auto") run resumes with the split it checkpointed; the
-    //  provisional plan of this start may differ.
-    int p = 0, n = 0;
+    //  A planned ("auto") run resumes with the assignment it checkpointed;
+    //  the provisional plan of this start may differ.
+    srv_assign_t a;
     if (srv_planner_auto (self->planner)
-    &&  srv_ckpt_peek_plan (self->results, &p, &n) == 0) {
-        srv_assign_t a = self->assign;
-        if (p != srv_assign_split (&a) && p >= 1 && p < self->units) {
+    &&  srv_ckpt_peek_assign (self->results, self->devices, &a) == 0) {
+        int p = srv_assign_split (&a);
+        if (p != srv_assign_split (&self->assign) && p >= 1 && p < self->units) {
             for (int i = 0; i < SRV_MAX_DEVICES; i++)
                 self->assign.split[i] = p;
             if (srv_parts_resplit (self))
                 return -1;
         }
-        if (self->mode == PROTO_MODE_PIPELEARN && self->batch % n == 0) {
-            self->cfg.micro_batches = n;
-            for (int i = 0; i < SRV_MAX_DEVICES; i++)
-                self->assign.micro[i] = n;
-        }
+        for (int i = 0; i < self->devices; i++)
+            if (self->mode == PL_MODE_PIPELEARN && self->batch % a.micro[i] == 0)
+                self->assign.micro[i] = a.micro[i];
     }
     int count = self->pool ? srv_pool_replicas (self->pool) : 0;
     for (int i = 0; i < count; i++)
         reps[i] = srv_pool_model (self->pool, i);
-    int rc = srv_ckpt_load (self->results, &self->cfg, self->devpart, reps, count, &pt,
+    int rc = srv_ckpt_load (self->results, self->cfg, self->devpart, reps, count, &pt,
                             &epochs, chosen, sizeof chosen, err, sizeof err);
     if (rc == -2) {
         //  A supervisor always passes --resume; the first start has none.
@@ -312,9 +304,9 @@ srv_setup_resume (srv_t *self)
         return -1;
     }
     pl_summary_set_epochs (self->summary, epochs);
-    if (pt.epoch > self->cfg.epochs) {
+    if (pt.epoch > self->cfg->epochs) {
         pl_log_info ("server: --resume: the run in %s is complete (%d epoch(s)); nothing to "
-                     "do", self->results, self->cfg.epochs);
+                     "do", self->results, self->cfg->epochs);
         return 1;
     }
     //  timeline.csv keeps the epochs that ended before this point, in the

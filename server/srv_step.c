@@ -37,7 +37,7 @@ static void
 s_round_begin (srv_t *self)
 {
     self->round_start = pl_monotonic ();
-    if (self->mode == PROTO_MODE_SL) {
+    if (self->mode == PL_MODE_SL) {
         s_send_model (self, &self->dev[self->sl_turn]);
         return;
     }
@@ -61,7 +61,7 @@ s_activate_pending (srv_t *self)
         srv_device_t *d = &self->dev[i];
         if (!d->joined || d->active)
             continue;
-        if (self->mode != PROTO_MODE_FL && self->mode != PROTO_MODE_SL && from >= 0) {
+        if (self->mode != PL_MODE_FL && self->mode != PL_MODE_SL && from >= 0) {
             if (srv_pool_busy (self->pool, d->replica))
                 continue;
             nn_model_t *r = srv_pool_model (self->pool, d->replica);
@@ -86,7 +86,7 @@ s_epoch_begin (srv_t *self)
 {
     self->epoch_start = pl_monotonic ();
     s_activate_pending (self);
-    if (self->mode == PROTO_MODE_SL) {
+    if (self->mode == PL_MODE_SL) {
         bool active[SRV_MAX_DEVICES];
         for (int i = 0; i < self->devices; i++)
             active[i] = self->dev[i].active;
@@ -94,6 +94,19 @@ s_epoch_begin (srv_t *self)
     }
     srv_parts_checkpoint (self);
     s_round_begin (self);
+}
+
+//  summary.json "assignment": per device, the split point and N in force.
+static void
+s_record_assignment (srv_t *self)
+{
+    cJSON *root = pl_summary_root (self->summary);
+    cJSON_DeleteItemFromObjectCaseSensitive (root, "assignment");
+    cJSON *a = cJSON_AddObjectToObject (root, "assignment");
+    cJSON_AddItemToObject (a, "split_point",
+                           cJSON_CreateIntArray (self->assign.split, self->devices));
+    cJSON_AddItemToObject (a, "micro_batches",
+                           cJSON_CreateIntArray (self->assign.micro, self->devices));
 }
 
 //  The one place the assignment changes: apply the planner's decision,
@@ -110,8 +123,7 @@ s_apply (srv_t *self, const srv_planner_decision_t *dec)
     for (int i = 0; i < self->devices; i++)
         if (dec->tell[i])
             srv_session_send_plan (self, i);
-    //  WELCOME's config carries the split point too.
-    self->cfg.split_point = split;
+    s_record_assignment (self);
     return srv_parts_resize (self);
 }
 
@@ -140,11 +152,12 @@ s_start (srv_t *self)
     else
         snprintf (micro, sizeof micro, "%d..%d", lo, hi);
     pl_log_info ("server: all %d device(s) joined; training (%s, split %d, %s "
-                 "micro-batch(es), batch %d)", self->devices, self->cfg.mode,
-                 self->mode == PROTO_MODE_FL ? self->units : srv_assign_split (&self->assign),
+                 "micro-batch(es), batch %d)", self->devices, pl_mode_name (self->mode),
+                 self->mode == PL_MODE_FL ? self->units : srv_assign_split (&self->assign),
                  micro, self->batch);
     for (int i = 0; i < self->devices; i++)
         self->dev[i].active = true;
+    s_record_assignment (self);
     self->sl_turn = 0;
     if (!self->resumed)
         srv_parts_checkpoint (self);
@@ -181,8 +194,8 @@ s_maybe_start (srv_t *self)
 static void
 s_clip_updates (srv_t *self)
 {
-    double max_norm = self->cfg.clip_update_norm;
-    if (max_norm <= 0.0 || self->mode == PROTO_MODE_SL)
+    double max_norm = self->cfg->clip_update_norm;
+    if (max_norm <= 0.0 || self->mode == PL_MODE_SL)
         return;
     const float *ref = nn_model_weights_const (self->devpart);
     for (int i = 0; i < self->devices; i++) {
@@ -247,7 +260,7 @@ static void
 s_end_epoch (srv_t *self)
 {
     bool summary_written = srv_epoch_record (self);
-    if (self->epoch >= self->cfg.epochs) {
+    if (self->epoch >= self->cfg->epochs) {
         srv_epoch_finish (self, summary_written);
         return;
     }
@@ -294,7 +307,7 @@ s_round_close (srv_t *self)
         active[i] = self->dev[i].active;
         params_in[i] = self->dev[i].params_in;
     }
-    if (self->mode == PROTO_MODE_SL) {
+    if (self->mode == PL_MODE_SL) {
         int t = self->sl_turn;
         if (t < self->devices && active[t] && !params_in[t])
             return false;
@@ -328,10 +341,10 @@ s_step (srv_t *self)
     if (!self->started)
         return s_maybe_start (self);
     int active = srv_session_active_count (self);
-    if (active < self->cfg.min_devices) {
+    if (active < self->cfg->min_devices) {
         char text[128];
         snprintf (text, sizeof text, "%d device(s) left, min_devices is %d", active,
-                  self->cfg.min_devices);
+                  self->cfg->min_devices);
         srv_session_abort_all (self, text);
         return false;
     }

@@ -122,12 +122,12 @@ srv_timeline_progress (srv_t *self)
     double wall = now - self->epoch_start;
     long images = self->samples_seen;
     double loss = self->iterations ? self->loss_sum / self->iterations : 0.0;
-    if (self->mode == PROTO_MODE_FL)
+    if (self->mode == PL_MODE_FL)
         printf ("\r\033[Kepoch %d/%d  %.1f s  (fl: devices train locally)", self->epoch,
-                self->cfg.epochs, wall);
+                self->cfg->epochs, wall);
     else
         printf ("\r\033[Kepoch %d/%d  %ld iterations  %ld images  loss %.4f  %.0f images/s"
-                "  %.1f s", self->epoch, self->cfg.epochs, self->iterations, images, loss,
+                "  %.1f s", self->epoch, self->cfg->epochs, self->iterations, images, loss,
                 wall > 0 ? images / wall : 0.0, wall);
     fflush (stdout);
     self->progress_shown = true;

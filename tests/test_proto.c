@@ -195,7 +195,7 @@ s_plan (void)
 {
     return (proto_plan_t) { .device_id = 2, .split_point = 1, .micro_batches = 4,
                             .batch_size = 100, .devices = 4,
-                            .mode = PROTO_MODE_PIPELEARN, .shard_begin = 5000,
+                            .mode = PL_MODE_PIPELEARN, .shard_begin = 5000,
                             .shard_count = 2500, .seed = 0x0123456789ABCDEFull,
                             .origin_s = 1754000000.123456789 };
 }
@@ -1838,10 +1838,10 @@ Test (proto, names_and_codes)
             cr_assert_str_neq (proto_strerror (a), proto_strerror (b));
         cr_assert_eq (proto_code_is_malformed (a), a <= PROTO_E_MAGIC);
     }
-    cr_assert_eq (proto_mode_from_name ("pipelearn"), PROTO_MODE_PIPELEARN);
-    cr_assert_eq (proto_mode_from_name ("fl"), PROTO_MODE_FL);
-    cr_assert_eq (proto_mode_from_name ("FL"), -1);
-    cr_assert_str_eq (proto_mode_name (PROTO_MODE_SFL), "sfl");
+    cr_assert_eq (pl_mode_from_name ("pipelearn"), PL_MODE_PIPELEARN);
+    cr_assert_eq (pl_mode_from_name ("fl"), PL_MODE_FL);
+    cr_assert_eq (pl_mode_from_name ("FL"), -1);
+    cr_assert_str_eq (pl_mode_name (PL_MODE_SFL), "sfl");
     const char *stages[] = { "UNKNOWN", "forward", "backward", "update", "wait", "upload",
                              "UNKNOWN" };
     for (int st = 0; st <= PROTO_STAGE_MAX + 1; st++)
@@ -1854,7 +1854,7 @@ Test (proto, names_and_codes)
 
 Test (proto, state_machine)
 {
-    const proto_mode_t pl = PROTO_MODE_PIPELEARN, fl = PROTO_MODE_FL;
+    const pl_mode_t pl = PL_MODE_PIPELEARN, fl = PL_MODE_FL;
     //  Before HELLO only HELLO, and only upwards.
     cr_assert (proto_type_allowed (pl, PROTO_STATE_CONNECTING, PROTO_MSG_HELLO, PROTO_UP));
     cr_assert_not (proto_type_allowed (pl, PROTO_STATE_CONNECTING, PROTO_MSG_HEARTBEAT, PROTO_UP));
@@ -1889,10 +1889,10 @@ Test (proto, state_machine)
     cr_assert (proto_type_allowed (fl, PROTO_STATE_TRAINING, PROTO_MSG_MODEL, PROTO_DOWN));
     //  Closed: nothing.
     //  EVENTS: device to server while training, in every mode.
-    for (int mode = PROTO_MODE_FL; mode <= PROTO_MODE_PIPELEARN; mode++) {
-        cr_assert (proto_type_allowed ((proto_mode_t) mode, PROTO_STATE_TRAINING,
+    for (int mode = PL_MODE_FL; mode <= PL_MODE_PIPELEARN; mode++) {
+        cr_assert (proto_type_allowed ((pl_mode_t) mode, PROTO_STATE_TRAINING,
                                        PROTO_MSG_EVENTS, PROTO_UP));
-        cr_assert_not (proto_type_allowed ((proto_mode_t) mode, PROTO_STATE_TRAINING,
+        cr_assert_not (proto_type_allowed ((pl_mode_t) mode, PROTO_STATE_TRAINING,
                                            PROTO_MSG_EVENTS, PROTO_DOWN));
     }
     cr_assert_not (proto_type_allowed (pl, PROTO_STATE_CONNECTING, PROTO_MSG_EVENTS, PROTO_UP));

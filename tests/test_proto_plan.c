@@ -100,7 +100,7 @@ static proto_plan_t
 s_plan (void)
 {
     return (proto_plan_t) { .device_id = 1, .split_point = 2, .micro_batches = 10,
-                            .batch_size = 100, .devices = 2, .mode = PROTO_MODE_PIPELEARN,
+                            .batch_size = 100, .devices = 2, .mode = PL_MODE_PIPELEARN,
                             .seed = 7, .origin_s = 1.5e9 };
 }
 
@@ -248,7 +248,7 @@ Test (proto_plan, malformed_probe_and_plan_refused)
 
 Test (proto_plan, state_machine_places_planning)
 {
-    const proto_mode_t pl = PROTO_MODE_PIPELEARN, fl = PROTO_MODE_FL;
+    const pl_mode_t pl = PL_MODE_PIPELEARN, fl = PL_MODE_FL;
     //  Joined: PROFILE up, PROBE both ways, PLAN down; split modes only.
     cr_assert (proto_type_allowed (pl, PROTO_STATE_JOINED, PROTO_MSG_PROFILE, PROTO_UP));
     cr_assert_not (proto_type_allowed (pl, PROTO_STATE_JOINED, PROTO_MSG_PROFILE, PROTO_DOWN));

@@ -144,7 +144,7 @@ s_proto_seeds (void)
     if (proto_msg_set_config (msg, text, strlen (text)))
         fuzz_die ("welcome config");
     proto_plan_t plan = { .device_id = 1, .split_point = 1, .micro_batches = 4,
-                          .batch_size = 100, .devices = 2, .mode = PROTO_MODE_PIPELEARN,
+                          .batch_size = 100, .devices = 2, .mode = PL_MODE_PIPELEARN,
                           .shard_begin = 10000, .shard_count = 10000, .seed = 2,
                           .origin_s = 1700000000.5 };
     proto_msg_set_plan (msg, &plan);
