@@ -332,10 +332,10 @@ srv_session_drop_revoked (srv_t *self)
 }
 
 //  What WELCOME and PLAN tell device id: the current assignment.
-static proto_plan_t
+static proto_assign_t
 s_assignment (const srv_t *self, int id)
 {
-    proto_plan_t plan = { .device_id = (uint32_t) id,
+    proto_assign_t plan = { .device_id = (uint32_t) id,
                           .split_point = self->mode == PL_MODE_FL
                                        ? 0 : (uint32_t) self->assign.split[id],
                           .micro_batches = (uint32_t) self->assign.micro[id],
@@ -354,9 +354,9 @@ srv_session_send_plan (srv_t *self, int id)
     if (!d->joined)
         return;
     proto_msg_t *m = proto_msg_new (PROTO_MSG_PLAN);
-    proto_plan_t plan = s_assignment (self, id);
+    proto_assign_t plan = s_assignment (self, id);
     proto_msg_set_route (m, (uint32_t) id, (uint32_t) self->epoch, 0, 0);
-    proto_msg_set_plan (m, &plan);
+    proto_msg_set_assign (m, &plan);
     d->micro = self->assign.micro[id];
     srv_send (self, d, &m);
 }
@@ -422,8 +422,8 @@ srv_session_hello (srv_t *self, const proto_msg_t *msg, const uint8_t *rid, size
         return;
     }
     free (text);
-    proto_plan_t plan = s_assignment (self, id);
-    proto_msg_set_plan (w, &plan);
+    proto_assign_t plan = s_assignment (self, id);
+    proto_msg_set_assign (w, &plan);
     proto_msg_set_profile_request (w, srv_planner_profile_wanted (self->planner,
                                                                   self->started));
     srv_send (self, d, &w);

@@ -9,7 +9,6 @@
 #include "nn_checkpoint.h"
 #include "nn_rng.h"
 #include "pl_log.h"
-#include "proto_tensor.h"
 #include "srv_ckpt.h"
 #include "srv_metrics.h"
 #include "srv_parts.h"

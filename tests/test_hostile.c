@@ -52,7 +52,7 @@
 //  A scripted device's session.
 typedef struct {
     void *ctx, *sock;
-    proto_plan_t plan;          //  from WELCOME
+    proto_assign_t plan;          //  from WELCOME
     proto_slab_t slab;          //  of the last MODEL
     float *w;                   //  its weights (slab.count)
     uint32_t epoch, iter;       //  where the MODEL's round starts
@@ -101,7 +101,7 @@ s_device_join (s_device_t *self, const char *endpoint, int id, int rcvhwm)
     msg = s_device_recv (self, "WELCOME");
     cr_assert_eq (proto_msg_type (msg), PROTO_MSG_WELCOME, "got %s, want WELCOME",
                   proto_type_name (proto_msg_type (msg)));
-    self->plan = *proto_msg_plan (msg);
+    self->plan = *proto_msg_assign (msg);
     cr_assert_eq (self->plan.device_id, (uint32_t) id);
     proto_msg_destroy (&msg);
 }

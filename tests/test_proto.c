@@ -19,7 +19,6 @@
 #include <zmq.h>
 
 #include "proto_msg.h"
-#include "proto_tensor.h"
 
 #define S_MAX_RAW 8
 #define S_TIMEOUT_MS 3000
@@ -190,10 +189,10 @@ s_make_slab (int type, uint64_t count)
     return m;
 }
 
-static proto_plan_t
+static proto_assign_t
 s_plan (void)
 {
-    return (proto_plan_t) { .device_id = 2, .split_point = 1, .micro_batches = 4,
+    return (proto_assign_t) { .device_id = 2, .split_point = 1, .micro_batches = 4,
                             .batch_size = 100, .devices = 4,
                             .mode = PL_MODE_PIPELEARN, .shard_begin = 5000,
                             .shard_count = 2500, .seed = 0x0123456789ABCDEFull,
@@ -208,8 +207,8 @@ s_make_welcome (void)
     proto_msg_t *m = proto_msg_new (PROTO_MSG_WELCOME);
     s_set_route (m);
     cr_assert_eq (proto_msg_set_config (m, s_json, strlen (s_json)), 0);
-    proto_plan_t plan = s_plan ();
-    proto_msg_set_plan (m, &plan);
+    proto_assign_t plan = s_plan ();
+    proto_msg_set_assign (m, &plan);
     return m;
 }
 
@@ -479,8 +478,8 @@ Test (proto, roundtrip_welcome)
     const char *json = proto_msg_config (got, &len);
     cr_assert_eq (len, strlen (s_json));
     cr_assert_str_eq (json, s_json);
-    const proto_plan_t *plan = proto_msg_plan (got);
-    proto_plan_t want = s_plan ();
+    const proto_assign_t *plan = proto_msg_assign (got);
+    proto_assign_t want = s_plan ();
     cr_assert_eq (plan->device_id, want.device_id);
     cr_assert_eq (plan->split_point, want.split_point);
     cr_assert_eq (plan->micro_batches, want.micro_batches);
@@ -1050,8 +1049,8 @@ Test (proto, send_refuses_incomplete_message_and_keeps_it)
     cr_assert_eq (proto_msg_check (m, err, sizeof err), PROTO_E_VALUE);
     cr_assert_eq (proto_msg_set_config (m, "{}", 2), 0);
     cr_assert_eq (proto_msg_check (m, err, sizeof err), PROTO_E_VALUE, "zeroed plan is invalid");
-    proto_plan_t plan = s_plan ();
-    proto_msg_set_plan (m, &plan);
+    proto_assign_t plan = s_plan ();
+    proto_msg_set_assign (m, &plan);
     cr_assert_eq (proto_msg_check (m, err, sizeof err), 0, "%s", err);
     proto_msg_destroy (&m);
     m = proto_msg_new (PROTO_MSG_STATS);

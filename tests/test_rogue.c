@@ -428,7 +428,7 @@ s_fake_join (s_fake_t *self, void *ctx, const char *endpoint, int id, uint64_t s
     proto_msg_t *msg = s_recv (self->sock, "WELCOME");
     cr_assert_eq (proto_msg_type (msg), PROTO_MSG_WELCOME, "got %s, want WELCOME",
                   proto_type_name (proto_msg_type (msg)));
-    self->id = proto_msg_plan (msg)->device_id;
+    self->id = proto_msg_assign (msg)->device_id;
     cr_assert_eq (self->id, (uint32_t) id);
     proto_msg_destroy (&msg);
 }

@@ -353,7 +353,7 @@ s_bad_events (uint32_t epoch, proto_event_t event, const char *needle)
     cr_assert_eq (proto_msg_send (&msg, dev), 0);
 
     msg = s_recv_msg (dev, PROTO_MSG_WELCOME);
-    double origin = proto_msg_plan (msg)->origin_s;
+    double origin = proto_msg_assign (msg)->origin_s;
     cr_assert (origin > before - 60 && origin <= (double) time (NULL) + 1,
                "WELCOME: plan origin_s %.6f is not the server's start (now %.0f)", origin,
                before);

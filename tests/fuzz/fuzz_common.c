@@ -8,7 +8,6 @@
 
 #include "nn_alloc.h"
 #include "nn_rng.h"
-#include "proto_tensor.h"     //  proto_limits_frame_bytes, as srv_setup.c uses it
 
 void
 fuzz_die (const char *fmt, ...)

@@ -19,7 +19,6 @@
 
 #include "fuzz_common.h"
 #include "proto_msg.h"
-#include "proto_tensor.h"     //  proto_limits_frame_bytes, as the daemons use it
 
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
 
