@@ -8,8 +8,8 @@
     Who calls whom (never back): srv_main -> srv_inbox, srv_step,
     srv_setup, srv_session, srv_timeline; srv_inbox -> srv_session,
     srv_timeline; srv_step -> srv_epoch, srv_parts, srv_session; srv_epoch
-    -> srv_parts, srv_session, srv_timeline; srv_setup -> srv_parts;
-    srv_parts and srv_session call none of them.
+    -> srv_parts, srv_session, srv_timeline; srv_setup -> srv_parts,
+    srv_session; srv_parts and srv_session call none of them.
 */
 #ifndef SRV_INTERNAL_H_INCLUDED
 #define SRV_INTERNAL_H_INCLUDED
