@@ -752,7 +752,7 @@ main (int argc, char **argv)
     in.devices_count = cfg.devices;
     in.devices = devs;
     //  The server's pool: one worker per core (threads), at most one per
-    //  device (srv_main.c).
+    //  device (srv_parts.c, srv_parts_workers).
     int cores = cfg.threads > 0 ? cfg.threads : (int) sysconf (_SC_NPROCESSORS_ONLN);
     in.server_workers = cores < 1 ? 1 : cores > cfg.devices ? cfg.devices : cores;
     in.forward_first = args.forward_first;

@@ -82,7 +82,7 @@ Test (config, defaults_pass_check)
     cr_assert_float_eq (config.momentum, 0.9, 1e-15);
     cr_assert_eq (config.seed, 1);
     cr_assert_eq (config.partition, NN_PARTITION_CONTIGUOUS);
-    cr_assert_str_eq (config.mode, "pipelearn");
+    cr_assert_eq (config.mode, PL_MODE_PIPELEARN);
     cr_assert_eq (config.devices, 2);
     cr_assert_eq (config.split_point, 1);
     cr_assert_eq (config.micro_batches, 4);
@@ -514,9 +514,9 @@ Test (config, check_rejects_bad_combinations)
     cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
     //  FL does not split, so its split_point is not checked.
     config.split_point = 5;
-    strcpy (config.mode, "fl");
+    config.mode = PL_MODE_FL;
     cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
-    strcpy (config.mode, "sl");
+    config.mode = PL_MODE_SL;
     cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
 
     pl_config_defaults (&config);

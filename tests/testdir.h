@@ -1,17 +1,19 @@
-/*  testdir.h: temporary directories for tests that write files. The
-    including file defines TMP_TEMPLATE ("/tmp/pl_test_NAME_XXXXXX") first;
-    Criterion runs tests in parallel processes, so each gets its own. */
+/*  testdir.h: the older spelling of pltest.h's temporary directories, for
+    the unit tests that still use it (they define TMP_TEMPLATE,
+    "/tmp/pl_test_NAME_XXXXXX", before including this). New tests call
+    pltest_mkdtemp (dir, "NAME") from tests/support/pltest.h instead. */
 #ifndef TESTDIR_H_INCLUDED
 #define TESTDIR_H_INCLUDED
 
 #include <criterion/criterion.h>
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+
+#include "pltest.h"
 
 #include "nn_alloc.h"
 
@@ -22,30 +24,16 @@ s_mkdtemp (char *dir)
     cr_assert_not_null (mkdtemp (dir), "mkdtemp: %s", strerror (errno));
 }
 
-static void
+static inline void
 s_rmtree (const char *dir)
 {
-    DIR *d = opendir (dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir (d)) != NULL) {
-        if (strcmp (e->d_name, ".") == 0 || strcmp (e->d_name, "..") == 0)
-            continue;
-        char path[4096];
-        int n = snprintf (path, sizeof path, "%s/%s", dir, e->d_name);
-        if (n > 0 && n < (int) sizeof path && unlink (path) != 0)
-            s_rmtree (path);
-    }
-    closedir (d);
-    rmdir (dir);
+    pltest_rmtree (dir);
 }
 
-static void
+static inline void
 s_path (char *out, const char *dir, const char *name)
 {
-    int n = snprintf (out, 4096, "%s/%s", dir, name);
-    cr_assert (n > 0 && n < 4096, "path too long");
+    pltest_path (out, dir, name);
 }
 
 //  The whole file at path (nn_free it) and its size.

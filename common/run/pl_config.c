@@ -48,7 +48,7 @@
 typedef enum {
     S_STRING,       //  char[] field, free text
     S_NAME,         //  char[] field holding one of choices' canonical values
-    S_PARTITION,    //  nn_partition_t, named by choices
+    S_ENUM,         //  an enum field (nn_partition_t, pl_mode_t), named by choices
     S_INT,          //  int in [min, max]
     S_DOUBLE,       //  double in min..max (open or closed ends)
     S_BOOL,
@@ -65,7 +65,7 @@ typedef enum {
 typedef struct {
     const char *spelling;   //  normalised: lowercase, no '-', '_' or ' '
     const char *value;      //  canonical value; NULL = known but refused
-    int code;               //  S_PARTITION: the enum value
+    int code;               //  S_ENUM: the enum value
     const char *note;       //  why a refused value is refused
 } s_choice_t;
 
@@ -77,7 +77,7 @@ typedef struct {
     unsigned flags;
     double min, max;            //  S_INT, S_DOUBLE bounds
     bool min_open, max_open;    //  S_DOUBLE: bound excluded
-    const s_choice_t *choices;  //  S_NAME, S_PARTITION; ends with spelling NULL
+    const s_choice_t *choices;  //  S_NAME, S_ENUM; ends with spelling NULL
     const char *expect;         //  "an integer > 0": the form errors ask for
 } s_field_t;
 
@@ -126,10 +126,10 @@ static const s_choice_t s_aggregations[] = {
 };
 
 static const s_choice_t s_modes[] = {
-    { "pipelearn", "pipelearn", 0, NULL },
-    { "sfl", "sfl", 0, NULL },
-    { "sl", "sl", 0, NULL },
-    { "fl", "fl", 0, NULL },
+    { "pipelearn", "pipelearn", PL_MODE_PIPELEARN, NULL },
+    { "sfl", "sfl", PL_MODE_SFL, NULL },
+    { "sl", "sl", PL_MODE_SL, NULL },
+    { "fl", "fl", PL_MODE_FL, NULL },
     { NULL, NULL, 0, NULL }
 };
 
@@ -178,12 +178,12 @@ static const s_field_t s_fields[] = {
       .expect = "true, false or \"auto\" (the dataset's default)" },
     { .key = "pad_to", .kind = S_INT, S_AT (pad_to), .min = 0, .max = S_PAD_MAX,
       .expect = "an integer from 0 to 1024 (0 = images as stored)" },
-    { .key = "partition", .kind = S_PARTITION, S_AT (partition), .choices = s_partitions,
+    { .key = "partition", .kind = S_ENUM, S_AT (partition), .choices = s_partitions,
       .expect = "one of \"contiguous\", \"iid\", \"dirichlet\"" },
     { .key = "dirichlet_alpha", .kind = S_DOUBLE, S_AT (dirichlet_alpha),
       .min = 0, .max = INFINITY, .min_open = true, .max_open = true,
       .expect = "a number > 0" },
-    { .key = "mode", .kind = S_NAME, S_AT (mode), .choices = s_modes,
+    { .key = "mode", .kind = S_ENUM, S_AT (mode), .choices = s_modes,
       .expect = "one of \"pipelearn\", \"sfl\", \"sl\", \"fl\"" },
     { .key = "devices", .kind = S_INT, S_AT (devices), .min = 1, .max = S_DEVICES_MAX,
       .expect = "an integer from 1 to 1024" },
@@ -567,7 +567,7 @@ s_apply (pl_config_t *self, const s_field_t *f, const s_alias_t *alias,
             return 0;
         }
         case S_NAME:
-        case S_PARTITION: {
+        case S_ENUM: {
             if (!cJSON_IsString (item))
                 return s_value_error (source, f, alias, item, NULL, err, err_size);
             const nn_model_entry_t *model = (f->flags & S_REGISTRY)
@@ -583,7 +583,7 @@ s_apply (pl_config_t *self, const s_field_t *f, const s_alias_t *alias,
             if (f->kind == S_NAME)
                 s_store_string (target, f->size, choice->value);
             else
-                *(nn_partition_t *) target = (nn_partition_t) choice->code;
+                *(int *) target = choice->code;
             return 0;
         }
         case S_INT: {
@@ -733,7 +733,7 @@ pl_config_defaults (pl_config_t *self)
     self->pad_to = 0;
     self->partition = NN_PARTITION_CONTIGUOUS;
     self->dirichlet_alpha = 0.5;
-    s_store_string (self->mode, sizeof self->mode, "pipelearn");
+    self->mode = PL_MODE_PIPELEARN;
     self->devices = 2;
     self->split_point = 1;
     self->micro_batches = 4;
@@ -891,7 +891,7 @@ pl_config_set (pl_config_t *self, const char *assignment, char *err, size_t err_
     bool wants_string = index >= 0
                      && (s_fields [index].kind == S_STRING
                       || s_fields [index].kind == S_NAME
-                      || s_fields [index].kind == S_PARTITION);
+                      || s_fields [index].kind == S_ENUM);
     if (!value || (wants_string && !cJSON_IsString (value))) {
         cJSON_Delete (value);
         value = cJSON_CreateString (raw);
@@ -949,8 +949,8 @@ s_check_field (const pl_config_t *self, const s_field_t *f, const char *source,
             }
             return 0;
         }
-        case S_PARTITION: {
-            int code = (int) *(const nn_partition_t *) value;
+        case S_ENUM: {
+            int code = *(const int *) value;
             for (const s_choice_t *c = f->choices; c->spelling; c++)
                 if (c->code == code)
                     return 0;
@@ -1006,8 +1006,8 @@ pl_config_check (const pl_config_t *self, const char *source,
 
     //  "auto": pipelearn-server's planner picks the value (docs/planner.md);
     //  the range checks below apply to numbers only.
-    bool pipelearn = strcmp (self->mode, "pipelearn") == 0;
-    bool splits = strcmp (self->mode, "fl") != 0;
+    bool pipelearn = self->mode == PL_MODE_PIPELEARN;
+    bool splits = self->mode != PL_MODE_FL;
 
     //  Micro-batches only exist in pipelearn mode; elsewhere the value is
     //  unused and must not stop a run.
@@ -1048,7 +1048,7 @@ pl_config_check (const pl_config_t *self, const char *source,
             return nn_errf (err, err_size,
                             "%s: split_point, model: %s has %d split units, so split_point "
                             "must be in 1..%d in mode %s, got %d",
-                            source, self->model, units, units - 1, self->mode,
+                            source, self->model, units, units - 1, pl_mode_name (self->mode),
                             self->split_point);
     }
     return 0;
@@ -1085,10 +1085,10 @@ pl_config_to_json (const pl_config_t *self)
             case S_NAME:
                 added = cJSON_AddStringToObject (json, f->key, value);
                 break;
-            case S_PARTITION: {
+            case S_ENUM: {
                 const char *name = NULL;
                 for (const s_choice_t *c = f->choices; c->spelling; c++)
-                    if (c->code == (int) *(const nn_partition_t *) value)
+                    if (c->code == *(const int *) value)
                         name = c->value;
                 assert (name);  //  an out-of-range enum is a programmer error
                 added = cJSON_AddStringToObject (json, f->key, name);

@@ -17,6 +17,7 @@
 #include <cJSON.h>
 
 #include "nn_dataset.h"
+#include "pl_mode.h"
 
 #define PL_AUTO (-1)    //  split_point / micro_batches chosen by the planner;
                         //  augment / flip chosen by the dataset
@@ -47,7 +48,7 @@ typedef struct {
     nn_partition_t partition;   //  contiguous
     double dirichlet_alpha;     //  0.5
     //  Daemons (issue: server and client).
-    char mode[16];              //  "pipelearn" | "sfl" | "sl" | "fl"
+    pl_mode_t mode;             //  "pipelearn" | "sfl" | "sl" | "fl" in a file
     int devices;                //  2
     int split_point;            //  1, or PL_AUTO
     int micro_batches;          //  4, or PL_AUTO

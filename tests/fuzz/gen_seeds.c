@@ -144,11 +144,11 @@ s_proto_seeds (void)
     msg = proto_msg_new (PROTO_MSG_WELCOME);
     if (proto_msg_set_config (msg, text, strlen (text)))
         fuzz_die ("welcome config");
-    proto_plan_t plan = { .device_id = 1, .split_point = 1, .micro_batches = 4,
-                          .batch_size = 100, .devices = 2, .mode = PROTO_MODE_PIPELEARN,
+    proto_assign_t plan = { .device_id = 1, .split_point = 1, .micro_batches = 4,
+                          .batch_size = 100, .devices = 2, .mode = PL_MODE_PIPELEARN,
                           .shard_begin = 10000, .shard_count = 10000, .seed = 2,
                           .origin_s = 1700000000.5 };
-    proto_msg_set_plan (msg, &plan);
+    proto_msg_set_assign (msg, &plan);
     s_proto_seed ("welcome-client", FUZZ_PATH_CLIENT, FUZZ_PROFILE_NONE, NULL, msg);
     cJSON_free (text);
     cJSON_Delete (json);
@@ -219,7 +219,7 @@ s_proto_seeds (void)
     s_proto_seed ("probe-client", FUZZ_PATH_CLIENT, FUZZ_PROFILE_CLIENT, NULL, msg);
     msg = proto_msg_new (PROTO_MSG_PLAN);
     plan.micro_batches = 10;
-    proto_msg_set_plan (msg, &plan);
+    proto_msg_set_assign (msg, &plan);
     s_proto_seed ("plan-client", FUZZ_PATH_CLIENT, FUZZ_PROFILE_CLIENT, NULL, msg);
 
     msg = proto_msg_new (PROTO_MSG_ERROR);
