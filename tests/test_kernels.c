@@ -209,6 +209,7 @@ Test (kernels, conv_1x1_matches_naive)
     s_check_conv (1, 1, 1, 576, 1024, 1, 1, 0); //  1 pixel, MobileNetV3's 1x1 head
     s_check_conv (2, 7, 7, 32, 64, 1, 2, 0);    //  ResNet's projection shortcut
     s_check_conv (2, 4, 4, 8, 8, 1, 1, 1);      //  padded 1x1
+    s_check_conv (2, 5, 5, 4, 12, 3, 1, 1);     //  widths 12 and 36: NEON's tile only
     nn_conv_shape_t s = { .n = 2, .h = 4, .w = 5, .c = 24, .k = 40, .r = 1, .s = 1,
                           .stride = 1, .pad = 0, .groups = 4 };
     s_check_conv_shape (s, false);              //  grouped 1x1

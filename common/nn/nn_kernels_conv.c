@@ -389,7 +389,11 @@ nn_conv2d_backward_weights_rows (float *dw, float *db, const float *dout, const 
     s_gemm_shape_t gs = s_gemm_shape (s);
     int K = s->k, len = gs.len, kg = gs.kg;
     int chunk = s_chunk_rows ((size_t) len, (size_t) s->n * s->p * s->q);
-    bool own = nn_tile_fits (kg);
+    //  Not the AVX2 tile: its 16-wide tiles re-read a^T's strided values
+    //  and ran at 89-96 GFLOP/s against OpenBLAS's (Haswell) 104 for
+    //  VGG5's conv2 and conv3 on a Zen 4 core (forward and input gradient:
+    //  104-111 against 104-106).
+    bool own = nn_tile_fits (kg) && nn_isa_active () != NN_ISA_AVX2;
     float *dwt = scratch + (gs.plain ? 0 : (size_t) chunk * len);
     if (own)
         memset (dwt, 0, sizeof (float) * len * K);

@@ -6,8 +6,8 @@
     AVX-512 tile ran at 200-220 GFLOP/s against 95-100 for OpenBLAS with
     OPENBLAS_CORETYPE=Haswell and 187-190 with its own Cooperlake kernels.
     The AVX2+FMA tile (6 x 16, the 12 accumulators Haswell-class cores
-    hold in their 16 registers) and the NEON one (6 x 16 in 24 of aarch64's
-    32 registers) follow the same plan. Where no tile runs (the generic
+    hold in their 16 registers) and the NEON one (6 x 12: 18 accumulators,
+    3 of b and 6 of a in aarch64's 32 registers) follow the same plan. Where no tile runs (the generic
     level, a width the tile does not cover, valgrind, which cannot execute
     AVX-512) the callers use OpenBLAS; nothing else changes. */
 #ifndef NN_KERNELS_GEMM_H_INCLUDED
@@ -17,7 +17,7 @@
 #include <stddef.h>
 
 //  Whether the active level has a tile for c n floats wide (n a multiple
-//  of its vector width).
+//  of 8; of 4 on NEON).
 bool nn_tile_fits (int n);
 
 //  c (m, n) (+)= a (m, J) . b (J, n), where a(r, j) = a[r * lda + j * as]
