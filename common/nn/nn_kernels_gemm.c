@@ -18,6 +18,14 @@
 #define S_GEMM_KC 128
 //  Rows of c per tile.
 #define S_GEMM_MR 6
+//  Floats of b's block the tiles may stream per 6 rows of c (256 KiB).
+#define S_GEMM_B_BLOCK (64 * 1024)
+
+static bool
+s_b_block_fits (int n, int J)
+{
+    return (long) (J < S_GEMM_KC ? J : S_GEMM_KC) * n <= S_GEMM_B_BLOCK;
+}
 
 //  One register tile: c (mr, W*nv) (+)= a (mr, J) . b (J, W*nv), J at most
 //  S_GEMM_KC, in vectors of type VT (W floats); a, b and c as
@@ -132,10 +140,10 @@ s_gemm_avx2 (float *c, size_t ldc, const float *a, size_t lda, size_t as,
 }
 
 bool
-nn_tile_fits (int n)
+nn_tile_fits (int n, int J)
 {
     nn_isa_t isa = nn_isa_active ();
-    return n % 8 == 0 && (isa == NN_ISA_AVX512 || isa == NN_ISA_AVX2);
+    return n % 8 == 0 && s_b_block_fits (n, J) && (isa == NN_ISA_AVX512 || isa == NN_ISA_AVX2);
 }
 
 void
@@ -150,9 +158,9 @@ nn_tile_gemm (float *c, size_t ldc, const float *a, size_t lda, size_t as,
 #elif S_HAVE_TILE
 //  Advanced SIMD is part of ARMv8-A: the build's own target has it.
 bool
-nn_tile_fits (int n)
+nn_tile_fits (int n, int J)
 {
-    return n % 4 == 0 && nn_isa_active () == NN_ISA_NEON;
+    return n % 4 == 0 && s_b_block_fits (n, J) && nn_isa_active () == NN_ISA_NEON;
 }
 
 void
@@ -163,9 +171,9 @@ nn_tile_gemm (float *c, size_t ldc, const float *a, size_t lda, size_t as,
 }
 #else
 bool
-nn_tile_fits (int n)
+nn_tile_fits (int n, int J)
 {
-    (void) n;
+    (void) n, (void) J;
     return false;
 }
 
