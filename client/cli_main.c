@@ -763,6 +763,8 @@ s_prepare (cli_t *self)
                                                 s_select_shard, &sh, err, sizeof err);
     if (!self->train)
         goto fail;
+    if (cfg->pad_to > 0 && nn_dataset_pad (self->train, cfg->pad_to, err, sizeof err))
+        goto fail;
     if (nn_model_spec_by_name (&self->spec, cfg->model, self->train->c, self->train->h,
                                self->train->w, self->train->classes, err, sizeof err))
         goto fail;

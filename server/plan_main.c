@@ -729,6 +729,8 @@ main (int argc, char **argv)
     const char *dir = cfg.data_dir[0] ? cfg.data_dir : NULL;
     nn_dataset_t *train = nn_dataset_load_named (cfg.dataset, dir, true, cfg.samples, err,
                                                  sizeof err);
+    if (train && cfg.pad_to > 0 && nn_dataset_pad (train, cfg.pad_to, err, sizeof err))
+        nn_dataset_destroy (&train);
     if (!train) {
         pl_log_error ("%s", err);
         return 1;

@@ -239,6 +239,9 @@ srv_setup (srv_t *self, const srv_args_t *args)
     const char *dir = cfg->data_dir[0] ? cfg->data_dir : NULL;
     self->test = nn_dataset_load_named (cfg->dataset, dir, false, cfg->test_samples, err,
                                         sizeof err);
+    if (self->test && cfg->pad_to > 0 && nn_dataset_pad (self->test, cfg->pad_to, err,
+                                                         sizeof err))
+        nn_dataset_destroy (&self->test);
     if (!self->test) {
         pl_log_error ("%s", err);
         return -1;
