@@ -729,6 +729,8 @@ main (int argc, char **argv)
     const char *dir = cfg.data_dir[0] ? cfg.data_dir : NULL;
     nn_dataset_t *train = nn_dataset_load_named (cfg.dataset, dir, true, cfg.samples, err,
                                                  sizeof err);
+    if (train && cfg.pad_to > 0 && nn_dataset_pad (train, cfg.pad_to, err, sizeof err))
+        nn_dataset_destroy (&train);
     if (!train) {
         pl_log_error ("%s", err);
         return 1;
@@ -752,7 +754,7 @@ main (int argc, char **argv)
     in.devices_count = cfg.devices;
     in.devices = devs;
     //  The server's pool: one worker per core (threads), at most one per
-    //  device (srv_main.c).
+    //  device (srv_parts.c, srv_parts_workers).
     int cores = cfg.threads > 0 ? cfg.threads : (int) sysconf (_SC_NPROCESSORS_ONLN);
     in.server_workers = cores < 1 ? 1 : cores > cfg.devices ? cfg.devices : cores;
     in.forward_first = args.forward_first;

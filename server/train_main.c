@@ -169,6 +169,10 @@ main (int argc, char **argv)
     nn_dataset_t *test = train ? nn_dataset_load_named (cfg.dataset, dir, false,
                                                         cfg.test_samples, err, sizeof err)
                                : NULL;
+    if (train && test && cfg.pad_to > 0
+    &&  (nn_dataset_pad (train, cfg.pad_to, err, sizeof err)
+    ||   nn_dataset_pad (test, cfg.pad_to, err, sizeof err)))
+        nn_dataset_destroy (&test);
     if (!train || !test) {
         pl_log_error ("%s", err);
         nn_dataset_destroy (&train);

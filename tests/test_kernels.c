@@ -98,11 +98,15 @@ Test (kernels, conv_matches_naive_vgg_shapes)
     s_check_conv (3, 28, 28, 1, 8, 3, 1, 1);
     s_check_conv (2, 14, 14, 8, 16, 3, 1, 1);
     s_check_conv (5, 7, 7, 16, 4, 3, 1, 1);
-    //  Output widths that are multiples of 16 take our AVX-512 sgemm where
-    //  the CPU has it: VGG5's second conv (n*p*q = 196, not a multiple of
-    //  the 6-row tile), and 80 = 64 + 16 wide with a 576-long patch.
+    //  Output widths that are multiples of 8 over at least 256 pixels take
+    //  our register tile at avx2 and avx512 (4 on neon), others OpenBLAS:
+    //  VGG5's second conv (n*p*q = 196: OpenBLAS; 392, not a multiple of the
+    //  6-row tile), 80 = 64 + 16 wide with a 576-long patch, 24 = 16 + 8.
     s_check_conv (1, 14, 14, 32, 64, 3, 1, 1);
+    s_check_conv (2, 14, 14, 32, 64, 3, 1, 1);
     s_check_conv (2, 7, 7, 64, 80, 3, 1, 1);
+    s_check_conv (6, 7, 7, 64, 80, 3, 1, 1);
+    s_check_conv (3, 10, 10, 8, 24, 3, 1, 1);
 }
 
 Test (kernels, conv_matches_naive_odd_shapes)
@@ -170,7 +174,8 @@ Test (kernels, conv_rows_match_naive)
 {
     s_check_conv_rows (5, 14, 8, 16, 3, 1, 1, 2);   //  12.5 images a piece
     s_check_conv_rows (3, 7, 16, 4, 3, 1, 1, 5);
-    s_check_conv_rows (3, 7, 32, 64, 3, 1, 1, 2);   //  our AVX-512 sgemm, if any
+    s_check_conv_rows (3, 7, 32, 64, 3, 1, 1, 2);   //  pieces of 36 and 111 rows
+    s_check_conv_rows (12, 7, 32, 64, 3, 1, 1, 2);  //  147 and 441: our tile, if any
     s_check_conv_rows (3, 9, 3, 5, 5, 2, 2, 4);     //  stride 2, 5x5
     s_check_conv_rows (5, 28, 1, 32, 3, 1, 1, 3);   //  direct path, pieces of odd length
     s_check_conv_rows (4, 9, 2, 16, 3, 2, 1, 7);    //  direct path, stride 2
@@ -203,12 +208,14 @@ Test (kernels, conv_kernels_strides_pads_bias_match_naive)
 //  im2col), forward and both backward halves; stride 2 or padding is not.
 Test (kernels, conv_1x1_matches_naive)
 {
-    s_check_conv (3, 5, 5, 16, 64, 1, 1, 0);    //  tile widths
+    s_check_conv (3, 5, 5, 16, 64, 1, 1, 0);    //  tile widths, 75 pixels: OpenBLAS
+    s_check_conv (3, 10, 10, 16, 64, 1, 1, 0);  //  300 pixels: the tile
     s_check_conv (2, 4, 6, 64, 16, 1, 1, 0);    //  din 64 wide
     s_check_conv (2, 3, 3, 7, 5, 1, 1, 0);      //  odd widths: OpenBLAS
     s_check_conv (1, 1, 1, 576, 1024, 1, 1, 0); //  1 pixel, MobileNetV3's 1x1 head
     s_check_conv (2, 7, 7, 32, 64, 1, 2, 0);    //  ResNet's projection shortcut
     s_check_conv (2, 4, 4, 8, 8, 1, 1, 1);      //  padded 1x1
+    s_check_conv (3, 10, 10, 4, 12, 3, 1, 1);   //  widths 12 and 36: NEON's tile only
     nn_conv_shape_t s = { .n = 2, .h = 4, .w = 5, .c = 24, .k = 40, .r = 1, .s = 1,
                           .stride = 1, .pad = 0, .groups = 4 };
     s_check_conv_shape (s, false);              //  grouped 1x1
@@ -216,10 +223,13 @@ Test (kernels, conv_1x1_matches_naive)
 
 Test (kernels, grouped_conv_matches_naive)
 {
-    s_check_group_conv (2, 8, 16, 32, 3, 1, 1, 2, true);     //  groups of 8 -> 16: tiles
+    s_check_group_conv (2, 8, 16, 32, 3, 1, 1, 2, true);     //  groups of 8 -> 16
+    s_check_group_conv (3, 10, 16, 32, 3, 1, 1, 2, false);   //  the same on 300 pixels: tiles
+    s_check_group_conv (3, 10, 32, 32, 1, 1, 0, 2, true);    //  grouped 1x1, tiles
     s_check_group_conv (2, 9, 12, 8, 3, 2, 1, 4, false);     //  3 -> 2 per group
     s_check_group_conv (3, 6, 6, 9, 5, 1, 2, 3, true);       //  2 -> 3, 5x5
     s_check_group_conv (2, 7, 64, 128, 3, 2, 1, 4, true);    //  16 -> 32, stride 2
+    s_check_group_conv (8, 16, 16, 64, 3, 2, 1, 4, true);    //  4 -> 16, 512 pixels
     s_check_group_conv (2, 5, 8, 16, 3, 1, 1, 8, true);      //  depthwise, multiplier 2
 }
 

@@ -141,3 +141,25 @@ Test (train_cli, unknown_flag_prints_usage)
     cr_assert_neq (runcmd (cmd, out, sizeof out), 0);
     cr_assert (strstr (out, "usage: pipelearn-train"), "%s", out);
 }
+
+//  "pad_to" (docs/datasets.md): VGG11's five pools need 32x32; 28x28
+//  images are refused with the key to set, and train once padded.
+Test (train_cli, pad_to_lets_vgg11_take_28x28_images)
+{
+    char bin[1024], cmd[4096], out[16384], path[512];
+    built ("server/pipelearn-train", bin, sizeof bin);
+    const char *common = "--set model=vgg11 --set dataset=synthetic --samples 40 "
+                         "--set test_samples=20 --set batch_size=20 --epochs 1";
+    snprintf (cmd, sizeof cmd, "%s %s --results %s/nopad", bin, common, s_dir);
+    int rc = runcmd (cmd, out, sizeof out);
+    cr_assert_neq (rc, 0, "vgg11 took 28x28 images unpadded: %s", out);
+    cr_assert (strstr (out, "\"pad_to\": 32"), "the error does not name pad_to: %s", out);
+    snprintf (cmd, sizeof cmd, "%s %s --set pad_to=32 --results %s/pad", bin, common, s_dir);
+    rc = runcmd (cmd, out, sizeof out);
+    cr_assert_eq (rc, 0, "%s", out);
+    snprintf (path, sizeof path, "%s/pad/summary.json", s_dir);
+    cJSON *j = s_read_json (path);
+    cJSON *cfg = cJSON_GetObjectItem (j, "config");
+    cr_assert_eq (cJSON_GetObjectItem (cfg, "pad_to")->valueint, 32);
+    cJSON_Delete (j);
+}

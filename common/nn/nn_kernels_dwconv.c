@@ -3,9 +3,10 @@
     1-channel group has an inner dimension of r*s, 9 for 3x3, and would
     spend its time packing). One body per ISA level (nn_kernels_simd.h).
 
-    Channels run in vectors of 16 floats, four at a time (four independent
-    accumulation chains), then one at a time, then one of 8, then single
-    floats for a tail that is not a multiple of 8. The weights, w (c, r, s, 1)
+    Channels run in vectors of one register of the level (16 floats for
+    AVX-512, 8 for AVX2, 4 for SSE and NEON), four at a time (four
+    independent accumulation chains), then one at a time, then (AVX-512) one
+    of 8, then single floats for a tail. The weights, w (c, r, s, 1)
     as every convolution's, are first transposed into scratch as (r, s, c),
     so each tap's weights are contiguous across channels like the input. */
 #include "nn_kernels_conv.h"
@@ -30,26 +31,37 @@ s_transpose_taps (float *wt, const float *w, const nn_conv_shape_t *s)
             wt[(size_t) j * C + c] = w[(size_t) c * taps + j];
 }
 
-//  Call NAME_v16 (ARGS, c0, nv) for runs of 64 and 16 channels, NAME_v8 for
-//  one of 8 and NAME_v1 for single channels, over all C channels.
-#define S_CHANNEL_RUNS(C, NAME, ...)                                            \
+//  Call NAME_vW (ARGS, c0, nv) over all C channels: runs of 4 and 1
+//  vectors of W floats, W the register of level ISA, then NAME_v8 for one
+//  of 8 (AVX-512) and NAME_v1 for single channels.
+#define S_RUNS_OF(W, C, NAME, ...)                                              \
+    {                                                                          \
+        for (; c0_ + 4 * W <= (C); c0_ += 4 * W)                               \
+            NAME##_v##W (__VA_ARGS__, c0_, 4);                                 \
+        for (; c0_ + W <= (C); c0_ += W)                                       \
+            NAME##_v##W (__VA_ARGS__, c0_, 1);                                 \
+    }
+#define S_CHANNEL_RUNS(ISA, C, NAME, ...)                                       \
     do {                                                                       \
         int c0_ = 0;                                                           \
-        for (; c0_ + 64 <= (C); c0_ += 64)                                     \
-            NAME##_v16 (__VA_ARGS__, c0_, 4);                                  \
-        for (; c0_ + 16 <= (C); c0_ += 16)                                     \
-            NAME##_v16 (__VA_ARGS__, c0_, 1);                                  \
+        if ((ISA) == NN_ISA_AVX512)                                            \
+            S_RUNS_OF (16, C, NAME, __VA_ARGS__)                               \
+        else if ((ISA) == NN_ISA_AVX2)                                         \
+            S_RUNS_OF (8, C, NAME, __VA_ARGS__)                                \
+        else                                                                   \
+            S_RUNS_OF (4, C, NAME, __VA_ARGS__)                                \
         for (; c0_ + 8 <= (C); c0_ += 8)                                       \
             NAME##_v8 (__VA_ARGS__, c0_, 1);                                   \
         for (; c0_ < (C); c0_++)                                               \
             NAME##_v1 (__VA_ARGS__, c0_, 1);                                   \
     } while (0)
 
-//  Defines NAME_v16, NAME_v8 and NAME_v1 from one run body over vectors of
-//  type VT (W floats; float for W 1): nv vectors from channel c0.
+//  Defines NAME_v16, NAME_v8, NAME_v4 and NAME_v1 from one run body over
+//  vectors of type VT (W floats; float for W 1): nv vectors from channel c0.
 #define S_RUN_VARIANTS(DEFINE)                                                  \
     DEFINE (_v16, s_v16, 16)                                                   \
     DEFINE (_v8, s_v8, 8)                                                      \
+    DEFINE (_v4, s_v4, 4)                                                      \
     DEFINE (_v1, float, 1)
 
 #define S_LOAD(VT, p) (*(const VT *) (p))
@@ -98,18 +110,18 @@ S_RUN_VARIANTS (S_FORWARD_RUN)
 
 S_BODY void
 s_dw_forward_body (float *out, const float *in, const float *wt, const float *b,
-                   const nn_conv_shape_t *s, int r0, int r1)
+                   const nn_conv_shape_t *s, int r0, int r1, nn_isa_t isa)
 {
     size_t in_size = (size_t) s->h * s->w * s->c;
     int n, p, q;
     s_pixel (s, r0, &n, &p, &q);
     for (int g = r0; g < r1; g++, s_pixel_next (s, &n, &p, &q)) {
         s_window_t win = s_window (s, p, q);
-        S_CHANNEL_RUNS (s->c, s_forward_run, out + (size_t) g * s->c, in + n * in_size, wt, b,
+        S_CHANNEL_RUNS (isa, s->c, s_forward_run, out + (size_t) g * s->c, in + n * in_size, wt, b,
                         s, &win);
     }
 }
-S_DISPATCH (static, s_dw_forward,
+S_DISPATCH_ISA (static, s_dw_forward,
             (float *out, const float *in, const float *wt, const float *b,
              const nn_conv_shape_t *s, int r0, int r1),
             (out, in, wt, b, s, r0, r1))
@@ -144,7 +156,7 @@ S_RUN_VARIANTS (S_WEIGHTS_RUN)
 
 S_BODY void
 s_dw_weights_body (float *dwt, float *db, const float *dout, const float *in,
-                   const nn_conv_shape_t *s, int r0, int r1)
+                   const nn_conv_shape_t *s, int r0, int r1, nn_isa_t isa)
 {
     size_t in_size = (size_t) s->h * s->w * s->c;
     int n, p, q, C = s->c;
@@ -152,7 +164,7 @@ s_dw_weights_body (float *dwt, float *db, const float *dout, const float *in,
     for (int g = r0; g < r1; g++, s_pixel_next (s, &n, &p, &q)) {
         s_window_t win = s_window (s, p, q);
         const float *d = dout + (size_t) g * C;
-        S_CHANNEL_RUNS (C, s_weights_run, dwt, in + n * in_size, d, s, &win);
+        S_CHANNEL_RUNS (isa, C, s_weights_run, dwt, in + n * in_size, d, s, &win);
         if (db) {
 S_IVDEP
             for (int c = 0; c < C; c++)
@@ -160,7 +172,7 @@ S_IVDEP
         }
     }
 }
-S_DISPATCH (static, s_dw_weights,
+S_DISPATCH_ISA (static, s_dw_weights,
             (float *dwt, float *db, const float *dout, const float *in,
              const nn_conv_shape_t *s, int r0, int r1),
             (dwt, db, dout, in, s, r0, r1))
@@ -230,7 +242,7 @@ S_RUN_VARIANTS (S_INPUT_RUN)
 //  roff .. tat: scratch of the kernel's height (2 arrays) and width (2).
 S_BODY void
 s_dw_input_body (float *din, const float *dout, const float *wt, const nn_conv_shape_t *s,
-                 int *roff, int *rat, int *toff, int *tat)
+                 int *roff, int *rat, int *toff, int *tat, nn_isa_t isa)
 {
     size_t in_size = (size_t) s->h * s->w * s->c, out_size = (size_t) s->p * s->q * s->c;
     for (int n = 0; n < s->n; n++)
@@ -240,11 +252,11 @@ s_dw_input_body (float *din, const float *dout, const float *wt, const nn_conv_s
             for (int iw = 0; iw < s->w; iw++) {
                 re.nt = s_reach (toff, tat, iw, s->s, s->stride, s->pad, s->q);
                 float *dx = din + n * in_size + ((size_t) ih * s->w + iw) * s->c;
-                S_CHANNEL_RUNS (s->c, s_input_run, dx, dout + n * out_size, wt, s, &re);
+                S_CHANNEL_RUNS (isa, s->c, s_input_run, dx, dout + n * out_size, wt, s, &re);
             }
         }
 }
-S_DISPATCH (static, s_dw_input,
+S_DISPATCH_ISA (static, s_dw_input,
             (float *din, const float *dout, const float *wt, const nn_conv_shape_t *s,
              int *roff, int *rat, int *toff, int *tat),
             (din, dout, wt, s, roff, rat, toff, tat))

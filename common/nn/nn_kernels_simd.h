@@ -31,10 +31,16 @@
 #   define S_TARGET_AVX512 __attribute__ ((target ("arch=x86-64-v4,prefer-vector-width=512")))
 #   define S_TARGET_AVX2 __attribute__ ((target ("arch=x86-64-v3")))
 #   define S_BODY static inline __attribute__ ((always_inline))
-#   define S_DISPATCH(LINK, NAME, PARAMS, ARGS)                                 \
-    S_TARGET_AVX512 static void NAME##_avx512 PARAMS { NAME##_body ARGS; }     \
-    S_TARGET_AVX2 static void NAME##_avx2 PARAMS { NAME##_body ARGS; }         \
-    static void NAME##_generic PARAMS { NAME##_body ARGS; }                    \
+//  The three clones of NAME_body and NAME calling one of them. LEVEL_ARG
+//  (level) is what follows ARGS in each clone's call of the body: nothing
+//  (S_NO_LEVEL) or ", level" (S_WITH_LEVEL).
+#   define S_CLONES(LINK, NAME, PARAMS, ARGS, LEVEL_ARG)                         \
+    S_TARGET_AVX512 static void NAME##_avx512 PARAMS                           \
+    { NAME##_body (S_EXPAND ARGS LEVEL_ARG (NN_ISA_AVX512)); }                 \
+    S_TARGET_AVX2 static void NAME##_avx2 PARAMS                               \
+    { NAME##_body (S_EXPAND ARGS LEVEL_ARG (NN_ISA_AVX2)); }                   \
+    static void NAME##_generic PARAMS                                          \
+    { NAME##_body (S_EXPAND ARGS LEVEL_ARG (NN_ISA_GENERIC)); }                \
     LINK void NAME PARAMS                                                      \
     {                                                                          \
         switch (nn_isa_active ()) {                                            \
@@ -43,12 +49,22 @@
             default: NAME##_generic ARGS; break;                               \
         }                                                                      \
     }
+#   define S_NO_LEVEL(level)
+#   define S_WITH_LEVEL(level) , level
+#   define S_DISPATCH(LINK, NAME, PARAMS, ARGS)                                 \
+    S_CLONES (LINK, NAME, PARAMS, ARGS, S_NO_LEVEL)
+#   define S_DISPATCH_ISA(LINK, NAME, PARAMS, ARGS)                             \
+    S_CLONES (LINK, NAME, PARAMS, ARGS, S_WITH_LEVEL)
 #else
 #   define S_X86_CLONES 0
 #   define S_BODY static inline
 #   define S_DISPATCH(LINK, NAME, PARAMS, ARGS)                                 \
     LINK void NAME PARAMS { NAME##_body ARGS; }
+//  aarch64: NEON's 4-float registers, as x86's generic (SSE) level.
+#   define S_DISPATCH_ISA(LINK, NAME, PARAMS, ARGS)                             \
+    LINK void NAME PARAMS { NAME##_body (S_EXPAND ARGS, NN_ISA_GENERIC); }
 #endif
+#define S_EXPAND(...) __VA_ARGS__
 
 //  GCC vector extensions (clang has them too): 4, 8 and 16 floats, each
 //  compiled to what the clone's target has (two SSE registers for an s_v8

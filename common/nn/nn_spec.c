@@ -77,8 +77,8 @@ s_build_vgg11 (nn_model_spec_t *spec, int in_c, int side, int classes, char *err
 {
     if (side % 32)
         return nn_errf (err, err_size, "model vgg11: needs inputs whose side is a multiple "
-                        "of 32 (five 2x2 max-pools), got %dx%d (pad 28x28 images to 32x32: "
-                        "config key pad_to)", side, side);
+                        "of 32 (five 2x2 max-pools), got %dx%d; set \"pad_to\": 32 to pad "
+                        "28x28 images to 32x32 (docs/datasets.md)", side, side);
     static const int channels[8] = { 64, 128, 256, 256, 512, 512, 512, 512 };
     static const bool pool[8] = { true, true, false, true, false, true, false, true };
     for (int i = 0; i < 8; i++) {
