@@ -72,11 +72,19 @@ s_timeline (const char *dir, const char *sub)
     return tl;
 }
 
+//  The same run with MobileNetV3-Small: a model whose units are graphs
+//  (squeeze-excite forks, residual adds) with BN statistics in every unit.
+#define RESUME_CONFIG_MOBILENET \
+    "{\"model\": \"mobilenetv3-small\", \"dataset\": \"synthetic\", \"samples\": 800, " \
+    "\"test_samples\": 200, \"batch_size\": 50, \"epochs\": 3, \"seed\": 21, " \
+    "\"momentum\": 0, \"split_point\": 4, \"threads\": 1, \"devices\": 2, " \
+    "\"mode\": \"sfl\"}"
+
 static void
-s_full_run (pltest_run_t *run, const char *sub)
+s_full_run (pltest_run_t *run, const char *sub, const char *config)
 {
     char endpoint[256];
-    pid_t server = pltest_start_server (run, sub, RESUME_CONFIG, endpoint, sizeof endpoint);
+    pid_t server = pltest_start_server (run, sub, config, endpoint, sizeof endpoint);
     pid_t c0 = pltest_start_client (run, 0, endpoint), c1 = pltest_start_client (run, 1, endpoint);
     pltest_expect_exit (run, server, 0, "server");
     pltest_expect_exit (run, c0, 0, "client 0");
@@ -100,16 +108,17 @@ s_resume_run (pltest_run_t *run, const char *sub, const char *config_json, const
 //  Kill the server in epoch 2, optionally corrupt the newest checkpoint,
 //  resume with fresh devices; the result must equal the uninterrupted run.
 static void
-s_crash_and_resume (bool corrupt)
+s_crash_and_resume (bool corrupt, const char *config, const char *model)
 {
     pltest_run_t run = { 0 };
     pltest_mkdtemp (run.dir, "resume");
-    s_full_run (&run, "whole");
+    s_full_run (&run, "whole", config);
 
-    char bind[64], endpoint[256], summary[4096];
+    char bind[64], endpoint[256], summary[4096], ckdir[4096];
     snprintf (bind, sizeof bind, "tcp://127.0.0.1:%d", s_free_port ());
     pltest_path (summary, run.dir, "crash/summary.json");
-    pid_t server = pltest_start_server_full (&run, "crash", RESUME_CONFIG, endpoint,
+    pltest_path (ckdir, run.dir, "crash/checkpoints/round-000002-000000");
+    pid_t server = pltest_start_server_full (&run, "crash", config, endpoint,
                                         sizeof endpoint, NULL, NULL, bind, false);
     pid_t c0 = pltest_start_client_sec (&run, 0, endpoint, NULL, NULL, "3");
     pid_t c1 = pltest_start_client_sec (&run, 1, endpoint, NULL, NULL, "3");
@@ -118,6 +127,10 @@ s_crash_and_resume (bool corrupt)
     while (access (summary, F_OK) != 0 && pl_monotonic () < deadline)
         usleep (10000);
     cr_assert_eq (access (summary, F_OK), 0, "epoch 1 never ended");
+    //  And epoch 2's checkpoint is there (on a loaded host writing it may
+    //  take longer than the wait below).
+    while (access (ckdir, F_OK) != 0 && pl_monotonic () < deadline)
+        usleep (10000);
     usleep (300000);
     cr_assert_eq (kill (server, SIGKILL), 0);
     pltest_wait (&run, server, pl_monotonic () + 5);
@@ -125,15 +138,13 @@ s_crash_and_resume (bool corrupt)
     pltest_expect_exit (&run, c0, 1, "client 0 after the crash");
     pltest_expect_exit (&run, c1, 1, "client 1 after the crash");
 
-    char ckdir[4096];
-    pltest_path (ckdir, run.dir, "crash/checkpoints/round-000002-000000");
     cr_assert_eq (access (ckdir, F_OK), 0, "no checkpoint at the start of epoch 2");
     if (corrupt) {
         char file[4200];
         snprintf (file, sizeof file, "%s/replica-1.ckpt", ckdir);
         cr_assert_eq (truncate (file, 1000), 0);
     }
-    s_resume_run (&run, "crash", RESUME_CONFIG, bind);
+    s_resume_run (&run, "crash", config, bind);
     if (corrupt) {
         cr_assert (pltest_log_has (&run, "server.log", "skipping checkpoint round-000002-000000"),
                    "the corrupt checkpoint was not reported");
@@ -143,8 +154,8 @@ s_crash_and_resume (bool corrupt)
         cr_assert (pltest_log_has (&run, "server.log", "round-000002-000000: epoch 2"),
                    "did not resume from the start of epoch 2");
 
-    nn_model_t *a = pltest_load_model (run.dir, "whole", "vgg5");
-    nn_model_t *b = pltest_load_model (run.dir, "crash", "vgg5");
+    nn_model_t *a = pltest_load_model (run.dir, "whole", model);
+    nn_model_t *b = pltest_load_model (run.dir, "crash", model);
     double d = pltest_max_rel_diff (a, b);
     cr_expect (d < 1e-5, "resumed model differs from the uninterrupted one by %g", d);
     cJSON *s = pltest_summary (run.dir, "crash");
@@ -170,12 +181,17 @@ s_crash_and_resume (bool corrupt)
 
 Test (resume, killed_server_resumes_to_the_same_model, .timeout = 400)
 {
-    s_crash_and_resume (false);
+    s_crash_and_resume (false, RESUME_CONFIG, "vgg5");
+}
+
+Test (resume, killed_server_resumes_mobilenet_to_the_same_model, .timeout = 400)
+{
+    s_crash_and_resume (false, RESUME_CONFIG_MOBILENET, "mobilenetv3-small");
 }
 
 Test (resume, corrupt_checkpoint_is_skipped_for_the_previous_one, .timeout = 400)
 {
-    s_crash_and_resume (true);
+    s_crash_and_resume (true, RESUME_CONFIG, "vgg5");
 }
 
 //  A planned run ("auto"): the server re-plans from the devices it gets

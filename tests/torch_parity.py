@@ -10,7 +10,8 @@ writes (spec.txt) with torch.nn.functional on our initial weights, in train
 mode with BN, for 3 SGD steps with momentum and weight decay on 3 batches;
 each step's loss, the first step's input and parameter gradients and every
 weight after the 3 steps (running statistics included) agree within 1e-4
-relative to the tensor's scale. Dropout runs with p = 0 on both sides.
+relative to the tensor's scale, and so do the logits in evaluation mode (BN's running
+statistics) after the 3 steps. Dropout runs with p = 0 on both sides.
 
 torch_parity.py DUMP_STEP_BINARY   (exit 77 = skipped: no python3-torch)
 """
@@ -133,7 +134,7 @@ KIND = {1: "conv", 2: "bn", 3: "relu", 4: "maxpool", 5: "avgpool", 6: "dense",
         7: "flatten", 8: "dropout", 9: "add", 10: "mul", 11: "hswish", 12: "hsigmoid"}
 
 
-def run_graph(layers, P, x):
+def run_graph(layers, P, x, train=True):
     """Forward of our layer graph in PyTorch, NCHW. P(unit, local, kind)
     gives a layer's parameters as torch tensors (None when it has none)."""
     cur_unit, outs, unit_in = -1, [], x
@@ -154,7 +155,7 @@ def run_graph(layers, P, x):
         if name == "conv":
             y = F.conv2d(a, p["w"], p.get("b"), stride, pad, 1, max(groups, 1))
         elif name == "bn":
-            y = F.batch_norm(a, p["running_mean"], p["running_var"], p["w"], p["b"], True, 0.1, 1e-5)
+            y = F.batch_norm(a, p["running_mean"], p["running_var"], p["w"], p["b"], train, 0.1, 1e-5)
         elif name == "relu":
             y = F.relu(a)
         elif name == "maxpool":
@@ -195,6 +196,7 @@ def check_model(binary, model, c, side, n, threads, seed, steps=3, tol=1e-4, lr=
         layers = [tuple(int(v) for v in line.split()) for line in open(os.path.join(d, "spec.txt"))]
         W, G, A = load(d, "weights.bin"), load(d, "grads.bin"), load(d, "after.bin")
         GL = load(d, "grads_last.bin")
+        EV = load(d, "eval.bin").reshape(n, 10)
         xs = load(d, "x.bin").reshape(steps, n, side, side, c)
         ys = load(d, "y.bin", np.int32).reshape(steps, n)
         dx_ours = load(d, "dx.bin").reshape(n, side, side, c)
@@ -267,6 +269,9 @@ def check_model(binary, model, c, side, n, threads, seed, steps=3, tol=1e-4, lr=
         opt.step()
     for name, t in params.items():
         compare(name + " after %d steps" % steps, to_torch(name, A).ravel(), t.detach().numpy().ravel())
+    with torch.no_grad():
+        ev = run_graph(layers, P, torch.tensor(xs[0].transpose(0, 3, 1, 2).copy()), train=False)
+    compare("evaluation-mode logits after %d steps" % steps, EV, ev.numpy())
     label = "%s %dx%dx%d batch %d threads %d seed %d, %d steps at lr %g" % (
         model, side, side, c, n, threads, seed, steps, lr)
     if failures:

@@ -9,7 +9,8 @@
     Writes DIR/{weights,x,y,grads,dx,after}.bin (little-endian float32 /
     int32): the initial weights, every step's batch and labels, the first
     step's gradients and input gradient, the last step's gradients
-    (grads_last.bin), the weights after the last SGD
+    (grads_last.bin), the logits in evaluation mode after the last step
+    on the first batch (eval.bin), the weights after the last SGD
     step (lr LR, default 0.01, momentum 0.9, weight decay 5e-4), BN running statistics
     included; DIR/tensors.txt (name offset count per line), DIR/loss.txt
     (each step's loss) and DIR/spec.txt (per layer: unit, index in the
@@ -103,6 +104,10 @@ main (int argc, char **argv)
         nn_sgd_step (w, nn_model_optim_state (m), nn_model_grads (m), pc, &sgd);
     }
     if (s_write (dir, "after.bin", w, 4 * wc))
+        return 1;
+    //  Evaluation mode (BN's running statistics) on the first batch.
+    const float *eval = nn_model_forward (m, x, n, false, NULL);
+    if (s_write (dir, "eval.bin", eval, 4 * 10 * (size_t) n))
         return 1;
     char path[1024];
     snprintf (path, sizeof path, "%s/tensors.txt", dir);
