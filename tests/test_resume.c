@@ -155,6 +155,61 @@ s_crash_and_resume (bool corrupt)
     s_rmtree (run.dir);
 }
 
+//  A planned stop (SIGTERM: "server stopping; it can resume the run") in
+//  epoch 2, then the server started again with --resume on the same
+//  address: the same device processes wait by themselves, join the resumed
+//  run and finish it with status 0 (none exits into a supervisor's restart
+//  loop), the run resumes from the start of epoch 2 and ends with the
+//  uninterrupted run's model and its 3 epochs.
+Test (resume, planned_stop_devices_wait_and_rejoin_by_themselves, .timeout = 400)
+{
+    s_run_t run = { 0 };
+    s_mkdtemp (run.dir);
+    s_full_run (&run, "whole");
+
+    char bind[64], endpoint[256], summary[4096];
+    snprintf (bind, sizeof bind, "tcp://127.0.0.1:%d", s_free_port ());
+    s_path (summary, run.dir, "stop/summary.json");
+    pid_t server = s_start_server_full (&run, "stop", RESUME_CONFIG, endpoint,
+                                        sizeof endpoint, NULL, NULL, bind, false);
+    //  --timeout 3: a try that gets no answer ends after 3 s, and the next
+    //  comes after the back-off (1 s, 2 s, 4 s, ...).
+    pid_t c0 = s_start_client_sec (&run, 0, endpoint, NULL, NULL, "3");
+    pid_t c1 = s_start_client_sec (&run, 1, endpoint, NULL, NULL, "3");
+    double deadline = pl_monotonic () + 120;
+    while (access (summary, F_OK) != 0 && pl_monotonic () < deadline)
+        usleep (10000);
+    cr_assert_eq (access (summary, F_OK), 0, "epoch 1 never ended");
+    usleep (300000);
+    cr_assert_eq (kill (server, SIGTERM), 0);
+    s_expect_exit (&run, server, 0, "server stopped by SIGTERM");
+    //  Away for longer than the devices' --timeout: they try again.
+    cr_assert (s_wait_log (&run, "client0.log", "joining again in 2 s", 20),
+               "device 0 did not try again after a silent try");
+    cr_assert_eq (waitpid (c0, NULL, WNOHANG), 0, "device 0 exited while the server was away");
+    cr_assert_eq (waitpid (c1, NULL, WNOHANG), 0, "device 1 exited while the server was away");
+    server = s_start_server_full (&run, "stop", RESUME_CONFIG, endpoint, sizeof endpoint,
+                                  NULL, NULL, bind, true);
+    s_expect_exit (&run, server, 0, "resumed server");
+    s_expect_exit (&run, c0, 0, "device 0, rejoined by itself");
+    s_expect_exit (&run, c1, 0, "device 1, rejoined by itself");
+    cr_assert (s_log_has (&run, "server.log", "round-000002-000000: epoch 2"),
+               "did not resume from the start of epoch 2");
+    nn_model_t *a = s_load_model (run.dir, "whole", "vgg5");
+    nn_model_t *b = s_load_model (run.dir, "stop", "vgg5");
+    double d = s_max_rel_diff (a, b);
+    if (d >= 1e-5)
+        s_dump_logs (&run);
+    cr_expect (d < 1e-5, "the model after the planned stop differs from the uninterrupted "
+               "one by %g", d);
+    nn_model_destroy (&a);
+    nn_model_destroy (&b);
+    cJSON *s = s_summary (run.dir, "stop");
+    cr_expect_eq (cJSON_GetArraySize (cJSON_GetObjectItemCaseSensitive (s, "epochs")), 3);
+    cJSON_Delete (s);
+    s_rmtree (run.dir);
+}
+
 Test (resume, killed_server_resumes_to_the_same_model, .timeout = 400)
 {
     s_crash_and_resume (false);
