@@ -250,6 +250,10 @@ s_recv (cli_t *self, int timeout_ms)
         if (rc == 0 && slice < ms)
             continue;
         if (rc <= 0) {
+            if (patient && self->plan.batch_size == 0 && self->rejoining)
+                pl_log_info ("client: no answer from the server in %.0f s; it is not back "
+                             "yet", self->args.timeout_s);
+            else
             if (patient && self->plan.batch_size == 0)
                 pl_log_error ("client: no answer to HELLO in %.0f s; giving up (--timeout). "
                               "The server is silent: down, a wrong --connect, this "
@@ -944,12 +948,14 @@ typedef enum {
 
 //  One session with the server on a new DEALER socket, from HELLO to the
 //  end of the run or of the connection: everything it built (socket,
-//  shard, models) is freed before it returns.
+//  shard, models) is freed before it returns. rejoining: the server said
+//  it would resume, so silence is "not back yet", not an error.
 static s_end_t
-s_session (const cli_args_t *args)
+s_session (const cli_args_t *args, bool rejoining)
 {
     cli_t *self = nn_calloc (1, sizeof *self);
     self->args = *args;
+    self->rejoining = rejoining;
     s_end_t end = S_END_FAILED;
     self->dealer = zsock_new (ZMQ_DEALER);
     if (!self->dealer) {
@@ -1075,7 +1081,7 @@ cli_run (int argc, char **argv)
     //  for as long as the server stays away. Every other end is final.
     double backoff_s = 0.0;
     for (;;) {
-        s_end_t end = s_session (&args);
+        s_end_t end = s_session (&args, backoff_s > 0);
         if (end == S_END_RESUMING)
             backoff_s = 1.0;
         else

@@ -72,6 +72,7 @@ typedef struct {
     bool diverged;                      //  a non-finite loss, here or on the server
     bool server_resuming;               //  the server stops and will resume the run
     bool run_complete;                  //  the server said the run is complete
+    bool rejoining;                     //  a try at a server that said it would resume
 } cli_t;
 
 //  Send a message to the server (counted in the epoch's bytes_up); 0 or
