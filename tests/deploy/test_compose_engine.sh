@@ -36,6 +36,11 @@ cleanup() {
     if [ -n "${DOCKER_HOST:-}" ] && docker info >/dev/null 2>&1; then
         docker-compose -f "$compose_file" -p "$project" down -v --remove-orphans \
             >/dev/null 2>&1
+        # Earlier runs' images, untagged by this run's build: the cache would
+        # grow by an image (~1 GB with its build stage) per run. This run's
+        # stay, so the next build reuses their apt layers.
+        [ -n "${t_start:-}" ] && docker image prune -f \
+            --filter "until=$(date -u -d "@$t_start" +%Y-%m-%dT%H:%M:%SZ)" >/dev/null 2>&1
     fi
     [ -n "$up_pid" ] && kill "$up_pid" 2>/dev/null
     # dockerd before containerd, each by its PID, each waited for.
