@@ -165,21 +165,6 @@ s_parse_args (int argc, char **argv, cli_args_t *a)
 //  ---------------------------------------------------------------------
 //  Messaging
 
-static size_t
-s_msg_bytes (const proto_msg_t *msg)
-{
-    size_t bytes = PROTO_HEADER_SIZE + 4 * proto_msg_tensor_count (msg);
-    int t = proto_msg_type (msg);
-    if (t == PROTO_MSG_ACTIVATIONS)
-        bytes += 4 * proto_msg_labels_count (msg);
-    if (t == PROTO_MSG_EVENTS) {
-        size_t count = 0;
-        proto_msg_events (msg, &count);
-        bytes += PROTO_EVENT_SIZE * count;
-    }
-    return bytes;
-}
-
 //  Record a stage event; iteration / micro_batch -1 when they do not apply.
 static void
 s_event (cli_t *self, int stage, uint32_t epoch, int iteration, int micro_batch,
@@ -193,32 +178,6 @@ static double
 s_tl_now (const cli_t *self)
 {
     return pl_timeline_now (self->timeline);
-}
-
-int
-cli_send (cli_t *self, proto_msg_t **msg_p)
-{
-    size_t bytes = s_msg_bytes (*msg_p);
-    int type = proto_msg_type (*msg_p);
-    if (proto_msg_send (msg_p, self->dh)) {
-        pl_log_error ("client: sending %s failed: %s", proto_type_name (type),
-                      zmq_strerror (errno));
-        proto_msg_destroy (msg_p);
-        return -1;
-    }
-    if (type == PROTO_MSG_PARAMS && self->params_prepaid)
-        self->params_prepaid = false;   //  already in the STATS before it
-    else
-        self->stats.bytes_up += bytes;
-    return 0;
-}
-
-void
-cli_send_error (cli_t *self, uint32_t code, const char *text)
-{
-    proto_msg_t *msg = proto_msg_new (PROTO_MSG_ERROR);
-    proto_msg_set_error (msg, code, text);
-    cli_send (self, &msg);
 }
 
 //  The longest a wait for the server sleeps before it looks at
@@ -250,11 +209,11 @@ s_recv (cli_t *self, int timeout_ms)
         if (rc == 0 && slice < ms)
             continue;
         if (rc <= 0) {
-            if (patient && self->plan.batch_size == 0 && self->rejoining)
+            if (patient && self->assign.batch_size == 0 && self->rejoining)
                 pl_log_info ("client: no answer from the server in %.0f s; it is not back "
                              "yet", self->args.timeout_s);
             else
-            if (patient && self->plan.batch_size == 0)
+            if (patient && self->assign.batch_size == 0)
                 pl_log_error ("client: no answer to HELLO in %.0f s; giving up (--timeout). "
                               "The server is silent: down, a wrong --connect, this "
                               "device's key not in its --allow list, or a wrong "
@@ -279,12 +238,12 @@ s_recv (cli_t *self, int timeout_ms)
             self->recv_failed = true;
             return NULL;
         }
-        self->stats.bytes_down += s_msg_bytes (msg);
+        self->stats.bytes_down += cli_msg_bytes (msg);
         int type = proto_msg_type (msg);
         if (type == PROTO_MSG_HEARTBEAT || type == PROTO_MSG_PROBE) {
             //  A probe is answered at once, whatever the device is doing:
             //  the server times the round trip.
-            rc = type == PROTO_MSG_PROBE ? cli_plan_probe_answer (self, msg) : 0;
+            rc = type == PROTO_MSG_PROBE ? cli_planning_probe_answer (self, msg) : 0;
             proto_msg_destroy (&msg);
             if (rc) {
                 self->recv_failed = true;
@@ -341,8 +300,8 @@ s_wait_model (cli_t *self, uint32_t epoch, int iteration)
     double t0 = pl_monotonic (), s0 = s_tl_now (self);
     proto_msg_t *msg = s_recv (self, -1);
     //  A PLAN comes just before the MODEL it holds for.
-    while (msg && proto_msg_type (msg) == PROTO_MSG_PLAN && self->mode != PROTO_MODE_FL) {
-        int rc = cli_plan_apply (self, proto_msg_plan (msg));
+    while (msg && proto_msg_type (msg) == PROTO_MSG_PLAN && self->mode != PL_MODE_FL) {
+        int rc = cli_planning_apply (self, proto_msg_assign (msg));
         proto_msg_destroy (&msg);
         if (rc)
             return -1;
@@ -630,14 +589,14 @@ s_train (cli_t *self)
     //  The first MODEL says where this device starts: epoch 1, iteration 0
     //  at the start of a run; later when it (re)joins a running one.
     int epoch = 1, start_it = 0;
-    if (self->mode != PROTO_MODE_SL && (rc = s_wait_model (self, 1, -1)) == 0) {
+    if (self->mode != PL_MODE_SL && (rc = s_wait_model (self, 1, -1)) == 0) {
         epoch = (int) self->model_epoch;
         start_it = (int) self->model_iter;
     }
     for (; rc == 0 && epoch <= self->cfg.epochs; epoch++) {
         self->cur_epoch = (uint32_t) epoch;
         self->cur_iter = 0;
-        if (self->mode == PROTO_MODE_SL) {
+        if (self->mode == PL_MODE_SL) {
             if ((rc = s_wait_model (self, (uint32_t) epoch, -1)) != 0)
                 break;
             epoch = (int) self->model_epoch;
@@ -655,18 +614,18 @@ s_train (cli_t *self)
         for (int it = first; rc == 0 && it < self->iterations; it++) {
             self->cur_iter = (uint32_t) it;
             const int *batch = order + (size_t) it * self->batch;
-            if (self->mode == PROTO_MODE_FL ? s_fl_iteration (self, batch)
+            if (self->mode == PL_MODE_FL ? s_fl_iteration (self, batch)
                                             : s_split_iteration (self, batch))
                 rc = -1;
             if (rc)
                 break;
             self->cur_iter = (uint32_t) it + 1;
             bool end = it == self->iterations - 1;
-            bool round = self->mode != PROTO_MODE_SL && agg > 0 && (it + 1) % agg == 0;
+            bool round = self->mode != PL_MODE_SL && agg > 0 && (it + 1) % agg == 0;
             if (end) {
                 if (s_send_events (self) || s_send_stats (self) || s_send_params (self))
                     rc = -1;
-                else if (self->mode != PROTO_MODE_SL)
+                else if (self->mode != PL_MODE_SL)
                     rc = s_wait_model (self, (uint32_t) epoch + 1, -1);
             }
             else if (round) {
@@ -719,7 +678,7 @@ s_join (cli_t *self)
         s_unexpected (self, &msg, "WELCOME");
         return -1;
     }
-    self->plan = *proto_msg_plan (msg);
+    self->assign = *proto_msg_assign (msg);
     self->profile_requested = proto_msg_profile_requested (msg);
     pl_config_defaults (&self->cfg);
     int rc = pl_config_parse (&self->cfg, proto_msg_config (msg, NULL), "WELCOME", err,
@@ -727,7 +686,7 @@ s_join (cli_t *self)
     proto_msg_destroy (&msg);
     if (rc == 0)
         rc = pl_config_check (&self->cfg, "WELCOME", err, sizeof err);
-    const proto_plan_t *p = &self->plan;
+    const proto_assign_t *p = &self->assign;
     if (rc == 0 && (p->batch_size != (uint32_t) self->cfg.batch_size
                     || p->batch_size % p->micro_batches
                     || p->micro_batches > CLI_MAX_MICRO
@@ -743,7 +702,7 @@ s_join (cli_t *self)
         cli_send_error (self, PROTO_ERR_REFUSED, err);
         return -1;
     }
-    self->mode = (proto_mode_t) p->mode;
+    self->mode = (pl_mode_t) p->mode;
     self->id = (int) p->device_id;
     self->batch = (int) p->batch_size;
     self->micro = (int) p->micro_batches;
@@ -755,83 +714,8 @@ s_join (cli_t *self)
     //  the in-process tests, which run several, log text).
     pl_log_set_device (self->id);
     pl_log_info ("client: joined as device %d of %u (%s, split %u, %d micro-batch(es))",
-                 self->id, p->devices, proto_mode_name ((int) self->mode), p->split_point,
+                 self->id, p->devices, pl_mode_name ((int) self->mode), p->split_point,
                  self->micro);
-    return 0;
-}
-
-void
-cli_contexts_free (cli_t *self)
-{
-    for (int i = CLI_MAX_MICRO - 1; i >= 0; i--) {
-        nn_model_destroy (&self->ctx[i]);       //  shared contexts before ctx[0]
-        nn_free (self->x[i]);
-        nn_free (self->y[i]);
-        self->x[i] = NULL;
-        self->y[i] = NULL;
-    }
-    nn_free (self->labels);
-    nn_free (self->dlogits);
-    self->labels = NULL;
-    self->dlogits = NULL;
-}
-
-int
-cli_contexts_build (cli_t *self, int units, int micro, char *err, size_t err_size)
-{
-    bool fl = self->mode == PROTO_MODE_FL;
-    if (units < 1 || units > self->spec.units_count
-    ||  (!fl && units >= self->spec.units_count)) {
-        snprintf (err, err_size, "split point %d does not fit %s (%d units)", units,
-                  self->cfg.model, self->spec.units_count);
-        return -1;
-    }
-    if (micro < 1 || micro > CLI_MAX_MICRO || self->batch % micro) {
-        snprintf (err, err_size, "%d micro-batches do not divide the batch of %d (at most "
-                  "%d)", micro, self->batch, CLI_MAX_MICRO);
-        return -1;
-    }
-    int max_batch = fl ? self->batch : self->batch / micro;
-    nn_model_t *base = nn_model_new (&self->spec, 0, units, max_batch, err, err_size);
-    if (!base)
-        return -1;
-    nn_model_init (base, &self->rng);
-    nn_model_t *old = self->ctx[0];
-    if (old) {
-        //  A re-plan: keep what this device has learnt. Momentum carries
-        //  over only when the part is the same (a new micro-batch count).
-        nn_model_copy_tensors (base, old);
-        if (nn_model_unit_end (old) == units)
-            memcpy (nn_model_optim_state (base), nn_model_optim_state_const (old),
-                    sizeof (float) * nn_model_params_count (base));
-    }
-    cli_contexts_free (self);
-    self->ctx[0] = base;
-    for (int i = 1; i < micro && !fl; i++)
-        if (!(self->ctx[i] = nn_model_new_shared (base, err, err_size)))
-            return -1;
-    size_t sample = nn_shape_size (nn_model_input_shape (base));
-    int contexts = fl ? 1 : micro;
-    for (int i = 0; i < contexts; i++) {
-        nn_model_set_threads (self->ctx[i], self->args.threads);
-        self->x[i] = nn_alloc_aligned (sizeof (float) * sample * (size_t) max_batch);
-        self->y[i] = nn_malloc (sizeof (int) * (size_t) max_batch);
-    }
-    self->labels = nn_malloc (sizeof (int32_t) * (size_t) max_batch);
-    self->dlogits = nn_malloc (sizeof (float) * (size_t) max_batch
-                               * (size_t) self->spec.classes);
-    self->micro = micro;
-    self->mb = self->batch / micro;
-    self->limits.max_batch = (uint32_t) max_batch;
-    self->limits.classes = (uint32_t) self->spec.classes;
-    self->limits.slab_count = nn_model_weights_count (base);
-    self->limits.spec_hash = self->spec_hash;
-    if (!fl) {
-        nn_shape_t s = nn_model_output_shape (base);
-        self->limits.h = (uint32_t) s.h;
-        self->limits.w = (uint32_t) s.w;
-        self->limits.c = (uint32_t) s.c;
-    }
     return 0;
 }
 
@@ -885,7 +769,7 @@ s_prepare (cli_t *self)
     const char *dir = self->args.data_dir ? self->args.data_dir
                     : cfg->data_dir[0] ? cfg->data_dir : NULL;
     nn_rng_seed (&self->rng, cfg->seed);
-    s_shards_t sh = { .cfg = cfg, .rng = self->rng, .devices = (int) self->plan.devices,
+    s_shards_t sh = { .cfg = cfg, .rng = self->rng, .devices = (int) self->assign.devices,
                       .id = self->id };
     self->train = nn_dataset_load_named_select (cfg->dataset, dir, true, cfg->samples,
                                                 s_select_shard, &sh, err, sizeof err);
@@ -912,11 +796,11 @@ s_prepare (cli_t *self)
     }
     self->data_base = nn_rng_split (&self->rng, 1000 + (uint64_t) self->id);
     //  Profile before the contexts exist, so that the two are never in
-    //  memory together (cli_plan_profile has answered ERROR on failure).
-    if (self->profile_requested && cli_plan_profile (self))
+    //  memory together (cli_planning_profile has answered ERROR on failure).
+    if (self->profile_requested && cli_planning_profile (self))
         return -1;
-    int units = self->mode == PROTO_MODE_FL ? self->spec.units_count
-                                            : (int) self->plan.split_point;
+    int units = self->mode == PL_MODE_FL ? self->spec.units_count
+                                            : (int) self->assign.split_point;
     if (cli_contexts_build (self, units, self->micro, err, sizeof err))
         goto fail;
     self->sgd = (nn_sgd_t) { (float) cfg->learning_rate, (float) cfg->momentum,
@@ -1029,7 +913,7 @@ s_session (const cli_args_t *args, bool rejoining)
     if (self->server_resuming)
         end = S_END_RESUMING;
     else
-    if (self->plan.batch_size == 0 && !self->recv_failed)
+    if (self->assign.batch_size == 0 && !self->recv_failed)
         end = S_END_SILENT;
     //  Nothing queued for a server that is gone may reach the next one: a
     //  HELLO left in a silent try's queue, delivered by libzmq's linger

@@ -1,5 +1,6 @@
 /*  cli_state.h: the client's state, shared by cli_main.c (joining,
-    training) and cli_plan.c (profiling, probes, re-planning). Internal to
+    training), cli_session.c (sending), cli_contexts.c (the model contexts)
+    and cli_planning.c (profiling, probes, re-planning). Internal to
     client/.
 */
 #ifndef CLI_STATE_H_INCLUDED
@@ -37,8 +38,8 @@ typedef struct {
     zsock_t *dealer;
     void *dh;
     pl_config_t cfg;
-    proto_plan_t plan;
-    proto_mode_t mode;
+    proto_assign_t assign;      //  what WELCOME or the last PLAN said
+    pl_mode_t mode;
     int id;
     proto_limits_t limits;
     nn_model_spec_t spec;
@@ -75,12 +76,14 @@ typedef struct {
     bool rejoining;                     //  a try at a server that said it would resume
 } cli_t;
 
-//  Send a message to the server (counted in the epoch's bytes_up); 0 or
+//  cli_session.c. Send a message to the server (counted in the epoch's bytes_up); 0 or
 //  -1 (logged; the message is destroyed either way).
 int cli_send (cli_t *self, proto_msg_t **msg_p);
+//  Bytes a message puts on the wire, as STATS count them (both ways).
+size_t cli_msg_bytes (const proto_msg_t *msg);
 void cli_send_error (cli_t *self, uint32_t code, const char *text);
 
-//  (Re)build the model contexts for split point `units` (fl: the whole
+//  cli_contexts.c. (Re)build the model contexts for split point `units` (fl: the whole
 //  model) and `micro` micro-batches, with their input buffers and the
 //  receive limits. Weights and optimiser state carry over where the old
 //  and new parts share units (a new part starts from the next MODEL
@@ -88,13 +91,13 @@ void cli_send_error (cli_t *self, uint32_t code, const char *text);
 int cli_contexts_build (cli_t *self, int units, int micro, char *err, size_t err_size);
 void cli_contexts_free (cli_t *self);
 
-//  cli_plan.c. Profile every unit of the model at the run's batch size on
+//  cli_planning.c. Profile every unit of the model at the run's batch size on
 //  this device and send PROFILE. 0 or -1.
-int cli_plan_profile (cli_t *self);
+int cli_planning_profile (cli_t *self);
 //  Answer a PROBE from the server (the asked reply size). 0 or -1.
-int cli_plan_probe_answer (cli_t *self, const proto_msg_t *probe);
+int cli_planning_probe_answer (cli_t *self, const proto_msg_t *probe);
 //  Follow a PLAN: check it fits the session, rebuild the contexts if the
 //  split point or micro-batch count changed. 0 or -1 (answered ERROR).
-int cli_plan_apply (cli_t *self, const proto_plan_t *plan);
+int cli_planning_apply (cli_t *self, const proto_assign_t *plan);
 
 #endif

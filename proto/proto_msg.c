@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "nn_alloc.h"
-#include "proto_tensor.h"
+#include "proto_internal.h"
 
 //  Header field offsets (PROTOCOL.md, "Frame 0: header").
 #define S_OFF_MAGIC      0
@@ -38,85 +38,6 @@
 
 #define S_FLAGS_KNOWN    (PROTO_FLAG_EVAL_RESULT | PROTO_FLAG_LAST | PROTO_FLAG_PROFILE)
 #define S_TYPE_MAX       PROTO_MSG_PLAN
-
-static const char *const s_type_names[S_TYPE_MAX + 1] = {
-    NULL, "HELLO", "WELCOME", "MODEL", "ACTIVATIONS", "GRADIENTS", "PARAMS",
-    "EVAL", "STATS", "HEARTBEAT", "BYE", "ERROR", "EVENTS", "PROFILE", "PROBE", "PLAN"
-};
-
-static const char *const s_stage_names[PROTO_STAGE_MAX + 1] = {
-    NULL, "forward", "backward", "update", "wait", "upload"
-};
-
-static const char *const s_mode_names[] = { NULL, "fl", "sl", "sfl", "pipelearn" };
-
-//  ---------------------------------------------------------------------
-//  Names and codes
-
-const char *
-proto_type_name (int type)
-{
-    return type >= 1 && type <= S_TYPE_MAX ? s_type_names[type] : "UNKNOWN";
-}
-
-const char *
-proto_strerror (int code)
-{
-    switch (code) {
-        case PROTO_OK:        return "ok";
-        case PROTO_E_AGAIN:   return "no message (timeout, interrupted or terminated)";
-        case PROTO_E_SOCKET:  return "socket error";
-        case PROTO_E_MAGIC:   return "bad magic (not a pipelearn message)";
-        case PROTO_E_VERSION: return "unsupported protocol version";
-        case PROTO_E_TYPE:    return "unknown message type";
-        case PROTO_E_FRAMES:  return "wrong number of frames";
-        case PROTO_E_SIZE:    return "frame size wrong or over the limit";
-        case PROTO_E_SHAPE:   return "tensor shape invalid or unexpected";
-        case PROTO_E_LABEL:   return "label out of range";
-        case PROTO_E_VALUE:   return "field value out of range";
-        case PROTO_E_TEXT:    return "invalid text";
-        case PROTO_E_SPEC:    return "model spec hash mismatch";
-        case PROTO_E_TIME:    return "time not finite, negative or ending before it starts";
-        default:              return "unknown error code";
-    }
-}
-
-bool
-proto_code_is_malformed (int code)
-{
-    return code <= PROTO_E_MAGIC && code >= PROTO_E_TIME;
-}
-
-const char *
-proto_mode_name (int mode)
-{
-    return mode >= PROTO_MODE_FL && mode <= PROTO_MODE_PIPELEARN ? s_mode_names[mode]
-                                                                 : "UNKNOWN";
-}
-
-const char *
-proto_stage_name (int stage)
-{
-    return stage >= 1 && stage <= PROTO_STAGE_MAX ? s_stage_names[stage] : "UNKNOWN";
-}
-
-int
-proto_stage_from_name (const char *name)
-{
-    for (int st = 1; name && st <= PROTO_STAGE_MAX; st++)
-        if (strcmp (name, s_stage_names[st]) == 0)
-            return st;
-    return -1;
-}
-
-int
-proto_mode_from_name (const char *name)
-{
-    for (int m = PROTO_MODE_FL; name && m <= PROTO_MODE_PIPELEARN; m++)
-        if (strcmp (name, s_mode_names[m]) == 0)
-            return m;
-    return -1;
-}
 
 //  Frames of a message of this type, header included.
 static int
@@ -146,16 +67,16 @@ s_frames_for (int type, uint32_t flags)
 void
 proto_header_encode (uint8_t out[PROTO_HEADER_SIZE], const proto_header_t *h)
 {
-    proto_le_put_u32 (out + S_OFF_MAGIC, h->magic);
-    proto_le_put_u16 (out + S_OFF_VERSION, h->version);
-    proto_le_put_u16 (out + S_OFF_TYPE, h->type);
-    proto_le_put_u32 (out + S_OFF_FLAGS, h->flags);
-    proto_le_put_u32 (out + S_OFF_DEVICE, h->device_id);
-    proto_le_put_u32 (out + S_OFF_EPOCH, h->epoch);
-    proto_le_put_u32 (out + S_OFF_ITERATION, h->iteration);
-    proto_le_put_u32 (out + S_OFF_MICRO, h->micro_batch);
-    proto_le_put_u32 (out + S_OFF_RESERVED, h->reserved);
-    proto_le_put_u64 (out + S_OFF_SEQUENCE, h->sequence);
+    pl_le_put_u32 (out + S_OFF_MAGIC, h->magic);
+    pl_le_put_u16 (out + S_OFF_VERSION, h->version);
+    pl_le_put_u16 (out + S_OFF_TYPE, h->type);
+    pl_le_put_u32 (out + S_OFF_FLAGS, h->flags);
+    pl_le_put_u32 (out + S_OFF_DEVICE, h->device_id);
+    pl_le_put_u32 (out + S_OFF_EPOCH, h->epoch);
+    pl_le_put_u32 (out + S_OFF_ITERATION, h->iteration);
+    pl_le_put_u32 (out + S_OFF_MICRO, h->micro_batch);
+    pl_le_put_u32 (out + S_OFF_RESERVED, h->reserved);
+    pl_le_put_u64 (out + S_OFF_SEQUENCE, h->sequence);
 }
 
 //  Type, reserved and flags: shared by the decoder and the encoder.
@@ -195,14 +116,14 @@ proto_header_decode (proto_header_t *h, const uint8_t *buf, size_t len,
     //  Magic and version sit at fixed offsets in every version, so a peer
     //  speaking another version is told so even if its header is longer.
     if (len >= 4) {
-        h->magic = proto_le_get_u32 (buf + S_OFF_MAGIC);
+        h->magic = pl_le_get_u32 (buf + S_OFF_MAGIC);
         if (h->magic != PROTO_MAGIC)
             return proto_fail (err, err_size, PROTO_E_MAGIC,
                                "header: magic 0x%08" PRIx32 ", expected 0x%08x (\"PLRN\")",
                                h->magic, PROTO_MAGIC);
     }
     if (len >= 6) {
-        h->version = proto_le_get_u16 (buf + S_OFF_VERSION);
+        h->version = pl_le_get_u16 (buf + S_OFF_VERSION);
         if (h->version != PROTO_VERSION)
             return proto_fail (err, err_size, PROTO_E_VERSION,
                                "header: protocol version %u not supported (this build speaks %d)",
@@ -211,14 +132,14 @@ proto_header_decode (proto_header_t *h, const uint8_t *buf, size_t len,
     if (len != PROTO_HEADER_SIZE)
         return proto_fail (err, err_size, PROTO_E_SIZE,
                            "header: %zu bytes, expected %d", len, PROTO_HEADER_SIZE);
-    h->type = proto_le_get_u16 (buf + S_OFF_TYPE);
-    h->flags = proto_le_get_u32 (buf + S_OFF_FLAGS);
-    h->device_id = proto_le_get_u32 (buf + S_OFF_DEVICE);
-    h->epoch = proto_le_get_u32 (buf + S_OFF_EPOCH);
-    h->iteration = proto_le_get_u32 (buf + S_OFF_ITERATION);
-    h->micro_batch = proto_le_get_u32 (buf + S_OFF_MICRO);
-    h->reserved = proto_le_get_u32 (buf + S_OFF_RESERVED);
-    h->sequence = proto_le_get_u64 (buf + S_OFF_SEQUENCE);
+    h->type = pl_le_get_u16 (buf + S_OFF_TYPE);
+    h->flags = pl_le_get_u32 (buf + S_OFF_FLAGS);
+    h->device_id = pl_le_get_u32 (buf + S_OFF_DEVICE);
+    h->epoch = pl_le_get_u32 (buf + S_OFF_EPOCH);
+    h->iteration = pl_le_get_u32 (buf + S_OFF_ITERATION);
+    h->micro_batch = pl_le_get_u32 (buf + S_OFF_MICRO);
+    h->reserved = pl_le_get_u32 (buf + S_OFF_RESERVED);
+    h->sequence = pl_le_get_u64 (buf + S_OFF_SEQUENCE);
     return s_header_check (h, err, err_size);
 }
 
@@ -296,73 +217,6 @@ s_hello_check (const proto_hello_t *h, char *err, size_t err_size)
                            "HELLO: requested_device_id %" PRId32 ", must be >= 0 or -1 (any)",
                            h->requested_device_id);
     return s_name_check (h->name, strnlen (h->name, sizeof h->name), err, err_size);
-}
-
-int
-proto_plan_check (const proto_plan_t *p, const proto_limits_t *l, const char *w,
-                  char *err, size_t err_size)
-{
-    if (p->mode < PROTO_MODE_FL || p->mode > PROTO_MODE_PIPELEARN)
-        return proto_fail (err, err_size, PROTO_E_VALUE,
-                           "%s: mode %" PRIu32 " not in 1..4 (fl, sl, sfl, pipelearn)",
-                           w, p->mode);
-    if (p->devices < 1 || p->device_id >= p->devices)
-        return proto_fail (err, err_size, PROTO_E_VALUE,
-                           "%s: device_id %" PRIu32 " not below devices %" PRIu32,
-                           w, p->device_id, p->devices);
-    if (p->batch_size < 1)
-        return proto_fail (err, err_size, PROTO_E_VALUE, "%s: batch_size is 0", w);
-    if (l->max_batch && p->batch_size > l->max_batch)
-        return proto_fail (err, err_size, PROTO_E_VALUE,
-                           "%s: batch_size %" PRIu32 " exceeds limit %" PRIu32,
-                           w, p->batch_size, l->max_batch);
-    if (p->micro_batches < 1 || p->micro_batches > p->batch_size)
-        return proto_fail (err, err_size, PROTO_E_VALUE,
-                           "%s: micro_batches %" PRIu32 " not in 1..batch_size %" PRIu32,
-                           w, p->micro_batches, p->batch_size);
-    if (p->mode == PROTO_MODE_FL ? p->split_point != 0 : p->split_point < 1)
-        return proto_fail (err, err_size, PROTO_E_VALUE,
-                           "%s: split_point %" PRIu32 " in mode %s (fl: 0, others: >= 1)",
-                           w, p->split_point, proto_mode_name ((int) p->mode));
-    if (p->shard_count > UINT64_MAX - p->shard_begin)
-        return proto_fail (err, err_size, PROTO_E_VALUE,
-                           "%s: shard %" PRIu64 " + %" PRIu64 " overflows",
-                           w, p->shard_begin, p->shard_count);
-    if (!isfinite (p->origin_s) || p->origin_s < 0)
-        return proto_fail (err, err_size, PROTO_E_TIME,
-                           "%s: origin_s is %g, must be finite and >= 0", w, p->origin_s);
-    return 0;
-}
-
-//  PROTOCOL.md, "WELCOME" frame 2 (also PLAN frame 1).
-void
-proto_plan_put (uint8_t *b, const proto_plan_t *p)
-{
-    proto_le_put_u32 (b, p->device_id);
-    proto_le_put_u32 (b + 4, p->split_point);
-    proto_le_put_u32 (b + 8, p->micro_batches);
-    proto_le_put_u32 (b + 12, p->batch_size);
-    proto_le_put_u32 (b + 16, p->devices);
-    proto_le_put_u32 (b + 20, p->mode);
-    proto_le_put_u64 (b + 24, p->shard_begin);
-    proto_le_put_u64 (b + 32, p->shard_count);
-    proto_le_put_u64 (b + 40, p->seed);
-    proto_le_put_f64 (b + 48, p->origin_s);
-}
-
-void
-proto_plan_get (proto_plan_t *p, const uint8_t *b)
-{
-    p->device_id = proto_le_get_u32 (b);
-    p->split_point = proto_le_get_u32 (b + 4);
-    p->micro_batches = proto_le_get_u32 (b + 8);
-    p->batch_size = proto_le_get_u32 (b + 12);
-    p->devices = proto_le_get_u32 (b + 16);
-    p->mode = proto_le_get_u32 (b + 20);
-    p->shard_begin = proto_le_get_u64 (b + 24);
-    p->shard_count = proto_le_get_u64 (b + 32);
-    p->seed = proto_le_get_u64 (b + 40);
-    p->origin_s = proto_le_get_f64 (b + 48);
 }
 
 static int
@@ -570,39 +424,6 @@ proto_msg_config (const proto_msg_t *self, size_t *len_out)
 }
 
 void
-proto_msg_set_plan (proto_msg_t *self, const proto_plan_t *plan)
-{
-    assert (self && plan && (self->header.type == PROTO_MSG_WELCOME
-                             || self->header.type == PROTO_MSG_PLAN));
-    self->plan = *plan;
-}
-
-const proto_plan_t *
-proto_msg_plan (const proto_msg_t *self)
-{
-    assert (self && (self->header.type == PROTO_MSG_WELCOME
-                     || self->header.type == PROTO_MSG_PLAN));
-    return &self->plan;
-}
-
-void
-proto_msg_set_profile_request (proto_msg_t *self, bool request)
-{
-    assert (self && self->header.type == PROTO_MSG_WELCOME);
-    if (request)
-        self->header.flags |= PROTO_FLAG_PROFILE;
-    else
-        self->header.flags &= ~PROTO_FLAG_PROFILE;
-}
-
-bool
-proto_msg_profile_requested (const proto_msg_t *self)
-{
-    assert (self && self->header.type == PROTO_MSG_WELCOME);
-    return (self->header.flags & PROTO_FLAG_PROFILE) != 0;
-}
-
-void
 proto_msg_set_eval_result (proto_msg_t *self, const proto_eval_result_t *r)
 {
     assert (self && r && self->header.type == PROTO_MSG_EVAL);
@@ -713,7 +534,7 @@ proto_msg_check (const proto_msg_t *self, char *err, size_t err_size)
         case PROTO_MSG_WELCOME:
             if (!self->config)
                 return proto_fail (err, err_size, PROTO_E_VALUE, "WELCOME: no config set");
-            return proto_plan_check (&self->plan, &l, "WELCOME: plan", err, err_size);
+            return proto_assign_check (&self->assign, &l, "WELCOME: plan", err, err_size);
         case PROTO_MSG_MODEL:
         case PROTO_MSG_PARAMS:
             return proto_msg_slab_check (self, err, err_size);
@@ -754,18 +575,18 @@ proto_msg_encode (proto_msg_t *self, zmq_msg_t frames[PROTO_MAX_FRAMES],
         case PROTO_MSG_HELLO: {
             size_t name_len = strnlen (self->hello.name, sizeof self->hello.name);
             b = proto_frame_alloc (&frames[1], PROTO_HELLO_FIXED_SIZE + name_len);
-            proto_le_put_u16 (b, self->hello.protocol_version);
-            proto_le_put_u32 (b + 2, self->hello.capabilities);
-            proto_le_put_i32 (b + 6, self->hello.requested_device_id);
-            proto_le_put_u64 (b + 10, self->hello.sample_count);
-            proto_le_put_u16 (b + 18, (uint16_t) name_len);
+            pl_le_put_u16 (b, self->hello.protocol_version);
+            pl_le_put_u32 (b + 2, self->hello.capabilities);
+            pl_le_put_i32 (b + 6, self->hello.requested_device_id);
+            pl_le_put_u64 (b + 10, self->hello.sample_count);
+            pl_le_put_u16 (b + 18, (uint16_t) name_len);
             memcpy (b + 20, self->hello.name, name_len);
             break;
         }
         case PROTO_MSG_WELCOME: {
             b = proto_frame_alloc (&frames[1], self->config_len);
             memcpy (b, self->config, self->config_len);
-            proto_plan_put (proto_frame_alloc (&frames[2], PROTO_PLAN_SIZE), &self->plan);
+            proto_assign_put (proto_frame_alloc (&frames[2], PROTO_ASSIGN_SIZE), &self->assign);
             break;
         }
         case PROTO_MSG_MODEL:
@@ -775,28 +596,28 @@ proto_msg_encode (proto_msg_t *self, zmq_msg_t frames[PROTO_MAX_FRAMES],
         case PROTO_MSG_STATS: {
             const proto_stats_t *s = &self->stats;
             b = proto_frame_alloc (&frames[1], PROTO_STATS_SIZE);
-            proto_le_put_f64 (b, s->forward_s);
-            proto_le_put_f64 (b + 8, s->backward_s);
-            proto_le_put_f64 (b + 16, s->update_s);
-            proto_le_put_f64 (b + 24, s->idle_s);
-            proto_le_put_u64 (b + 32, s->bytes_up);
-            proto_le_put_u64 (b + 40, s->bytes_down);
-            proto_le_put_u32 (b + 48, s->epoch);
-            proto_le_put_f64 (b + 52, s->loss_sum);
-            proto_le_put_u64 (b + 60, s->correct);
-            proto_le_put_u64 (b + 68, s->samples);
+            pl_le_put_f64 (b, s->forward_s);
+            pl_le_put_f64 (b + 8, s->backward_s);
+            pl_le_put_f64 (b + 16, s->update_s);
+            pl_le_put_f64 (b + 24, s->idle_s);
+            pl_le_put_u64 (b + 32, s->bytes_up);
+            pl_le_put_u64 (b + 40, s->bytes_down);
+            pl_le_put_u32 (b + 48, s->epoch);
+            pl_le_put_f64 (b + 52, s->loss_sum);
+            pl_le_put_u64 (b + 60, s->correct);
+            pl_le_put_u64 (b + 68, s->samples);
             break;
         }
         case PROTO_MSG_EVENTS: {
             b = proto_frame_alloc (&frames[1], self->events_count * PROTO_EVENT_SIZE);
             for (size_t i = 0; i < self->events_count; i++, b += PROTO_EVENT_SIZE) {
                 const proto_event_t *e = &self->events[i];
-                proto_le_put_u32 (b, e->stage);
-                proto_le_put_u32 (b + 4, e->epoch);
-                proto_le_put_u32 (b + 8, e->iteration);
-                proto_le_put_u32 (b + 12, e->micro_batch);
-                proto_le_put_f64 (b + 16, e->start_s);
-                proto_le_put_f64 (b + 24, e->end_s);
+                pl_le_put_u32 (b, e->stage);
+                pl_le_put_u32 (b + 4, e->epoch);
+                pl_le_put_u32 (b + 8, e->iteration);
+                pl_le_put_u32 (b + 12, e->micro_batch);
+                pl_le_put_f64 (b + 16, e->start_s);
+                pl_le_put_f64 (b + 24, e->end_s);
             }
             break;
         }
@@ -804,7 +625,7 @@ proto_msg_encode (proto_msg_t *self, zmq_msg_t frames[PROTO_MAX_FRAMES],
             const char *text = proto_msg_error_text (self);
             size_t len = strlen (text);
             b = proto_frame_alloc (&frames[1], 4 + len);
-            proto_le_put_u32 (b, self->error_code);
+            pl_le_put_u32 (b, self->error_code);
             memcpy (b + 4, text, len);
             break;
         }
@@ -819,9 +640,9 @@ proto_msg_encode (proto_msg_t *self, zmq_msg_t frames[PROTO_MAX_FRAMES],
         default:
             if (proto_msg_is_eval_result (self)) {
                 b = proto_frame_alloc (&frames[1], PROTO_EVAL_RESULT_SIZE);
-                proto_le_put_f64 (b, self->eval.loss_sum);
-                proto_le_put_u64 (b + 8, self->eval.correct);
-                proto_le_put_u64 (b + 16, self->eval.count);
+                pl_le_put_f64 (b, self->eval.loss_sum);
+                pl_le_put_u64 (b + 8, self->eval.correct);
+                pl_le_put_u64 (b + 16, self->eval.count);
                 break;
             }
             proto_msg_encode_tensor (self, frames);
@@ -843,11 +664,11 @@ s_decode_hello (proto_msg_t *self, zmq_msg_t *frames, char *err, size_t err_size
                            "HELLO: payload %zu bytes, need at least %d",
                            len, PROTO_HELLO_FIXED_SIZE);
     proto_hello_t *h = &self->hello;
-    h->protocol_version = proto_le_get_u16 (b);
-    h->capabilities = proto_le_get_u32 (b + 2);
-    h->requested_device_id = proto_le_get_i32 (b + 6);
-    h->sample_count = proto_le_get_u64 (b + 10);
-    size_t name_len = proto_le_get_u16 (b + 18);
+    h->protocol_version = pl_le_get_u16 (b);
+    h->capabilities = pl_le_get_u32 (b + 2);
+    h->requested_device_id = pl_le_get_i32 (b + 6);
+    h->sample_count = pl_le_get_u64 (b + 10);
+    size_t name_len = pl_le_get_u16 (b + 18);
     if (name_len > PROTO_NAME_MAX)
         return proto_fail (err, err_size, PROTO_E_SIZE,
                            "HELLO: name length %zu exceeds %d", name_len, PROTO_NAME_MAX);
@@ -881,11 +702,11 @@ s_decode_welcome (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
         return rc;
     size_t plen;
     const uint8_t *p = proto_frame_bytes (&frames[2], &plen);
-    if (plen != PROTO_PLAN_SIZE)
+    if (plen != PROTO_ASSIGN_SIZE)
         return proto_fail (err, err_size, PROTO_E_SIZE,
-                           "WELCOME: plan %zu bytes, expected %d", plen, PROTO_PLAN_SIZE);
-    proto_plan_get (&self->plan, p);
-    rc = proto_plan_check (&self->plan, l, "WELCOME: plan", err, err_size);
+                           "WELCOME: plan %zu bytes, expected %d", plen, PROTO_ASSIGN_SIZE);
+    proto_assign_get (&self->assign, p);
+    rc = proto_assign_check (&self->assign, l, "WELCOME: plan", err, err_size);
     if (rc)
         return rc;
     self->config = nn_malloc (len + 1);
@@ -916,12 +737,12 @@ s_decode_events (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
     proto_event_t *events = nn_malloc (count * sizeof *events);
     for (size_t i = 0; i < count; i++, b += PROTO_EVENT_SIZE) {
         proto_event_t *e = &events[i];
-        e->stage = proto_le_get_u32 (b);
-        e->epoch = proto_le_get_u32 (b + 4);
-        e->iteration = proto_le_get_u32 (b + 8);
-        e->micro_batch = proto_le_get_u32 (b + 12);
-        e->start_s = proto_le_get_f64 (b + 16);
-        e->end_s = proto_le_get_f64 (b + 24);
+        e->stage = pl_le_get_u32 (b);
+        e->epoch = pl_le_get_u32 (b + 4);
+        e->iteration = pl_le_get_u32 (b + 8);
+        e->micro_batch = pl_le_get_u32 (b + 12);
+        e->start_s = pl_le_get_f64 (b + 16);
+        e->end_s = pl_le_get_f64 (b + 24);
         int rc = s_event_check (e, i, err, err_size);
         if (rc) {
             nn_free (events);
@@ -954,16 +775,16 @@ s_decode_payload (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
                                    "STATS: payload %zu bytes, expected %d",
                                    len, PROTO_STATS_SIZE);
             proto_stats_t *s = &self->stats;
-            s->forward_s = proto_le_get_f64 (b);
-            s->backward_s = proto_le_get_f64 (b + 8);
-            s->update_s = proto_le_get_f64 (b + 16);
-            s->idle_s = proto_le_get_f64 (b + 24);
-            s->bytes_up = proto_le_get_u64 (b + 32);
-            s->bytes_down = proto_le_get_u64 (b + 40);
-            s->epoch = proto_le_get_u32 (b + 48);
-            s->loss_sum = proto_le_get_f64 (b + 52);
-            s->correct = proto_le_get_u64 (b + 60);
-            s->samples = proto_le_get_u64 (b + 68);
+            s->forward_s = pl_le_get_f64 (b);
+            s->backward_s = pl_le_get_f64 (b + 8);
+            s->update_s = pl_le_get_f64 (b + 16);
+            s->idle_s = pl_le_get_f64 (b + 24);
+            s->bytes_up = pl_le_get_u64 (b + 32);
+            s->bytes_down = pl_le_get_u64 (b + 40);
+            s->epoch = pl_le_get_u32 (b + 48);
+            s->loss_sum = pl_le_get_f64 (b + 52);
+            s->correct = pl_le_get_u64 (b + 60);
+            s->samples = pl_le_get_u64 (b + 68);
             return s_stats_check (s, err, err_size);
         }
         case PROTO_MSG_EVENTS:
@@ -976,7 +797,7 @@ s_decode_payload (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
             if (len - 4 > PROTO_TEXT_MAX)
                 return proto_fail (err, err_size, PROTO_E_SIZE,
                                    "ERROR: text %zu bytes exceeds %d", len - 4, PROTO_TEXT_MAX);
-            self->error_code = proto_le_get_u32 (b);
+            self->error_code = pl_le_get_u32 (b);
             int rc = s_error_check (self->error_code, err, err_size);
             if (!rc)
                 rc = s_text_check (b + 4, len - 4, "ERROR: text", err, err_size);
@@ -1003,9 +824,9 @@ s_decode_payload (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
             return proto_fail (err, err_size, PROTO_E_SIZE,
                                "EVAL: result %zu bytes, expected %d",
                                len, PROTO_EVAL_RESULT_SIZE);
-        self->eval.loss_sum = proto_le_get_f64 (b);
-        self->eval.correct = proto_le_get_u64 (b + 8);
-        self->eval.count = proto_le_get_u64 (b + 16);
+        self->eval.loss_sum = pl_le_get_f64 (b);
+        self->eval.correct = pl_le_get_u64 (b + 8);
+        self->eval.count = pl_le_get_u64 (b + 16);
         return s_eval_result_check (&self->eval, err, err_size);
     }
     return proto_msg_decode_tensor (self, frames, l, err, err_size);
@@ -1261,7 +1082,7 @@ proto_socket_limit (void *socket, const proto_limits_t *limits)
 //  State machine
 
 bool
-proto_type_allowed (proto_mode_t mode, proto_state_t state, int type, proto_dir_t dir)
+proto_type_allowed (pl_mode_t mode, proto_state_t state, int type, proto_dir_t dir)
 {
     if (dir != PROTO_UP && dir != PROTO_DOWN)
         return false;
@@ -1271,7 +1092,7 @@ proto_type_allowed (proto_mode_t mode, proto_state_t state, int type, proto_dir_
                       || type == PROTO_MSG_ERROR;
     //  Planning, split modes only: a PROFILE once, before the first MODEL;
     //  PROBEs both ways and a PLAN before any MODEL.
-    const bool split_mode = mode >= PROTO_MODE_SL && mode <= PROTO_MODE_PIPELEARN;
+    const bool split_mode = mode >= PL_MODE_SL && mode <= PL_MODE_PIPELEARN;
     const bool planning = split_mode && (type == PROTO_MSG_PROBE
                                          || (!up && type == PROTO_MSG_PLAN));
     switch (state) {
@@ -1283,9 +1104,9 @@ proto_type_allowed (proto_mode_t mode, proto_state_t state, int type, proto_dir_
             return control || planning || (!up && type == PROTO_MSG_MODEL)
                 || (split_mode && up && type == PROTO_MSG_PROFILE);
         case PROTO_STATE_TRAINING: {
-            if (mode < PROTO_MODE_FL || mode > PROTO_MODE_PIPELEARN)
+            if (mode < PL_MODE_FL || mode > PL_MODE_PIPELEARN)
                 return false;
-            const bool split = mode != PROTO_MODE_FL;
+            const bool split = mode != PL_MODE_FL;
             switch (type) {
                 case PROTO_MSG_ACTIVATIONS: return up && split;
                 case PROTO_MSG_GRADIENTS:   return !up && split;
@@ -1303,7 +1124,7 @@ proto_type_allowed (proto_mode_t mode, proto_state_t state, int type, proto_dir_
 }
 
 bool
-proto_msg_allowed (proto_mode_t mode, proto_state_t state, const proto_msg_t *msg,
+proto_msg_allowed (pl_mode_t mode, proto_state_t state, const proto_msg_t *msg,
                    proto_dir_t dir)
 {
     assert (msg);

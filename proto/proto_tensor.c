@@ -9,6 +9,8 @@
 */
 #include "proto_tensor.h"
 
+#include "proto_internal.h"
+
 #include <assert.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -104,7 +106,7 @@ proto_tensor_desc_encode (uint8_t *out, const proto_tensor_desc_t *d)
     out[2] = 0;
     out[3] = 0;
     for (int i = 0; i < d->rank; i++)
-        proto_le_put_u32 (out + 4 + 4 * i, d->dims[i]);
+        pl_le_put_u32 (out + 4 + 4 * i, d->dims[i]);
     return proto_tensor_desc_size (d->rank);
 }
 
@@ -181,7 +183,7 @@ proto_tensor_desc_decode_as (proto_tensor_desc_t *d, uint64_t *count_out,
                            "%s: descriptor: %zu bytes, rank %u needs %zu",
                            what, len, (unsigned) d->rank, need);
     for (int i = 0; i < d->rank; i++)
-        d->dims[i] = proto_le_get_u32 (buf + 4 + 4 * i);
+        d->dims[i] = pl_le_get_u32 (buf + 4 + 4 * i);
     return proto_tensor_desc_check (d, count_out, what, err, err_size);
 }
 
@@ -243,7 +245,7 @@ proto_labels_decode (int32_t *out, const uint8_t *buf, size_t count, uint32_t cl
                      const char *what, char *err, size_t err_size)
 {
     for (size_t i = 0; i < count; i++)
-        out[i] = proto_le_get_i32 (buf + 4 * i);
+        out[i] = pl_le_get_i32 (buf + 4 * i);
     return proto_labels_check (out, count, classes, what, err, err_size);
 }
 
@@ -251,7 +253,7 @@ void
 proto_labels_encode (uint8_t *out, const int32_t *labels, size_t count)
 {
     for (size_t i = 0; i < count; i++)
-        proto_le_put_i32 (out + 4 * i, labels[i]);
+        pl_le_put_i32 (out + 4 * i, labels[i]);
 }
 
 bool
@@ -270,7 +272,7 @@ proto_floats_encode (uint8_t *out, const float *in, size_t count)
         memcpy (out, in, count * sizeof (float));
     else
         for (size_t i = 0; i < count; i++)
-            proto_le_put_f32 (out + 4 * i, in[i]);
+            pl_le_put_f32 (out + 4 * i, in[i]);
 }
 
 void
@@ -280,7 +282,7 @@ proto_floats_decode (float *out, const uint8_t *in, size_t count)
         memcpy (out, in, count * sizeof (float));
     else
         for (size_t i = 0; i < count; i++)
-            out[i] = proto_le_get_f32 (in + 4 * i);
+            out[i] = pl_le_get_f32 (in + 4 * i);
 }
 
 void
@@ -291,6 +293,13 @@ proto_frame_init_size (zmq_msg_t *frame, size_t size)
         fprintf (stderr, "pipelearn: out of memory allocating a %zu-byte frame\n", size);
         abort ();
     }
+}
+
+uint8_t *
+proto_frame_alloc (zmq_msg_t *frame, size_t size)
+{
+    proto_frame_init_size (frame, size);
+    return (uint8_t *) zmq_msg_data (frame);
 }
 
 void
@@ -322,7 +331,7 @@ proto_frame_from_owned (zmq_msg_t *frame, float *data, size_t count,
     if (!proto_host_is_le ())
         for (size_t i = 0; i < count; i++) {
             float v = data[i];
-            proto_le_put_f32 ((uint8_t *) (data + i), v);
+            pl_le_put_f32 ((uint8_t *) (data + i), v);
         }
     s_owner_t *owner = nn_malloc (sizeof *owner);
     owner->free_fn = free_fn;
@@ -629,10 +638,10 @@ proto_msg_decode_slab (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_
                            tn, len, PROTO_SLAB_SIZE);
     proto_slab_t *s = &self->slab;
     memcpy (s->spec_hash, b, PROTO_SPEC_HASH_SIZE);
-    s->unit_begin = proto_le_get_u32 (b + 32);
-    s->unit_end = proto_le_get_u32 (b + 36);
-    s->count = proto_le_get_u64 (b + 40);
-    s->sample_count = proto_le_get_u64 (b + 48);
+    s->unit_begin = pl_le_get_u32 (b + 32);
+    s->unit_end = pl_le_get_u32 (b + 36);
+    s->count = pl_le_get_u64 (b + 40);
+    s->sample_count = pl_le_get_u64 (b + 48);
     int rc = s_slab_check (s, self->header.type, l, err, err_size);
     if (rc)
         return rc;
@@ -672,9 +681,9 @@ proto_msg_decode_tensor (proto_msg_t *self, zmq_msg_t *frames, const proto_limit
             return proto_fail (err, err_size, PROTO_E_SIZE,
                                "GRADIENTS: loss frame %zu bytes, expected %d",
                                len, PROTO_LOSS_SIZE);
-        self->loss.loss = proto_le_get_f32 (t);
-        self->loss.correct = proto_le_get_u32 (t + 4);
-        self->loss.count = proto_le_get_u32 (t + 8);
+        self->loss.loss = pl_le_get_f32 (t);
+        self->loss.correct = pl_le_get_u32 (t + 4);
+        self->loss.count = pl_le_get_u32 (t + 8);
         rc = s_loss_check (&self->loss, batch, err, err_size);
     }
     else {
@@ -727,10 +736,10 @@ proto_msg_encode_slab (proto_msg_t *self, zmq_msg_t *frames)
     const proto_slab_t *s = &self->slab;
     uint8_t *b = proto_frame_alloc (&frames[1], PROTO_SLAB_SIZE);
     memcpy (b, s->spec_hash, PROTO_SPEC_HASH_SIZE);
-    proto_le_put_u32 (b + 32, s->unit_begin);
-    proto_le_put_u32 (b + 36, s->unit_end);
-    proto_le_put_u64 (b + 40, s->count);
-    proto_le_put_u64 (b + 48, s->sample_count);
+    pl_le_put_u32 (b + 32, s->unit_begin);
+    pl_le_put_u32 (b + 36, s->unit_end);
+    pl_le_put_u64 (b + 40, s->count);
+    pl_le_put_u64 (b + 48, s->sample_count);
     s_data_frame (self, &frames[2]);
 }
 
@@ -742,9 +751,9 @@ proto_msg_encode_tensor (proto_msg_t *self, zmq_msg_t *frames)
     s_data_frame (self, &frames[2]);
     if (self->header.type == PROTO_MSG_GRADIENTS) {
         b = proto_frame_alloc (&frames[3], PROTO_LOSS_SIZE);
-        proto_le_put_f32 (b, self->loss.loss);
-        proto_le_put_u32 (b + 4, self->loss.correct);
-        proto_le_put_u32 (b + 8, self->loss.count);
+        pl_le_put_f32 (b, self->loss.loss);
+        pl_le_put_u32 (b + 4, self->loss.correct);
+        pl_le_put_u32 (b + 8, self->loss.count);
     }
     else {
         b = proto_frame_alloc (&frames[3], 4 * self->labels_count);

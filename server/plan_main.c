@@ -20,6 +20,7 @@
 #include "pl_config.h"
 #include "pl_hostcopy.h"
 #include "pl_log.h"
+#include "pl_models.h"
 #include "pl_summary.h"
 #include "pl_timeline.h"
 
@@ -67,6 +68,7 @@ s_usage (FILE *out)
         "                      [--devices D] [--costs FILE.json] [--device-slowdown F]\n"
         "                      [--write-costs FILE.json] [--forward-first] [--json]\n"
         "                      [--host-cores C] [--host-copy-mbps X]\n"
+        "       pipelearn-plan --list-models\n"
         "Estimates the iteration time of every split point P and micro-batch count N\n"
         "for the config's model, batch size and devices, chooses the fastest (P, N),\n"
         "and estimates the epoch time of fl, sl, sfl and pipelearn.\n"
@@ -130,6 +132,7 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
         { "host-cores", required_argument, NULL, 'H' },
         { "host-copy-mbps", required_argument, NULL, 'M' },
         { "help", no_argument, NULL, 'h' },
+        { "list-models", no_argument, NULL, 'L' },
         { NULL, 0, NULL, 0 }
     };
     char err[NN_ERR_SIZE];
@@ -143,7 +146,7 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
     args->rtt_ms = s_links[0].rtt_ms;
     double up = -1.0, down = -1.0, rtt = -1.0;
     int c;
-    while ((c = getopt_long (argc, argv, "c:s:l:u:d:r:D:C:W:FS:jhH:M:", opts, NULL)) != -1) {
+    while ((c = getopt_long (argc, argv, "c:s:l:u:d:r:D:C:W:FS:jhH:M:L", opts, NULL)) != -1) {
         switch (c) {
             case 'c':
                 break;
@@ -214,6 +217,7 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
                 break;
             }
             case 'h': s_usage (stdout); exit (0);
+            case 'L': pl_models_print (stdout); exit (0);
             default: s_usage (stderr); return -1;
         }
     }
@@ -748,7 +752,7 @@ main (int argc, char **argv)
     in.devices_count = cfg.devices;
     in.devices = devs;
     //  The server's pool: one worker per core (threads), at most one per
-    //  device (srv_main.c).
+    //  device (srv_parts.c, srv_parts_workers).
     int cores = cfg.threads > 0 ? cfg.threads : (int) sysconf (_SC_NPROCESSORS_ONLN);
     in.server_workers = cores < 1 ? 1 : cores > cfg.devices ? cfg.devices : cores;
     in.forward_first = args.forward_first;

@@ -29,6 +29,8 @@ struct srv_bufpool_t {
     long out;                       //  buffers handed out, not yet back
     long mapped;                    //  mappings made (for tests)
     bool closed;                    //  destroyed by its owner
+    void (*on_free) (void *arg);    //  srv_bufpool_on_free, or NULL
+    void *on_free_arg;
 };
 
 static size_t
@@ -51,6 +53,8 @@ srv_bufpool_new (int keep)
 static void
 s_free_pool (srv_bufpool_t *self)
 {
+    if (self->on_free)
+        self->on_free (self->on_free_arg);
     pthread_mutex_destroy (&self->lock);
     nn_free (self->idle);
     nn_free (self);
@@ -146,6 +150,15 @@ srv_bufpool_free (void *data)
         munmap (drop, drop->map_bytes);
     if (last)
         s_free_pool (self);
+}
+
+void
+srv_bufpool_on_free (srv_bufpool_t *self, void (*fn) (void *arg), void *arg)
+{
+    pthread_mutex_lock (&self->lock);
+    self->on_free = fn;
+    self->on_free_arg = arg;
+    pthread_mutex_unlock (&self->lock);
 }
 
 void

@@ -6,8 +6,8 @@
     either come fresh from the kernel every time (above the mmap
     threshold: every page faults, most of the loopback overhead once) or
     share glibc's heaps with libzmq's receive buffers, whose sizes differ
-    by a few bytes, and the heap fragments (sfl server peak RSS +15-35 MB
-    at batch 100). The pool keeps them apart: each buffer is its own
+    by a few bytes, and the heap fragments (docs/architecture.md,
+    "Measurements"). The pool keeps them apart: each buffer is its own
     mapping, reused while the pool holds it, unmapped when the pool is
     full or gone.
 
@@ -37,6 +37,11 @@ float *srv_bufpool_zeroed (srv_bufpool_t *self, size_t bytes);
 
 //  Give a buffer back to its pool (any thread). NULL is ignored.
 void srv_bufpool_free (void *data);
+
+//  fn (arg) runs when the pool itself is freed: at srv_bufpool_destroy
+//  when no buffer is out, else when the last one comes back (on that
+//  thread). For tests and for owners that must know the pool is gone.
+void srv_bufpool_on_free (srv_bufpool_t *self, void (*fn) (void *arg), void *arg);
 
 //  Buffers mapped so far and buffers idle in the pool (for tests).
 void srv_bufpool_counts (srv_bufpool_t *self, long *mapped, int *idle);

@@ -151,8 +151,9 @@ s_state_print (cJSON *state)
 
 int
 srv_ckpt_save (const char *results_dir, int keep, srv_ckpt_point_t point,
-               const pl_config_t *cfg, nn_model_t *devpart, nn_model_t **replicas,
-               int replicas_count, const cJSON *epochs, char *err, size_t err_size)
+               const pl_config_t *cfg, const srv_assign_t *assign, nn_model_t *devpart,
+               nn_model_t **replicas, int replicas_count, const cJSON *epochs, char *err,
+               size_t err_size)
 {
     char dir[1024], final[1100], tmp[1200], path[1300];
     snprintf (dir, sizeof dir, "%s/checkpoints", results_dir);
@@ -180,6 +181,11 @@ srv_ckpt_save (const char *results_dir, int keep, srv_ckpt_point_t point,
         cJSON_AddNumberToObject (state, "replicas", replicas_count);
         cJSON_AddNumberToObject (state, "origin_s", point.origin_s);
         cJSON_AddItemToObject (state, "config", pl_config_to_json (cfg));
+        cJSON *a = cJSON_AddObjectToObject (state, "assignment");
+        cJSON_AddItemToObject (a, "split_point",
+                               cJSON_CreateIntArray (assign->split, assign->devices));
+        cJSON_AddItemToObject (a, "micro_batches",
+                               cJSON_CreateIntArray (assign->micro, assign->devices));
         cJSON_AddItemToObject (state, "epochs", epochs ? cJSON_Duplicate (epochs, 1)
                                                        : cJSON_CreateArray ());
         char *text = s_state_print (state);
@@ -224,7 +230,9 @@ s_same_run (const cJSON *saved, const pl_config_t *cfg, const char *name, char *
     for (size_t i = 0; rc == 0 && i < sizeof s_identity / sizeof s_identity[0]; i++) {
         const cJSON *a = cJSON_GetObjectItemCaseSensitive (saved, s_identity[i]);
         const cJSON *b = cJSON_GetObjectItemCaseSensitive (now, s_identity[i]);
-        if (!a || !b || !cJSON_Compare (a, b, 1)) {
+        bool planned = cJSON_IsString (b) && strcmp (b->valuestring, "auto") == 0
+                    && cJSON_IsNumber (a);
+        if (!a || !b || (!planned && !cJSON_Compare (a, b, 1))) {
             char *va = a ? cJSON_PrintUnformatted (a) : NULL;
             char *vb = b ? cJSON_PrintUnformatted (b) : NULL;
             rc = nn_errf (err, err_size, "--resume: checkpoint %s is for another run: %s is "
@@ -322,29 +330,51 @@ s_peek (const char *results_dir, s_take_fn *take, void *out)
     return rc;
 }
 
+//  One of the assignment's arrays: devices numbers in 1..1e6. 0 or -1.
 static int
-s_take_plan (const cJSON *state, void *out)
+s_take_ints (const cJSON *array, int devices, int *out)
 {
+    if (!cJSON_IsArray (array) || cJSON_GetArraySize (array) != devices)
+        return -1;
+    int i = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach (v, array) {
+        if (!cJSON_IsNumber (v) || v->valuedouble < 1 || v->valuedouble > 1e6)
+            return -1;
+        out[i++] = (int) v->valuedouble;
+    }
+    return 0;
+}
+
+static int
+s_take_assign (const cJSON *state, void *out)
+{
+    srv_assign_t *a = out;
+    const cJSON *assign = cJSON_GetObjectItemCaseSensitive (state, "assignment");
+    if (assign)
+        return s_take_ints (cJSON_GetObjectItemCaseSensitive (assign, "split_point"),
+                            a->devices, a->split)
+            || s_take_ints (cJSON_GetObjectItemCaseSensitive (assign, "micro_batches"),
+                            a->devices, a->micro) ? -1 : 0;
+    //  Before the assignment had its own entry: the config's numbers.
     const cJSON *config = cJSON_GetObjectItemCaseSensitive (state, "config");
     const cJSON *p = cJSON_GetObjectItemCaseSensitive (config, "split_point");
     const cJSON *n = cJSON_GetObjectItemCaseSensitive (config, "micro_batches");
     if (!cJSON_IsNumber (p) || !cJSON_IsNumber (n) || p->valuedouble < 1
     ||  p->valuedouble > 1e6 || n->valuedouble < 1 || n->valuedouble > 1e6)
         return -1;
-    int *pn = out;
-    pn[0] = (int) p->valuedouble;
-    pn[1] = (int) n->valuedouble;
+    srv_assign_uniform (a, a->devices, (int) p->valuedouble, (int) n->valuedouble);
     return 0;
 }
 
 int
-srv_ckpt_peek_plan (const char *results_dir, int *split_point, int *micro_batches)
+srv_ckpt_peek_assign (const char *results_dir, int devices, srv_assign_t *assign)
 {
-    int pn[2];
-    if (s_peek (results_dir, s_take_plan, pn))
+    srv_assign_t a;
+    srv_assign_uniform (&a, devices, 0, 0);
+    if (s_peek (results_dir, s_take_assign, &a))
         return -1;
-    *split_point = pn[0];
-    *micro_batches = pn[1];
+    *assign = a;
     return 0;
 }
 

@@ -5,8 +5,9 @@
     iteration I) holding:
       devpart.ckpt      the device part every device gets next (nn_checkpoint)
       replica-K.ckpt    server replica K with its optimiser state (split modes)
-      state.json        epoch, round_iter, the run's config, the summary's
-                        epochs so far, origin_s (the run's time 0), and
+      state.json        epoch, round_iter, the run's config, the assignment
+                        (per device: split point and micro-batch count), the
+                        summary's epochs so far, origin_s (the run's time 0), and
                         "checksum": BLAKE2b-256 (hex) of the file's own text
                         with these 64 digits read as '0's ("format": 2;
                         format 1, from before the checksum, still loads)
@@ -23,6 +24,9 @@
     checkpoint made for a different run (model, dataset, mode, devices,
     split, micro-batches, batch size, seed, samples differ) is an error, not
     skipped: resuming someone else's run is never what the operator meant.
+    A config that says "auto" for the split point or micro-batches matches
+    any number there (checkpoints from before the assignment was recorded
+    on its own carry the planned numbers in their config).
 
     Devices do not keep optimiser state across a restart: after a resume
     their momentum starts from zero (the server replicas' is restored).
@@ -36,6 +40,7 @@
 
 #include "nn_model.h"
 #include "pl_config.h"
+#include "srv_assign.h"
 
 typedef struct {
     int epoch;                  //  the round starts in this epoch (1-based)
@@ -44,10 +49,11 @@ typedef struct {
 } srv_ckpt_point_t;
 
 //  Write a checkpoint of the models for the round at point, with the
-//  summary's epochs array so far (borrowed), then prune to the newest keep.
-//  0, or -1 with a message.
+//  assignment and the summary's epochs array so far (both borrowed), then
+//  prune to the newest keep. 0, or -1 with a message.
 int srv_ckpt_save (const char *results_dir, int keep, srv_ckpt_point_t point,
-                   const pl_config_t *cfg, nn_model_t *devpart, nn_model_t **replicas,
+                   const pl_config_t *cfg, const srv_assign_t *assign,
+                   nn_model_t *devpart, nn_model_t **replicas,
                    int replicas_count, const cJSON *epochs, char *err, size_t err_size);
 
 //  Load the newest valid checkpoint into the models. On success fills
@@ -68,10 +74,12 @@ int srv_ckpt_load (const char *results_dir, const pl_config_t *cfg, nn_model_t *
 //  message naming the newest one when it holds some and force is false.
 int srv_ckpt_claim_fresh (const char *results_dir, bool force, char *err, size_t err_size);
 
-//  The split point and micro-batch count of the newest checkpoint that has
-//  them (a run planned with "auto" resumes with the plan it ran; the
-//  planner may still move them once the devices are in). 0, or -1 if none.
-int srv_ckpt_peek_plan (const char *results_dir, int *split_point, int *micro_batches);
+//  The assignment of the newest checkpoint that has one for devices
+//  devices (a run planned with "auto" resumes with the plan it ran; the
+//  planner may still move it once the devices are in); from a checkpoint
+//  older than the recorded assignment, its config's numbers for every
+//  device. 0, or -1 if none.
+int srv_ckpt_peek_assign (const char *results_dir, int devices, srv_assign_t *assign);
 
 //  The run's time 0 (origin_s) from the newest checkpoint that has one, so
 //  that a resumed run's timeline.csv goes on in the same time base. 0, or

@@ -1,10 +1,12 @@
 /*  srv_metrics.c: see srv_metrics.h. */
 #include "srv_metrics.h"
+#include "srv_metrics_state.h"
 
 #include "nn_alloc.h"
 #include "pl_log.h"
 
 #include <arpa/inet.h>
+#include <czmq.h>
 #include <errno.h>
 #include <math.h>
 #include <microhttpd.h>
@@ -26,85 +28,19 @@ extern const unsigned char srv_dashboard_html[];
 extern const size_t srv_dashboard_html_size;
 
 #define S_PUBLISH_S     0.25    //  srv_metrics_tick publishes at most this often
-#define S_RING          96      //  Gantt events kept per row
-#define S_EPOCHS        256     //  epochs kept for the curves (the newest)
-#define S_STAGES        16
-#define S_WORKERS       64      //  server workers with their own busy/idle series
-#define S_PENDING       64      //  uplinks waiting for their downlink, per device
 //  libmicrohttpd limits: a scraper and a browser or two, never a crowd.
 #define S_CONNECTIONS   16
 #define S_PER_IP        8
 #define S_CONN_MEMORY   (16 * 1024)     //  request line + headers; more: 431
 #define S_CONN_TIMEOUT  10              //  seconds a connection may idle
 
-typedef struct {
-    double start, end;          //  seconds since the run's origin
-    int32_t epoch, iteration, micro;
-    int32_t stage;              //  index into s_state_t.stage
-} s_event_t;
-
-typedef struct {
-    s_event_t ev[S_RING];
-    int next, count;
-} s_ring_t;
-
-typedef struct {
-    bool joined, active;
-    int micro, queue;
-    //  The newest epoch's figures (summary) and their sums over the run.
-    double forward_s, backward_s, update_s, idle_s;
-    double forward_total_s, backward_total_s, update_total_s, idle_total_s;
-    double bytes_up_total, bytes_down_total;
-    //  Link: the last probe (rtt 0 = none) and the training traffic estimate.
-    double rtt_s, up_Bps, down_Bps, traffic_up_Bps;     //  bytes/s
-    double drops, rejoins;
-    int32_t last_epoch, last_iteration;     //  newest the server sent gradients for
-    struct { int32_t epoch, iteration, micro; double t; } pending[S_PENDING];
-} s_device_t;
-
-typedef struct {
-    int32_t epoch;
-    double wall_s, eval_s, train_loss, train_acc, test_loss, test_acc, images_per_s;
-    double busy_s, idle_s;
-} s_epoch_t;
-
-//  Everything served; a plain value, copied whole (its size is fixed at
-//  creation by the device count).
-typedef struct {
-    char mode[16], model[32], dataset[32], aggregation[16], results[64];
-    int devices, epochs, batch, split, workers, joined;
-    bool started, done;
-    int epoch;                  //  1-based; 0 before training
-    long iterations;            //  completed this epoch (all devices)
-    int epoch_iterations;       //  per device and epoch (0: unknown)
-    double loss_sum, correct, samples;      //  this epoch so far
-    double epoch_elapsed_s;
-    double origin;              //  wall clock of time 0
-    double busy_total_s, idle_total_s;
-    //  Per worker thread (the first S_WORKERS): busy over completed epochs,
-    //  and idle = their wall time - busy.
-    double worker_busy_total_s[S_WORKERS], worker_idle_total_s[S_WORKERS];
-    double refused[SRV_REFUSED_KINDS];
-    int last_summary_epoch;     //  epochs up to this one are counted
-    int epochs_count;
-    s_epoch_t ep[S_EPOCHS];
-    char stage[S_STAGES][16];
-    int stages;
-    s_device_t dev[SRV_MAX_DEVICES];
-    //  Gantt rows: 3 per device (device i, server:d i compute, and
-    //  "in server" from ACTIVATIONS arrival to GRADIENTS leaving, live),
-    //  then one "server" row (sl: the shared replica's compute).
-    int rows;
-    s_ring_t row[];
-} s_state_t;
-
 struct _srv_metrics_t {
     struct MHD_Daemon *httpd;
     int port;
     size_t state_size;
-    s_state_t *live;            //  the reactor's
-    s_state_t *shared;          //  the published copy, under lock
-    s_state_t *view;            //  the HTTP thread's copy (one MHD thread)
+    srv_metrics_state_t *live;            //  the reactor's
+    srv_metrics_state_t *shared;          //  the published copy, under lock
+    srv_metrics_state_t *view;            //  the HTTP thread's copy (one MHD thread)
     pthread_mutex_t lock;
     double last_publish;        //  pl_monotonic
     char ckpt_dir[1024];        //  stat()ed for the checkpoint age; never served
@@ -176,19 +112,19 @@ s_publish (srv_metrics_t *self)
 }
 
 static int
-s_stage_index (s_state_t *st, const char *name)
+s_stage_index (srv_metrics_state_t *st, const char *name)
 {
     for (int i = 0; i < st->stages; i++)
         if (strcmp (st->stage[i], name) == 0)
             return i;
-    if (st->stages == S_STAGES)
+    if (st->stages == SRV_METRICS_STAGES)
         return -1;
     snprintf (st->stage[st->stages], sizeof st->stage[0], "%s", name);
     return st->stages++;
 }
 
 static void
-s_ring_add (s_state_t *st, int row, const char *stage, int epoch, int iteration,
+s_ring_add (srv_metrics_state_t *st, int row, const char *stage, int epoch, int iteration,
             int micro, double start, double end)
 {
     if (row < 0 || row >= st->rows)
@@ -196,10 +132,10 @@ s_ring_add (s_state_t *st, int row, const char *stage, int epoch, int iteration,
     int s = s_stage_index (st, stage);
     if (s < 0)
         return;
-    s_ring_t *r = &st->row[row];
-    r->ev[r->next] = (s_event_t) { start, end, epoch, iteration, micro, s };
-    r->next = (r->next + 1) % S_RING;
-    if (r->count < S_RING)
+    srv_metrics_ring_t *r = &st->row[row];
+    r->ev[r->next] = (srv_metrics_event_t) { start, end, epoch, iteration, micro, s };
+    r->next = (r->next + 1) % SRV_METRICS_RING;
+    if (r->count < SRV_METRICS_RING)
         r->count++;
 }
 
@@ -223,7 +159,7 @@ static void
 s_on_event (void *arg, const pl_event_t *e)
 {
     srv_metrics_t *self = arg;
-    s_state_t *st = self->live;
+    srv_metrics_state_t *st = self->live;
     int d;
     if ((d = s_who_device (e->who, "device")) >= 0 && d < st->devices)
         s_ring_add (st, 3 * d, e->stage, e->epoch, e->iteration, e->micro_batch,
@@ -238,11 +174,11 @@ s_on_event (void *arg, const pl_event_t *e)
                     e->start_s, e->end_s);
     else
     if ((d = s_who_device (e->who, "link:d")) >= 0 && d < st->devices) {
-        s_device_t *dv = &st->dev[d];
+        srv_metrics_device_t *dv = &st->dev[d];
         if (strcmp (e->stage, "uplink") == 0) {
             //  Oldest slot out: at most N micro-batches are ever in flight.
             int slot = 0;
-            for (int i = 1; i < S_PENDING; i++)
+            for (int i = 1; i < SRV_METRICS_PENDING; i++)
                 if (dv->pending[i].t < dv->pending[slot].t)
                     slot = i;
             dv->pending[slot].epoch = e->epoch;
@@ -252,7 +188,7 @@ s_on_event (void *arg, const pl_event_t *e)
         }
         else
         if (strcmp (e->stage, "downlink") == 0) {
-            for (int i = 0; i < S_PENDING; i++)
+            for (int i = 0; i < SRV_METRICS_PENDING; i++)
                 if (dv->pending[i].t > 0 && dv->pending[i].epoch == e->epoch
                 &&  dv->pending[i].iteration == e->iteration
                 &&  dv->pending[i].micro == e->micro_batch) {
@@ -283,7 +219,7 @@ static void
 s_on_summary (void *arg, const cJSON *root)
 {
     srv_metrics_t *self = arg;
-    s_state_t *st = self->live;
+    srv_metrics_state_t *st = self->live;
     const cJSON *epochs = cJSON_GetObjectItemCaseSensitive (root, "epochs"), *ej;
     cJSON_ArrayForEach (ej, epochs) {
         int epoch = (int) s_num (ej, "epoch", 0);
@@ -291,15 +227,15 @@ s_on_summary (void *arg, const cJSON *root)
             continue;
         st->last_summary_epoch = epoch;
         const cJSON *server = cJSON_GetObjectItemCaseSensitive (ej, "server");
-        s_epoch_t e = {
+        srv_metrics_epoch_t e = {
             .epoch = epoch, .wall_s = s_num (ej, "wall_s", 0), .eval_s = s_num (ej, "eval_s", 0),
             .train_loss = s_num (ej, "train_loss", NAN), .train_acc = s_num (ej, "train_acc", NAN),
             .test_loss = s_num (ej, "test_loss", NAN), .test_acc = s_num (ej, "test_acc", NAN),
             .images_per_s = s_num (ej, "images_per_s", 0),
             .busy_s = s_num (server, "busy_s", 0), .idle_s = s_num (server, "idle_s", 0)
         };
-        if (st->epochs_count == S_EPOCHS) {
-            memmove (st->ep, st->ep + 1, (S_EPOCHS - 1) * sizeof st->ep[0]);
+        if (st->epochs_count == SRV_METRICS_EPOCHS) {
+            memmove (st->ep, st->ep + 1, (SRV_METRICS_EPOCHS - 1) * sizeof st->ep[0]);
             st->epochs_count--;
         }
         st->ep[st->epochs_count++] = e;
@@ -308,7 +244,7 @@ s_on_summary (void *arg, const cJSON *root)
         const cJSON *wb;
         int w = 0;
         cJSON_ArrayForEach (wb, cJSON_GetObjectItemCaseSensitive (server, "worker_busy_s")) {
-            if (w >= S_WORKERS || !cJSON_IsNumber (wb))
+            if (w >= SRV_METRICS_WORKERS || !cJSON_IsNumber (wb))
                 break;
             double idle = e.wall_s - wb->valuedouble;
             st->worker_busy_total_s[w] += wb->valuedouble;
@@ -320,7 +256,7 @@ s_on_summary (void *arg, const cJSON *root)
             int id = (int) s_num (dj, "id", -1);
             if (id < 0 || id >= st->devices)
                 continue;
-            s_device_t *d = &st->dev[id];
+            srv_metrics_device_t *d = &st->dev[id];
             d->forward_s = s_num (dj, "forward_s", 0);
             d->backward_s = s_num (dj, "backward_s", 0);
             d->update_s = s_num (dj, "update_s", 0);
@@ -359,37 +295,32 @@ s_on_summary (void *arg, const cJSON *root)
 }
 
 void
-srv_metrics_tick (srv_metrics_t *self, const srv_t *srv)
+srv_metrics_tick (srv_metrics_t *self, const srv_metrics_sample_t *srv)
 {
     if (!self)
         return;
     double now = pl_monotonic ();
     if (now - self->last_publish < S_PUBLISH_S)
         return;
-    s_state_t *st = self->live;
+    srv_metrics_state_t *st = self->live;
     st->started = srv->started;
     st->done = srv->done;
-    st->epoch = srv->started ? srv->epoch : 0;
+    st->epoch = srv->epoch;
     st->split = srv->split;
-    st->workers = srv->workers_count;
+    st->workers = srv->workers;
     st->joined = srv->joined;
     st->iterations = srv->iterations;
     st->epoch_iterations = srv->epoch_iterations;
     st->loss_sum = srv->loss_sum;
-    st->correct = (double) srv->correct;
-    st->samples = (double) srv->samples_seen;
-    st->epoch_elapsed_s = srv->started && !srv->clock_wait ? now - srv->epoch_start : 0.0;
+    st->correct = srv->correct;
+    st->samples = srv->samples;
+    st->epoch_elapsed_s = srv->epoch_elapsed_s;
     for (int i = 0; i < st->devices; i++) {
-        const srv_device_t *d = &srv->dev[i];
-        s_device_t *m = &st->dev[i];
-        m->joined = d->joined;
-        m->active = d->active;
-        m->micro = srv->plan.slot[i].micro;
-        m->queue = 0;
-        if (srv->mode != PROTO_MODE_FL && d->replica >= 0 && d->replica < srv->replicas_count) {
-            const srv_replica_t *r = &srv->rep[d->replica];
-            m->queue = (r->queue ? (int) zlist_size (r->queue) : 0) + (r->busy ? 1 : 0);
-        }
+        srv_metrics_device_t *m = &st->dev[i];
+        m->joined = srv->dev[i].joined;
+        m->active = srv->dev[i].active;
+        m->micro = srv->dev[i].micro;
+        m->queue = srv->dev[i].queue;
     }
     st->refused[SRV_REFUSED_CURVE] = (double) atomic_load (&self->curve_refused);
     s_publish (self);
@@ -489,95 +420,9 @@ srv_metrics_watch (srv_metrics_t *self, void *socket)
     return 0;
 }
 
-//  ---------------------------------------------------------------------
-//  The HTTP thread's side: formatting a snapshot
-
-typedef struct {
-    char *data;
-    size_t len, cap;
-} s_buf_t;
-
-static void __attribute__ ((format (printf, 2, 3)))
-s_put (s_buf_t *b, const char *fmt, ...)
-{
-    for (;;) {
-        va_list ap;
-        va_start (ap, fmt);
-        int n = vsnprintf (b->data + b->len, b->cap - b->len, fmt, ap);
-        va_end (ap);
-        if (n >= 0 && (size_t) n < b->cap - b->len) {
-            b->len += (size_t) n;
-            return;
-        }
-        b->cap = 2 * b->cap + (n > 0 ? (size_t) n : 0);
-        b->data = nn_realloc (b->data, b->cap);
-    }
-}
-
+//  What the process costs now (memory, CPU, the newest checkpoint's age).
 static void
-s_head (s_buf_t *b, const char *name, const char *type, const char *help)
-{
-    s_put (b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-//  A sample value: Prometheus text takes NaN and +Inf as words.
-static void
-s_val (s_buf_t *b, double v)
-{
-    if (isnan (v))
-        s_put (b, " NaN\n");
-    else
-    if (isinf (v))
-        s_put (b, v > 0 ? " +Inf\n" : " -Inf\n");
-    else
-        s_put (b, " %.17g\n", v);
-}
-
-static void
-s_gauge (s_buf_t *b, const char *name, const char *type, const char *help, double v)
-{
-    s_head (b, name, type, help);
-    s_put (b, "%s", name);
-    s_val (b, v);
-}
-
-//  One sample per device of the value at offset off in s_device_t.
-static void
-s_per_device (s_buf_t *b, const s_state_t *st, const char *name, const char *type,
-              const char *help, size_t off)
-{
-    s_head (b, name, type, help);
-    for (int i = 0; i < st->devices; i++) {
-        double v = *(const double *) ((const char *) &st->dev[i] + off);
-        s_put (b, "%s{device=\"%d\"}", name, i);
-        s_val (b, v);
-    }
-}
-
-//  Label values are ours (config names, checked by pl_config) but are
-//  escaped anyway, as the format asks.
-static void
-s_label (s_buf_t *b, const char *key, const char *value, bool last)
-{
-    s_put (b, "%s=\"", key);
-    for (const char *p = value; *p; p++) {
-        if (*p == '\\' || *p == '"')
-            s_put (b, "\\%c", *p);
-        else
-        if (*p == '\n')
-            s_put (b, "\\n");
-        else
-            s_put (b, "%c", *p);
-    }
-    s_put (b, "\"%s", last ? "" : ",");
-}
-
-typedef struct {
-    double rss_bytes, cpu_s, ckpt_age_s;
-} s_process_t;
-
-static void
-s_process_read (const srv_metrics_t *self, s_process_t *p)
+s_process_read (const srv_metrics_t *self, srv_metrics_process_t *p)
 {
     p->rss_bytes = NAN;
     long pages = 0, resident = 0;
@@ -595,263 +440,7 @@ s_process_read (const srv_metrics_t *self, s_process_t *p)
     struct stat sb;
     p->ckpt_age_s = stat (self->ckpt_dir, &sb) == 0
         ? pl_wall_clock () - ((double) sb.st_mtim.tv_sec + sb.st_mtim.tv_nsec * 1e-9) : NAN;
-}
-
-static char *
-s_render_metrics (const srv_metrics_t *self, const s_state_t *st, size_t *len)
-{
-    s_buf_t b = { nn_malloc (16384), 0, 16384 };
-    s_process_t p;
-    s_process_read (self, &p);
-    s_head (&b, "pipelearn_run_info", "gauge",
-            "The run's configuration as labels; the value is 1.");
-    s_put (&b, "pipelearn_run_info{");
-    s_label (&b, "mode", st->mode, false);
-    s_label (&b, "model", st->model, false);
-    s_label (&b, "dataset", st->dataset, false);
-    s_label (&b, "aggregation", st->aggregation, false);
-    s_label (&b, "codec", "float32", false);
-    s_label (&b, "results_dir", st->results, true);
-    s_put (&b, "} 1\n");
-    s_gauge (&b, "pipelearn_split_point", "gauge",
-             "Units of the model on the devices (the split point).", st->split);
-    s_gauge (&b, "pipelearn_batch_size", "gauge", "Samples per iteration and device.",
-             st->batch);
-    s_gauge (&b, "pipelearn_devices", "gauge", "Devices the run is configured for.",
-             st->devices);
-    s_gauge (&b, "pipelearn_devices_joined", "gauge", "Devices with a session now.",
-             st->joined);
-    s_gauge (&b, "pipelearn_server_workers", "gauge", "Server compute worker threads.",
-             st->workers);
-    s_gauge (&b, "pipelearn_training_started", "gauge",
-             "1 once every device joined and training began.", st->started);
-    s_gauge (&b, "pipelearn_epochs", "gauge", "Epochs the run is configured for.",
-             st->epochs);
-    s_gauge (&b, "pipelearn_epoch", "gauge", "The epoch in progress (1-based; 0 before).",
-             st->epoch);
-    s_gauge (&b, "pipelearn_epochs_completed_total", "counter", "Epochs completed.",
-             st->last_summary_epoch);
-    s_gauge (&b, "pipelearn_epoch_iterations", "gauge",
-             "Iterations per device and epoch (0: unknown).", st->epoch_iterations);
-    s_gauge (&b, "pipelearn_epoch_iterations_done", "gauge",
-             "Iterations completed in the current epoch, summed over the devices.",
-             (double) st->iterations);
-    s_gauge (&b, "pipelearn_epoch_elapsed_seconds", "gauge",
-             "Training time of the current epoch so far.", st->epoch_elapsed_s);
-    s_gauge (&b, "pipelearn_epoch_running_train_loss", "gauge",
-             "Mean training loss of the current epoch so far (server side).",
-             st->iterations ? st->loss_sum / (double) st->iterations : NAN);
-    const s_epoch_t *last = st->epochs_count ? &st->ep[st->epochs_count - 1] : NULL;
-    s_gauge (&b, "pipelearn_train_loss", "gauge", "Training loss of the last epoch.",
-             last ? last->train_loss : NAN);
-    s_gauge (&b, "pipelearn_train_accuracy_ratio", "gauge",
-             "Training accuracy of the last epoch (0..1).", last ? last->train_acc : NAN);
-    s_gauge (&b, "pipelearn_test_loss", "gauge", "Test loss after the last epoch.",
-             last ? last->test_loss : NAN);
-    s_gauge (&b, "pipelearn_test_accuracy_ratio", "gauge",
-             "Test accuracy after the last epoch (0..1).", last ? last->test_acc : NAN);
-    s_gauge (&b, "pipelearn_epoch_duration_seconds", "gauge",
-             "Training wall time of the last epoch (evaluation excluded).",
-             last ? last->wall_s : NAN);
-    s_gauge (&b, "pipelearn_images_per_second", "gauge",
-             "Training throughput of the last epoch.", last ? last->images_per_s : NAN);
-    s_gauge (&b, "pipelearn_server_busy_seconds_total", "counter",
-             "Server worker time spent computing, summed over the workers.",
-             st->busy_total_s);
-    s_gauge (&b, "pipelearn_server_idle_seconds_total", "counter",
-             "Server worker time idle (epoch wall time x workers - busy).",
-             st->idle_total_s);
-    int workers = st->workers < S_WORKERS ? st->workers : S_WORKERS;
-    s_head (&b, "pipelearn_server_worker_busy_seconds_total", "counter",
-            "Time a server worker thread spent computing (completed epochs).");
-    for (int w = 0; w < workers; w++)
-        s_put (&b, "pipelearn_server_worker_busy_seconds_total{worker=\"%d\"} %.6f\n", w,
-               st->worker_busy_total_s[w]);
-    s_head (&b, "pipelearn_server_worker_idle_seconds_total", "counter",
-            "Time a server worker thread stood idle (completed epochs).");
-    for (int w = 0; w < workers; w++)
-        s_put (&b, "pipelearn_server_worker_idle_seconds_total{worker=\"%d\"} %.6f\n", w,
-               st->worker_idle_total_s[w]);
-    s_head (&b, "pipelearn_device_joined", "gauge", "1 while the device has a session.");
-    for (int i = 0; i < st->devices; i++)
-        s_put (&b, "pipelearn_device_joined{device=\"%d\"} %d\n", i, st->dev[i].joined);
-    s_head (&b, "pipelearn_device_micro_batches", "gauge",
-            "Micro-batches per iteration in the device's plan.");
-    for (int i = 0; i < st->devices; i++)
-        s_put (&b, "pipelearn_device_micro_batches{device=\"%d\"} %d\n", i, st->dev[i].micro);
-    s_head (&b, "pipelearn_device_queue_depth", "gauge",
-            "The device's micro-batches at the server: queued plus in compute.");
-    for (int i = 0; i < st->devices; i++)
-        s_put (&b, "pipelearn_device_queue_depth{device=\"%d\"} %d\n", i, st->dev[i].queue);
-    s_head (&b, "pipelearn_device_iteration", "gauge",
-            "Newest iteration (of the newest epoch) the server sent gradients for.");
-    for (int i = 0; i < st->devices; i++)
-        s_put (&b, "pipelearn_device_iteration{device=\"%d\"} %d\n", i,
-               st->dev[i].last_iteration);
-#define S_DEV(name, type, help, field) \
-    s_per_device (&b, st, name, type, help, offsetof (s_device_t, field))
-    S_DEV ("pipelearn_device_forward_seconds_total", "counter",
-           "Device time in forward passes (completed epochs).", forward_total_s);
-    S_DEV ("pipelearn_device_backward_seconds_total", "counter",
-           "Device time in backward passes (completed epochs).", backward_total_s);
-    S_DEV ("pipelearn_device_update_seconds_total", "counter",
-           "Device time in optimiser steps (completed epochs).", update_total_s);
-    S_DEV ("pipelearn_device_idle_seconds_total", "counter",
-           "Device time waiting for the server (completed epochs).", idle_total_s);
-    S_DEV ("pipelearn_device_uplink_bytes_total", "counter",
-           "Bytes the device sent (completed epochs).", bytes_up_total);
-    S_DEV ("pipelearn_device_downlink_bytes_total", "counter",
-           "Bytes the device received (completed epochs).", bytes_down_total);
-    S_DEV ("pipelearn_device_rtt_seconds", "gauge",
-           "Round-trip time of the last link measurement (0: none).", rtt_s);
-    S_DEV ("pipelearn_device_uplink_bytes_per_second", "gauge",
-           "Uplink rate of the last link measurement (0: none).", up_Bps);
-    S_DEV ("pipelearn_device_downlink_bytes_per_second", "gauge",
-           "Downlink rate of the last link measurement (0: none).", down_Bps);
-    S_DEV ("pipelearn_device_uplink_traffic_bytes_per_second", "gauge",
-           "Uplink rate estimated from the last epoch's training traffic (0: none).",
-           traffic_up_Bps);
-    S_DEV ("pipelearn_device_drops_total", "counter",
-           "Times the device was dropped from the run.", drops);
-    S_DEV ("pipelearn_device_rejoins_total", "counter",
-           "Times the device rejoined a running run.", rejoins);
-#undef S_DEV
-    static const char *reasons[SRV_REFUSED_KINDS] = { "malformed", "hello", "curve" };
-    s_head (&b, "pipelearn_refused_peers_total", "counter",
-            "Peers refused: malformed messages, refused HELLOs, failed CURVE handshakes.");
-    for (int i = 0; i < SRV_REFUSED_KINDS; i++)
-        s_put (&b, "pipelearn_refused_peers_total{reason=\"%s\"} %.17g\n", reasons[i],
-               st->refused[i]);
-    s_gauge (&b, "pipelearn_checkpoint_age_seconds", "gauge",
-             "Seconds since the newest checkpoint was written (NaN: none).", p.ckpt_age_s);
-    s_gauge (&b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
-             p.rss_bytes);
-    s_gauge (&b, "process_cpu_seconds_total", "counter",
-             "Total user and system CPU time spent in seconds.", p.cpu_s);
-    s_gauge (&b, "process_start_time_seconds", "gauge",
-             "Start time of the process since unix epoch in seconds.", self->start_wall);
-    *len = b.len;
-    return b.data;
-}
-
-static cJSON *
-s_num_or_null (double v)
-{
-    return isfinite (v) ? cJSON_CreateNumber (v) : cJSON_CreateNull ();
-}
-
-static char *
-s_render_state (const srv_metrics_t *self, const s_state_t *st, size_t *len)
-{
-    s_process_t p;
-    s_process_read (self, &p);
-    cJSON *root = cJSON_CreateObject ();
-    cJSON *run = cJSON_AddObjectToObject (root, "run");
-    cJSON_AddStringToObject (run, "mode", st->mode);
-    cJSON_AddStringToObject (run, "model", st->model);
-    cJSON_AddStringToObject (run, "dataset", st->dataset);
-    cJSON_AddStringToObject (run, "results_dir", st->results);
-    cJSON_AddNumberToObject (run, "devices", st->devices);
-    cJSON_AddNumberToObject (run, "joined", st->joined);
-    cJSON_AddNumberToObject (run, "epochs", st->epochs);
-    cJSON_AddNumberToObject (run, "batch_size", st->batch);
-    cJSON_AddNumberToObject (run, "split_point", st->split);
-    cJSON_AddNumberToObject (run, "workers", st->workers);
-    cJSON_AddBoolToObject (run, "started", st->started);
-    cJSON_AddBoolToObject (run, "done", st->done);
-    cJSON_AddNumberToObject (run, "epoch", st->epoch);
-    cJSON_AddNumberToObject (run, "epochs_completed", st->last_summary_epoch);
-    cJSON_AddNumberToObject (run, "iterations_done", (double) st->iterations);
-    cJSON_AddNumberToObject (run, "epoch_iterations", st->epoch_iterations);
-    cJSON_AddNumberToObject (run, "epoch_elapsed_s", st->epoch_elapsed_s);
-    cJSON_AddNumberToObject (run, "now_s", pl_wall_clock () - st->origin);
-    cJSON_AddItemToObject (run, "running_train_loss",
-                           s_num_or_null (st->iterations ? st->loss_sum / st->iterations
-                                                         : NAN));
-    cJSON_AddItemToObject (run, "running_train_acc",
-                           s_num_or_null (st->samples > 0 ? st->correct / st->samples : NAN));
-    cJSON *eps = cJSON_AddArrayToObject (root, "epochs");
-    for (int i = 0; i < st->epochs_count; i++) {
-        const s_epoch_t *e = &st->ep[i];
-        cJSON *o = cJSON_CreateObject ();
-        cJSON_AddNumberToObject (o, "epoch", e->epoch);
-        cJSON_AddItemToObject (o, "wall_s", s_num_or_null (e->wall_s));
-        cJSON_AddItemToObject (o, "train_loss", s_num_or_null (e->train_loss));
-        cJSON_AddItemToObject (o, "train_acc", s_num_or_null (e->train_acc));
-        cJSON_AddItemToObject (o, "test_loss", s_num_or_null (e->test_loss));
-        cJSON_AddItemToObject (o, "test_acc", s_num_or_null (e->test_acc));
-        cJSON_AddItemToObject (o, "images_per_s", s_num_or_null (e->images_per_s));
-        cJSON_AddItemToObject (o, "server_busy_s", s_num_or_null (e->busy_s));
-        cJSON_AddItemToObject (o, "server_idle_s", s_num_or_null (e->idle_s));
-        cJSON_AddItemToArray (eps, o);
-    }
-    cJSON *devs = cJSON_AddArrayToObject (root, "devices");
-    for (int i = 0; i < st->devices; i++) {
-        const s_device_t *d = &st->dev[i];
-        cJSON *o = cJSON_CreateObject ();
-        cJSON_AddNumberToObject (o, "id", i);
-        cJSON_AddBoolToObject (o, "joined", d->joined);
-        cJSON_AddBoolToObject (o, "active", d->active);
-        cJSON_AddNumberToObject (o, "micro_batches", d->micro);
-        cJSON_AddNumberToObject (o, "queue_depth", d->queue);
-        cJSON_AddNumberToObject (o, "epoch", d->last_epoch);
-        cJSON_AddNumberToObject (o, "iteration", d->last_iteration);
-        cJSON_AddNumberToObject (o, "forward_s", d->forward_s);
-        cJSON_AddNumberToObject (o, "backward_s", d->backward_s);
-        cJSON_AddNumberToObject (o, "update_s", d->update_s);
-        cJSON_AddNumberToObject (o, "idle_s", d->idle_s);
-        cJSON_AddNumberToObject (o, "bytes_up_total", d->bytes_up_total);
-        cJSON_AddNumberToObject (o, "bytes_down_total", d->bytes_down_total);
-        cJSON_AddNumberToObject (o, "rtt_ms", d->rtt_s * 1000.0);
-        cJSON_AddNumberToObject (o, "uplink_mbps", d->up_Bps * 8 / 1e6);
-        cJSON_AddNumberToObject (o, "downlink_mbps", d->down_Bps * 8 / 1e6);
-        cJSON_AddNumberToObject (o, "uplink_traffic_mbps", d->traffic_up_Bps * 8 / 1e6);
-        cJSON_AddNumberToObject (o, "drops", d->drops);
-        cJSON_AddNumberToObject (o, "rejoins", d->rejoins);
-        cJSON_AddItemToArray (devs, o);
-    }
-    cJSON *ref = cJSON_AddObjectToObject (root, "refused");
-    cJSON_AddNumberToObject (ref, "malformed", st->refused[SRV_REFUSED_MALFORMED]);
-    cJSON_AddNumberToObject (ref, "hello", st->refused[SRV_REFUSED_HELLO]);
-    cJSON_AddNumberToObject (ref, "curve", st->refused[SRV_REFUSED_CURVE]);
-    cJSON *proc = cJSON_AddObjectToObject (root, "process");
-    cJSON_AddItemToObject (proc, "rss_bytes", s_num_or_null (p.rss_bytes));
-    cJSON_AddNumberToObject (proc, "cpu_s", p.cpu_s);
-    cJSON_AddItemToObject (proc, "checkpoint_age_s", s_num_or_null (p.ckpt_age_s));
-    //  Gantt: rows of [stage, epoch, iteration, micro_batch, start_s, end_s].
-    cJSON *g = cJSON_AddObjectToObject (root, "gantt");
-    cJSON *stages = cJSON_AddArrayToObject (g, "stages");
-    for (int i = 0; i < st->stages; i++)
-        cJSON_AddItemToArray (stages, cJSON_CreateString (st->stage[i]));
-    cJSON *rows = cJSON_AddArrayToObject (g, "rows");
-    for (int r = 0; r < st->rows; r++) {
-        const s_ring_t *ring = &st->row[r];
-        if (!ring->count)
-            continue;
-        char who[32];
-        int d = r / 3;
-        if (r == 3 * st->devices)
-            snprintf (who, sizeof who, "server");
-        else
-            snprintf (who, sizeof who, r % 3 == 0 ? "device%d" : r % 3 == 1 ? "server:d%d"
-                                                                           : "link:d%d", d);
-        cJSON *row = cJSON_CreateObject ();
-        cJSON_AddStringToObject (row, "who", who);
-        cJSON *evs = cJSON_AddArrayToObject (row, "events");
-        int first = (ring->next - ring->count + S_RING) % S_RING;
-        for (int k = 0; k < ring->count; k++) {
-            const s_event_t *e = &ring->ev[(first + k) % S_RING];
-            double v[6] = { e->stage, e->epoch, e->iteration, e->micro, e->start, e->end };
-            cJSON_AddItemToArray (evs, cJSON_CreateDoubleArray (v, 6));
-        }
-        cJSON_AddItemToArray (rows, row);
-    }
-    char *text = cJSON_PrintUnformatted (root);
-    cJSON_Delete (root);
-    if (!text)              //  cJSON out of memory: as nn_malloc would, abort
-        abort ();
-    *len = strlen (text);
-    return text;
+    p->start_wall = self->start_wall;
 }
 
 static enum MHD_Result
@@ -908,9 +497,11 @@ s_on_request (void *cls, struct MHD_Connection *c, const char *url, const char *
     pthread_mutex_lock (&self->lock);
     memcpy (self->view, self->shared, self->state_size);
     pthread_mutex_unlock (&self->lock);
+    srv_metrics_process_t proc;
+    s_process_read (self, &proc);
     size_t len = 0;
-    char *body = metrics ? s_render_metrics (self, self->view, &len)
-                         : s_render_state (self, self->view, &len);
+    char *body = metrics ? srv_metrics_render_text (self->view, &proc, &len)
+                         : srv_metrics_render_json (self->view, &proc, &len);
     //  MHD frees it with free(): nn_malloc is malloc underneath.
     return s_reply (c, MHD_HTTP_OK,
                     metrics ? "text/plain; version=0.0.4; charset=utf-8"
@@ -932,7 +523,7 @@ s_mhd_log (void *cls, const char *fmt, va_list ap)
 //  ---------------------------------------------------------------------
 
 srv_metrics_t *
-srv_metrics_new (const char *listen, const srv_t *srv, const char *results,
+srv_metrics_new (const char *listen, const srv_metrics_sample_t *srv, const char *results,
                  pl_timeline_t *timeline, pl_summary_t *summary, char *err, size_t err_size)
 {
     struct sockaddr_storage addr;
@@ -942,18 +533,18 @@ srv_metrics_new (const char *listen, const srv_t *srv, const char *results,
     srv_metrics_t *self = nn_calloc (1, sizeof *self);
     int devices = srv->devices < SRV_MAX_DEVICES ? srv->devices : SRV_MAX_DEVICES;
     int rows = 3 * devices + 1;
-    self->state_size = sizeof (s_state_t) + (size_t) rows * sizeof (s_ring_t);
+    self->state_size = sizeof (srv_metrics_state_t) + (size_t) rows * sizeof (srv_metrics_ring_t);
     self->live = nn_calloc (1, self->state_size);
     self->shared = nn_calloc (1, self->state_size);
     self->view = nn_calloc (1, self->state_size);
     pthread_mutex_init (&self->lock, NULL);
-    s_state_t *st = self->live;
+    srv_metrics_state_t *st = self->live;
     st->rows = rows;
     st->devices = devices;
-    snprintf (st->mode, sizeof st->mode, "%s", srv->cfg.mode);
-    snprintf (st->model, sizeof st->model, "%s", srv->cfg.model);
-    snprintf (st->dataset, sizeof st->dataset, "%s", srv->cfg.dataset);
-    snprintf (st->aggregation, sizeof st->aggregation, "%s", srv->cfg.aggregation);
+    snprintf (st->mode, sizeof st->mode, "%s", srv->mode);
+    snprintf (st->model, sizeof st->model, "%s", srv->model);
+    snprintf (st->dataset, sizeof st->dataset, "%s", srv->dataset);
+    snprintf (st->aggregation, sizeof st->aggregation, "%s", srv->aggregation);
     //  The results directory's name only, never its path.
     char copy[1024];
     snprintf (copy, sizeof copy, "%s", results);
@@ -963,13 +554,13 @@ srv_metrics_new (const char *listen, const srv_t *srv, const char *results,
     const char *slash = strrchr (copy, '/');
     snprintf (st->results, sizeof st->results, "%s", slash ? slash + 1 : copy);
     snprintf (self->ckpt_dir, sizeof self->ckpt_dir, "%s/checkpoints", results);
-    st->epochs = srv->cfg.epochs;
+    st->epochs = srv->epochs;
     st->batch = srv->batch;
     st->split = srv->split;
-    st->workers = srv->workers_count;
+    st->workers = srv->workers;
     st->origin = srv->origin;
     for (int i = 0; i < devices; i++) {
-        st->dev[i].micro = srv->plan.slot[i].micro;
+        st->dev[i].micro = srv->dev[i].micro;
         st->dev[i].last_iteration = -1;
     }
     self->start_wall = pl_wall_clock ();

@@ -22,7 +22,33 @@
 #include <stddef.h>
 #include <sys/socket.h>
 
-#include "srv_state.h"
+#include "pl_summary.h"
+#include "pl_timeline.h"
+#include "srv_assign.h"
+
+typedef struct _srv_metrics_t srv_metrics_t;
+
+//  The reactor's state as the metrics show it: a copy the reactor fills on
+//  its own thread (the metrics never see the server's state itself).
+typedef struct {
+    //  Fixed for the run (read by srv_metrics_new).
+    const char *mode, *model, *dataset, *aggregation;
+    int epochs, batch, devices;
+    double origin;
+    //  Live (read by srv_metrics_tick).
+    bool started, done;
+    int epoch;                  //  0 before the start
+    int split, workers, joined;
+    long iterations;
+    int epoch_iterations;
+    double loss_sum, correct, samples;
+    double epoch_elapsed_s;     //  0 while the epoch clock waits
+    struct {
+        bool joined, active;
+        int micro;
+        int queue;              //  micro-batches queued or in a worker
+    } dev[SRV_MAX_DEVICES];
+} srv_metrics_sample_t;
 
 typedef enum {
     SRV_REFUSED_MALFORMED = 0,  //  a message that did not decode, from a non-device
@@ -36,7 +62,8 @@ typedef enum {
 //  summary (borrowed; they must outlive the metrics). results: the results
 //  directory (only its last component is ever served). NULL with a message
 //  when the address is bad or cannot be bound.
-srv_metrics_t *srv_metrics_new (const char *listen, const srv_t *srv, const char *results,
+srv_metrics_t *srv_metrics_new (const char *listen, const srv_metrics_sample_t *srv,
+                                const char *results,
                                 pl_timeline_t *timeline, pl_summary_t *summary,
                                 char *err, size_t err_size);
 //  Stops the HTTP and monitor threads first, then frees.
@@ -46,9 +73,9 @@ int srv_metrics_port (const srv_metrics_t *self);
 //  Count CURVE handshake failures on socket (a libzmq socket handle), from
 //  a monitor thread. 0 or -1 (logged; metrics go on without it).
 int srv_metrics_watch (srv_metrics_t *self, void *socket);
-//  Read the reactor's live state (epoch, progress, queues, joins) and
+//  Take the reactor's live state (epoch, progress, queues, joins) and
 //  publish, at most every 250 ms. Reactor thread only.
-void srv_metrics_tick (srv_metrics_t *self, const srv_t *srv);
+void srv_metrics_tick (srv_metrics_t *self, const srv_metrics_sample_t *srv);
 //  Events the state does not keep. Reactor thread only.
 void srv_metrics_note_drop (srv_metrics_t *self, int device);
 void srv_metrics_note_rejoin (srv_metrics_t *self, int device);

@@ -5,7 +5,7 @@
 #include "nn_alloc.h"
 
 srv_metrics_t *
-srv_metrics_new (const char *listen, const srv_t *srv, const char *results,
+srv_metrics_new (const char *listen, const srv_metrics_sample_t *srv, const char *results,
                  pl_timeline_t *timeline, pl_summary_t *summary, char *err, size_t err_size)
 {
     (void) listen, (void) srv, (void) results, (void) timeline, (void) summary;
@@ -23,7 +23,7 @@ srv_metrics_destroy (srv_metrics_t **self_p)
 
 int srv_metrics_port (const srv_metrics_t *self) { (void) self; return -1; }
 int srv_metrics_watch (srv_metrics_t *self, void *socket) { (void) self, (void) socket; return 0; }
-void srv_metrics_tick (srv_metrics_t *self, const srv_t *srv) { (void) self, (void) srv; }
+void srv_metrics_tick (srv_metrics_t *self, const srv_metrics_sample_t *srv) { (void) self, (void) srv; }
 void srv_metrics_note_drop (srv_metrics_t *self, int device) { (void) self, (void) device; }
 void srv_metrics_note_rejoin (srv_metrics_t *self, int device) { (void) self, (void) device; }
 void srv_metrics_note_refused (srv_metrics_t *self, srv_refused_t why) { (void) self, (void) why; }

@@ -15,6 +15,7 @@
 #include "pl_blas.h"
 #include "pl_config.h"
 #include "pl_log.h"
+#include "pl_models.h"
 #include "pl_timeline.h"
 #include "pl_summary.h"
 
@@ -40,6 +41,7 @@ s_usage (FILE *out)
         "usage: pipelearn-train [--config FILE] [--results DIR] [--set KEY=VALUE]...\n"
         "                       [--epochs N] [--samples N] [--threads N]\n"
         "                       [--data-dir DIR] [--seed N] [--quiet]\n"
+        "       pipelearn-train --list-models\n"
         "Trains the configured model on one host (the centralised baseline) and\n"
         "writes DIR/summary.json. Config keys: see docs/config.md.\n");
 }
@@ -59,6 +61,7 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
         { "seed", required_argument, NULL, 'S' },
         { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
+        { "list-models", no_argument, NULL, 'L' },
         { NULL, 0, NULL, 0 }
     };
     char err[NN_ERR_SIZE];
@@ -68,7 +71,7 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
         return -1;
     }
     int c;
-    while ((c = getopt_long (argc, argv, "c:r:s:e:n:t:d:S:qh", opts, NULL)) != -1) {
+    while ((c = getopt_long (argc, argv, "c:r:s:e:n:t:d:S:qhL", opts, NULL)) != -1) {
         char set[1024];
         const char *key = NULL;
         switch (c) {
@@ -76,6 +79,7 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
             case 'r': args->results_dir = optarg; continue;
             case 'q': args->quiet = true; continue;
             case 'h': s_usage (stdout); exit (0);
+            case 'L': pl_models_print (stdout); exit (0);
             case 's': snprintf (set, sizeof set, "%s", optarg); break;
             case 'e': key = "epochs"; break;
             case 'n': key = "samples"; break;

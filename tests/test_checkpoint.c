@@ -41,32 +41,6 @@
 //  ---------------------------------------------------------------------
 //  Helpers
 
-
-static uint8_t *
-s_read_all (const char *path, size_t *size)
-{
-    FILE *f = fopen (path, "rb");
-    cr_assert_not_null (f, "%s: %s", path, strerror (errno));
-    cr_assert_eq (fseek (f, 0, SEEK_END), 0);
-    long len = ftell (f);
-    cr_assert (len >= 0);
-    rewind (f);
-    uint8_t *data = nn_malloc ((size_t) len);
-    cr_assert_eq (fread (data, 1, (size_t) len, f), (size_t) len);
-    fclose (f);
-    *size = (size_t) len;
-    return data;
-}
-
-static void
-s_write_all (const char *path, const uint8_t *data, size_t len)
-{
-    FILE *f = fopen (path, "wb");
-    cr_assert_not_null (f, "%s: %s", path, strerror (errno));
-    cr_assert_eq (fwrite (data, 1, len, f), len);
-    cr_assert_eq (fclose (f), 0);
-}
-
 //  Recompute the trailing BLAKE2b-256 over everything before it.
 static void
 s_fix_checksum (uint8_t *data, size_t size)
@@ -198,7 +172,7 @@ s_expect_fail_bytes (const char *path, uint8_t *data, size_t size, bool fix,
 {
     if (fix)
         s_fix_checksum (data, size);
-    s_write_all (path, data, size);
+    s_file_save (path, data, size);
     s_expect_fail (path, m, expect);
 }
 
@@ -254,7 +228,7 @@ s_round_trip (int begin, int end, bool with_optim)
 
     //  The file has exactly the documented size.
     size_t size;
-    uint8_t *data = s_read_all (path, &size);
+    uint8_t *data = s_file_load (path, &size);
     size_t expect = s_table_end (src) + 4 * nn_model_weights_count (src)
                   + (with_optim ? 4 * nn_model_params_count (src) : 0) + SUM_SIZE;
     cr_assert_eq (size, expect, "file is %zu bytes, format says %zu", size, expect);
@@ -337,14 +311,14 @@ Test (checkpoint, extra_section_is_skipped)
     nn_model_t *src = s_model (true, 0, 2, 3);
     s_save (path, src, true);
     size_t size;
-    uint8_t *data = s_read_all (path, &size);
+    uint8_t *data = s_file_load (path, &size);
     size_t extra = 24, new_size = size + extra;
     uint8_t *big = nn_malloc (new_size);
     memcpy (big, data, size - SUM_SIZE);
     memset (big + size - SUM_SIZE, 0xab, extra);
     s_put64 (big + OFF_EXTRA, extra);
     s_fix_checksum (big, new_size);
-    s_write_all (path, big, new_size);
+    s_file_save (path, big, new_size);
 
     nn_model_t *dst = s_model (true, 0, 2, 0);
     cr_assert_eq (nn_checkpoint_load (path, dst, err, sizeof err), 0, "%s", err);
@@ -441,16 +415,16 @@ Test (checkpoint, flipped_weight_byte_fails_checksum)
     nn_model_t *m = s_model (true, 0, 5, 9);
     s_save (path, m, false);
     size_t size;
-    uint8_t *data = s_read_all (path, &size);
+    uint8_t *data = s_file_load (path, &size);
     size_t wc = nn_model_weights_count (m);
     size_t weights_at = size - SUM_SIZE - 4 * wc;
     data[weights_at + 4 * (wc / 2) + 1] ^= 0x10;
-    s_write_all (path, data, size);
+    s_file_save (path, data, size);
     s_expect_fail (path, m, "checksum mismatch (corrupt or truncated)");
 
     //  A flip anywhere after the version field, the checksum included.
     nn_free (data);
-    data = s_read_all (path, &size);
+    data = s_file_load (path, &size);
     data[weights_at + 4 * (wc / 2) + 1] ^= 0x10;     //  undo
     size_t spots[] = { OFF_FLAGS, OFF_SPEC_NAME + 1, HEADER_SIZE + 3, weights_at,
                        size - SUM_SIZE - 1, size - SUM_SIZE, size - 1 };
@@ -472,12 +446,12 @@ Test (checkpoint, truncated_files_fail)
     nn_model_t *m = s_model (true, 0, 5, 4);
     s_save (path, m, true);
     size_t size;
-    uint8_t *data = s_read_all (path, &size);
+    uint8_t *data = s_file_load (path, &size);
     for (size_t len = 0; len < HEADER_SIZE + SUM_SIZE; len++) {
-        s_write_all (path, data, len);
+        s_file_save (path, data, len);
         s_expect_fail (path, m, "truncated");
     }
-    s_write_all (path, data, size - 1);
+    s_file_save (path, data, size - 1);
     s_expect_fail (path, m, "checksum mismatch (corrupt or truncated)");
     nn_free (data);
     nn_model_destroy (&m);
@@ -494,7 +468,7 @@ Test (checkpoint, truncated_with_valid_checksum_fails)
     nn_model_t *m = s_model (true, 0, 2, 4);
     s_save (path, m, true);
     size_t size;
-    uint8_t *data = s_read_all (path, &size);
+    uint8_t *data = s_file_load (path, &size);
     size_t table_end = s_table_end (m);
     uint8_t *cut = nn_malloc (size);
     for (size_t len = HEADER_SIZE; len < table_end + 64 || len + SUM_SIZE < size;
@@ -518,7 +492,7 @@ Test (checkpoint, wrong_magic_and_version)
     nn_model_t *m = s_model (true, 0, 2, 4);
     s_save (path, m, true);
     size_t size;
-    uint8_t *data = s_read_all (path, &size);
+    uint8_t *data = s_file_load (path, &size);
     cr_assert_eq (memcmp (data + OFF_MAGIC, "PLCKPT\0\1", 8), 0);
     cr_assert_eq (s_get32 (data + OFF_VERSION), 1);
 
@@ -548,7 +522,7 @@ Test (checkpoint, hostile_headers_fail_cleanly)
     nn_model_t *m = s_model (true, 0, 1, 4);
     s_save (path, m, false);
     size_t size;
-    uint8_t *orig = s_read_all (path, &size);
+    uint8_t *orig = s_file_load (path, &size);
     cr_assert_lt (size, 65535);
     uint8_t *data = nn_malloc (size);
 
@@ -619,7 +593,7 @@ Test (checkpoint, random_header_damage_is_refused)
     nn_model_t *m = s_model (true, 0, 1, 8);
     s_save (path, m, true);
     size_t size;
-    uint8_t *orig = s_read_all (path, &size);
+    uint8_t *orig = s_file_load (path, &size);
     uint8_t *data = nn_malloc (size);
     size_t table_end = s_table_end (m);
     nn_rng_t rng;

@@ -82,7 +82,7 @@ Test (config, defaults_pass_check)
     cr_assert_float_eq (config.momentum, 0.9, 1e-15);
     cr_assert_eq (config.seed, 1);
     cr_assert_eq (config.partition, NN_PARTITION_CONTIGUOUS);
-    cr_assert_str_eq (config.mode, "pipelearn");
+    cr_assert_eq (config.mode, PL_MODE_PIPELEARN);
     cr_assert_eq (config.devices, 2);
     cr_assert_eq (config.split_point, 1);
     cr_assert_eq (config.micro_batches, 4);
@@ -190,7 +190,7 @@ Test (config, to_json_uses_canonical_forms)
     char *text = cJSON_PrintUnformatted (json);
     S_ASSERT_HAS (text, "\"seed\":9007199254740992,");
     cJSON_free (text);
-    cr_assert_eq (cJSON_GetArraySize (json), 43, "one member per canonical key");
+    cr_assert_eq (cJSON_GetArraySize (json), 44, "one member per canonical key");
     cJSON_Delete (json);
 }
 
@@ -246,11 +246,33 @@ Test (config, alias_value_errors_name_the_alias)
     s_parse_fails ("{\"layer_num_on_client\": -1}", err, sizeof err);
     S_ASSERT_HAS (err, "layer_num_on_client");
     S_ASSERT_HAS (err, "\"fl\"");
-    s_parse_fails ("{\"model_name\": \"ResNet18\"}", err, sizeof err);
-    S_ASSERT_HAS (err, "\"ResNet18\"");
+    s_parse_fails ("{\"model_name\": \"ResNet50\"}", err, sizeof err);
+    S_ASSERT_HAS (err, "\"ResNet50\"");
     S_ASSERT_HAS (err, "not implement");
-    s_parse_fails ("{\"dataset_name\": \"SVHN\"}", err, sizeof err);
-    S_ASSERT_HAS (err, "\"SVHN\"");
+    s_parse_fails ("{\"dataset_name\": \"CIFAR-100\"}", err, sizeof err);
+    S_ASSERT_HAS (err, "\"CIFAR-100\"");
+}
+
+Test (config, models_come_from_the_registry)
+{
+    pl_config_t config;
+    char err [NN_ERR_SIZE];
+    //  The reference's spellings give the registry's names.
+    s_parse_ok (&config, "{\"model_name\": \"ResNet18\", \"split_point\": 9}");
+    cr_assert_str_eq (config.model, "resnet18");
+    s_parse_ok (&config, "{\"model\": \"VGG11\"}");
+    cr_assert_str_eq (config.model, "vgg11");
+    //  split_point is checked against the model's own units (resnet18: 10).
+    s_parse_ok (&config, "{\"model\": \"resnet18\", \"split_point\": 10}");
+    cr_assert_eq (pl_config_check (&config, "config.json", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "resnet18 has 10 split units");
+    config.split_point = 9;
+    cr_assert_eq (pl_config_check (&config, "config.json", err, sizeof err), 0, "%s", err);
+    //  An unknown name lists the known ones.
+    s_parse_fails ("{\"model\": \"vgg9\"}", err, sizeof err);
+    S_ASSERT_HAS (err, "\"vgg9\"");
+    S_ASSERT_HAS (err, "resnet18");
+    S_ASSERT_HAS (err, "vgg5-nobn");
 }
 
 Test (config, unknown_key_suggests_the_near_one)
@@ -333,7 +355,8 @@ Test (config, wrong_types_say_what_was_found)
     s_parse_fails ("{\"batch_size\": 100.5}", err, sizeof err);
     cr_assert_str_eq (err, "config.json: batch_size: expected an integer from 1 to 4096, got 100.5");
     s_parse_fails ("{\"augment\": 1}", err, sizeof err);
-    cr_assert_str_eq (err, "config.json: augment: expected true or false, got 1");
+    cr_assert_str_eq (err, "config.json: augment: expected true, false or \"auto\" (the "
+                      "dataset's default), got 1");
     s_parse_fails ("{\"learning_rate\": true}", err, sizeof err);
     S_ASSERT_HAS (err, "got true (boolean)");
     s_parse_fails ("{\"model\": null}", err, sizeof err);
@@ -491,9 +514,9 @@ Test (config, check_rejects_bad_combinations)
     cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
     //  FL does not split, so its split_point is not checked.
     config.split_point = 5;
-    strcpy (config.mode, "fl");
+    config.mode = PL_MODE_FL;
     cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
-    strcpy (config.mode, "sl");
+    config.mode = PL_MODE_SL;
     cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
 
     pl_config_defaults (&config);
@@ -775,4 +798,64 @@ Test (config, aggregation_rules_are_named_and_bounded)
     cr_assert_neq (pl_config_set (&config, "clip_update_norm=-1", err, sizeof err), 0);
     cr_assert_eq (pl_config_set (&config, "clip_update_norm=10", err, sizeof err), 0, "%s", err);
     cr_assert_float_eq (config.clip_update_norm, 10.0, 0);
+}
+
+//  "augment" and "flip" default to the dataset's transform (CIFAR-10 crop
+//  and flip as the reference, SVHN crop only, the MNISTs none) whatever the
+//  order of the keys; true/false override it; "auto" survives printing.
+Test (config, augmentation_follows_the_dataset_unless_set)
+{
+    static const struct {
+        const char *text;
+        bool augment, flip;
+    } cases[] = {
+        { "{}", false, false },
+        { "{\"dataset\": \"cifar10\"}", true, true },
+        { "{\"dataset\": \"svhn\"}", true, false },
+        { "{\"dataset\": \"mnist\"}", false, false },
+        { "{\"augment\": false, \"dataset\": \"cifar10\"}", false, true },
+        { "{\"dataset\": \"cifar10\", \"flip\": false}", true, false },
+        { "{\"dataset_name\": \"SVHN\", \"flip\": true}", true, true },
+        { "{\"augment\": true}", true, false },
+        { "{\"augment\": \"auto\", \"dataset\": \"cifar10\"}", true, true },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases [0]; i++) {
+        pl_config_t config;
+        s_parse_ok (&config, cases [i].text);
+        cr_assert_eq (config.augment, cases [i].augment, "%s", cases [i].text);
+        cr_assert_eq (config.flip, cases [i].flip, "%s", cases [i].text);
+        s_assert_round_trip (&config);
+    }
+    //  A later --set of the dataset moves an "auto" transform with it.
+    pl_config_t config;
+    char err [NN_ERR_SIZE] = "";
+    s_parse_ok (&config, "{\"dataset\": \"cifar10\", \"flip\": false}");
+    cr_assert_eq (pl_config_set (&config, "dataset=fashion-mnist", err, sizeof err), 0, "%s",
+                  err);
+    cr_assert_eq (config.augment, false);
+    cr_assert_eq (config.flip, false);
+    cr_assert_eq (pl_config_set (&config, "augment=auto", err, sizeof err), 0, "%s", err);
+    cr_assert_eq (pl_config_set (&config, "flip=maybe", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "--set: flip: expected true, false or \"auto\"");
+}
+
+Test (config, pad_to_is_bounded)
+{
+    pl_config_t config;
+    s_parse_ok (&config, "{\"pad_to\": 32}");
+    cr_assert_eq (config.pad_to, 32);
+    s_assert_round_trip (&config);
+    char err [NN_ERR_SIZE];
+    s_parse_fails ("{\"pad_to\": -1}", err, sizeof err);
+    cr_assert_str_eq (err, "config.json: pad_to: expected an integer from 0 to 1024 "
+                      "(0 = images as stored), got -1");
+    s_parse_fails ("{\"pad_to\": 1025}", err, sizeof err);
+    S_ASSERT_HAS (err, "pad_to");
+    //  Smaller than the dataset's images: refused by the check.
+    s_parse_ok (&config, "{\"dataset\": \"svhn\", \"pad_to\": 28}");
+    cr_assert_eq (pl_config_check (&config, "config.json", err, sizeof err), -1);
+    cr_assert_str_eq (err, "config.json: pad_to, dataset: svhn's images are 32x32, pad_to 28 "
+                      "would crop them (need pad_to 0 or >= 32)");
+    s_parse_ok (&config, "{\"dataset\": \"mnist\", \"pad_to\": 28}");
+    cr_assert_eq (pl_config_check (&config, "config.json", err, sizeof err), 0, "%s", err);
 }

@@ -2,9 +2,21 @@
     (suite 'net'). The real binaries run as child processes on
     tcp://127.0.0.1:* (the server writes its endpoint to a file); the
     synthetic dataset keeps every run to seconds. */
-#define TMP_TEMPLATE "/tmp/pl_test_daemons_XXXXXX"
-#include "testdir.h"
-#include "daemonrun.h"
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "nn_checkpoint.h"
+#include "pl_timeline.h"
+#include "pltest.h"
 #include "runcmd.h"
 
 #include "nn_checkpoint.h"
@@ -37,7 +49,7 @@ s_expect_trained (nn_model_t *a, uint64_t seed)
     nn_rng_t rng;
     nn_rng_seed (&rng, seed);
     nn_model_init (init, &rng);
-    double d = s_max_rel_diff (init, a);
+    double d = pltest_max_rel_diff (init, a);
     cr_expect (d > 1e-3, "the final model is the initial one (difference %g)", d);
     nn_model_destroy (&init);
 }
@@ -53,70 +65,70 @@ s_expect_trained (nn_model_t *a, uint64_t seed)
 
 Test (daemons, pipelearn_equals_sfl, .timeout = 600)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
-    s_run_daemons (&run, "pipe", EXACT_CONFIG
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "daemons");
+    pltest_run_daemons (&run, "pipe", EXACT_CONFIG
                    "\"devices\": 2, \"mode\": \"pipelearn\", \"micro_batches\": 4, \"epochs\": 1}", 2);
-    s_run_daemons (&run, "sfl", EXACT_CONFIG
+    pltest_run_daemons (&run, "sfl", EXACT_CONFIG
                    "\"devices\": 2, \"mode\": \"sfl\", \"micro_batches\": 1, \"epochs\": 1}", 2);
-    nn_model_t *a = s_load_model (run.dir, "pipe", "vgg5-nobn");
-    nn_model_t *b = s_load_model (run.dir, "sfl", "vgg5-nobn");
-    double d = s_max_rel_diff (a, b);
+    nn_model_t *a = pltest_load_model (run.dir, "pipe", "vgg5-nobn");
+    nn_model_t *b = pltest_load_model (run.dir, "sfl", "vgg5-nobn");
+    double d = pltest_max_rel_diff (a, b);
     cr_log_info ("pipelearn N=4 vs sfl: max relative difference %g", d);
     cr_expect (d < 1e-4, "pipelearn N=4 and sfl differ by %g", d);
     //  Training happened (the comparison is not between two initial models).
     s_expect_trained (a, 11);
     nn_model_destroy (&a);
     nn_model_destroy (&b);
-    s_rmtree (run.dir);
+    pltest_rmtree (run.dir);
 }
 
 Test (daemons, sfl_one_device_equals_trainer, .timeout = 600)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "daemons");
     const char *config = EXACT_CONFIG "\"devices\": 1, \"mode\": \"sfl\", \"epochs\": 2}";
-    s_run_daemons (&run, "sfl1", config, 1);
+    pltest_run_daemons (&run, "sfl1", config, 1);
     char cfg[4096], res[4096], bin[4096];
-    s_path (cfg, run.dir, "sfl1.json");
-    s_path (res, run.dir, "train");
+    pltest_path (cfg, run.dir, "sfl1.json");
+    pltest_path (res, run.dir, "train");
     built ("server/pipelearn-train", bin, sizeof bin);
     char *argv[] = { bin, "--config", cfg, "--results", res, "--quiet", NULL };
-    pid_t pid = s_spawn (&run, "train.log", argv);
-    int rc = s_wait (&run, pid, pl_monotonic () + RUN_TIMEOUT_S);
+    pid_t pid = pltest_spawn (&run, "train.log", argv);
+    int rc = pltest_wait (&run, pid, pl_monotonic () + PLTEST_RUN_TIMEOUT_S);
     if (rc != 0) {
-        s_dump_logs (&run);
-        s_kill_all (&run);
+        pltest_dump_logs (&run);
+        pltest_kill_all (&run);
     }
     cr_assert_eq (rc, 0, "pipelearn-train exit status %d", rc);
-    nn_model_t *a = s_load_model (run.dir, "sfl1", "vgg5-nobn");
-    nn_model_t *b = s_load_model (run.dir, "train", "vgg5-nobn");
-    double d = s_max_rel_diff (a, b);
+    nn_model_t *a = pltest_load_model (run.dir, "sfl1", "vgg5-nobn");
+    nn_model_t *b = pltest_load_model (run.dir, "train", "vgg5-nobn");
+    double d = pltest_max_rel_diff (a, b);
     cr_log_info ("sfl (1 device) vs pipelearn-train: max relative difference %g", d);
     cr_expect (d < 1e-4, "sfl with one device and pipelearn-train differ by %g", d);
     s_expect_trained (a, 11);
-    cJSON *sa = s_summary (run.dir, "sfl1"), *sb = s_summary (run.dir, "train");
-    double acc_a = s_num (s_last_epoch (sa), "test_acc");
-    double acc_b = s_num (s_last_epoch (sb), "test_acc");
+    cJSON *sa = pltest_summary (run.dir, "sfl1"), *sb = pltest_summary (run.dir, "train");
+    double acc_a = pltest_num (pltest_last_epoch (sa), "test_acc");
+    double acc_b = pltest_num (pltest_last_epoch (sb), "test_acc");
     cr_expect (fabs (acc_a - acc_b) < 1e-9, "test accuracy %g (sfl) vs %g (trainer)", acc_a,
                acc_b);
-    double loss_a = s_num (s_last_epoch (sa), "train_loss");
-    double loss_b = s_num (s_last_epoch (sb), "train_loss");
+    double loss_a = pltest_num (pltest_last_epoch (sa), "train_loss");
+    double loss_b = pltest_num (pltest_last_epoch (sb), "train_loss");
     cr_expect (fabs (loss_a - loss_b) < 1e-4 * (1 + fabs (loss_b)),
                "train loss %g (sfl) vs %g (trainer)", loss_a, loss_b);
     cJSON_Delete (sa);
     cJSON_Delete (sb);
     nn_model_destroy (&a);
     nn_model_destroy (&b);
-    s_rmtree (run.dir);
+    pltest_rmtree (run.dir);
 }
 
 //  Each mode trains two devices and writes the documented results.
 static void
 s_mode_trains (const char *mode)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "daemons");
     char config[1024];
     snprintf (config, sizeof config,
               "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 1000, "
@@ -124,53 +136,53 @@ s_mode_trains (const char *mode)
               "\"learning_rate\": 0.01, \"momentum\": 0.9, \"split_point\": 2, "
               "\"devices\": 2, \"mode\": \"%s\", \"micro_batches\": 5, "
               "\"aggregation_frequency\": %d}", mode, strcmp (mode, "sfl") == 0 ? 5 : -1);
-    s_run_daemons (&run, "run", config, 2);
-    cJSON *s = s_summary (run.dir, "run");
+    pltest_run_daemons (&run, "run", config, 2);
+    cJSON *s = pltest_summary (run.dir, "run");
     const cJSON *epochs = cJSON_GetObjectItemCaseSensitive (s, "epochs");
     cr_assert_eq (cJSON_GetArraySize (epochs), 2);
-    const cJSON *e = s_last_epoch (s);
-    double acc = s_num (e, "test_acc");
+    const cJSON *e = pltest_last_epoch (s);
+    double acc = pltest_num (e, "test_acc");
     cr_expect (acc > 0.5, "%s: test accuracy %.3f after 2 epochs (want > 0.5)", mode, acc);
-    s_num (e, "wall_s");
-    s_num (e, "eval_s");
-    s_num (e, "train_loss");
-    s_num (e, "train_acc");
-    s_num (e, "images_per_s");
+    pltest_num (e, "wall_s");
+    pltest_num (e, "eval_s");
+    pltest_num (e, "train_loss");
+    pltest_num (e, "train_acc");
+    pltest_num (e, "images_per_s");
     //  fl included: its devices report their own loss in STATS.
-    cr_expect (s_num (e, "train_loss") > 0.0, "%s: no train loss", mode);
-    cr_expect (s_num (e, "train_acc") > 0.3, "%s: train accuracy %.3f", mode,
-               s_num (e, "train_acc"));
+    cr_expect (pltest_num (e, "train_loss") > 0.0, "%s: no train loss", mode);
+    cr_expect (pltest_num (e, "train_acc") > 0.3, "%s: train accuracy %.3f", mode,
+               pltest_num (e, "train_acc"));
     const cJSON *server = cJSON_GetObjectItemCaseSensitive (e, "server");
     cr_assert (cJSON_IsObject (server), "summary: no server object");
-    s_num (server, "busy_s");
-    s_num (server, "idle_s");
+    pltest_num (server, "busy_s");
+    pltest_num (server, "idle_s");
     if (strcmp (mode, "fl") != 0)
-        cr_expect (s_num (server, "busy_s") > 0.0);
+        cr_expect (pltest_num (server, "busy_s") > 0.0);
     const cJSON *devs = cJSON_GetObjectItemCaseSensitive (e, "devices");
     cr_assert (cJSON_IsArray (devs) && cJSON_GetArraySize (devs) == 2,
                "summary: devices array of 2");
     for (int i = 0; i < 2; i++) {
         const cJSON *d = cJSON_GetArrayItem (devs, i);
-        cr_expect_eq (s_num (d, "id"), i);
-        cr_expect_eq (s_num (d, "samples"), 500);
-        cr_expect (s_num (d, "forward_s") > 0.0);
-        cr_expect (s_num (d, "backward_s") > 0.0);
-        s_num (d, "update_s");
-        s_num (d, "idle_s");
-        cr_expect (s_num (d, "bytes_up") > 0.0);
-        s_num (d, "bytes_down");
+        cr_expect_eq (pltest_num (d, "id"), i);
+        cr_expect_eq (pltest_num (d, "samples"), 500);
+        cr_expect (pltest_num (d, "forward_s") > 0.0);
+        cr_expect (pltest_num (d, "backward_s") > 0.0);
+        pltest_num (d, "update_s");
+        pltest_num (d, "idle_s");
+        cr_expect (pltest_num (d, "bytes_up") > 0.0);
+        pltest_num (d, "bytes_down");
     }
     cJSON_Delete (s);
     char path[4096];
-    s_path (path, run.dir, "run/timeline.csv");
-    char *tl = s_read (path);
+    pltest_path (path, run.dir, "run/timeline.csv");
+    char *tl = pltest_read (path);
     cr_assert_not_null (tl, "no timeline.csv");
     cr_expect (strncmp (tl, "who,stage,epoch,iteration,micro_batch,start_s,end_s\n", 51) == 0,
                "timeline.csv header");
     if (strcmp (mode, "fl") != 0)
         cr_expect (strstr (tl, "server") != NULL, "timeline.csv has no server events");
     free (tl);
-    s_rmtree (run.dir);
+    pltest_rmtree (run.dir);
 }
 
 Test (daemons, fl_trains, .timeout = 600) { s_mode_trains ("fl"); }
@@ -191,30 +203,30 @@ Test (daemons, pipelearn_trains, .timeout = 600) { s_mode_trains ("pipelearn"); 
 Test (daemons, devices_act_at_once_when_the_server_stops, .timeout = 600)
 {
     for (int round = 0; round < 3; round++) {
-        s_run_t run = { 0 };
-        s_mkdtemp (run.dir);
+        pltest_run_t run = { 0 };
+        pltest_mkdtemp (run.dir, "daemons");
         const char *config =
             "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 4000, "
             "\"test_samples\": 100, \"batch_size\": 100, \"epochs\": 50, \"seed\": 3, "
             "\"split_point\": 1, \"devices\": 2, \"mode\": \"pipelearn\", "
             "\"micro_batches\": 20}";
         char endpoint[256];
-        pid_t server = s_start_server (&run, "run", config, endpoint, sizeof endpoint);
+        pid_t server = pltest_start_server (&run, "run", config, endpoint, sizeof endpoint);
         pid_t dev[2];
         for (int i = 0; i < 2; i++)
-            dev[i] = s_start_client (&run, i, endpoint);
-        cr_assert (s_wait_log (&run, "server.log", "joined; training", 60),
+            dev[i] = pltest_start_client (&run, i, endpoint);
+        cr_assert (pltest_wait_log (&run, "server.log", "joined; training", 60),
                    "training did not start");
         usleep (300000 + 200000 * round);
         kill (server, SIGTERM);
-        int rc = s_wait (&run, server, pl_monotonic () + 30);
+        int rc = pltest_wait (&run, server, pl_monotonic () + 30);
         cr_assert (rc >= 0, "the server did not exit on SIGTERM");
         for (int i = 0; i < 2; i++) {
             char log[32];
             snprintf (log, sizeof log, "client%d.log", i);
-            bool waits = s_wait_log (&run, log, "waiting for the server to resume", 20);
+            bool waits = pltest_wait_log (&run, log, "waiting for the server to resume", 20);
             if (!waits)
-                s_dump_logs (&run);
+                pltest_dump_logs (&run);
             cr_assert (waits, "round %d: device %d did not act on \"server stopping\" "
                        "within 20 s (its --timeout is 60 s)", round, i);
             cr_assert_eq (waitpid (dev[i], NULL, WNOHANG), 0, "round %d: device %d exited "
@@ -223,9 +235,9 @@ Test (daemons, devices_act_at_once_when_the_server_stops, .timeout = 600)
         for (int i = 0; i < 2; i++)
             kill (dev[i], SIGTERM);
         for (int i = 0; i < 2; i++)
-            s_expect_exit (&run, dev[i], 0, "a waiting device stopped by SIGTERM");
-        s_kill_all (&run);
-        s_rmtree (run.dir);
+            pltest_expect_exit (&run, dev[i], 0, "a waiting device stopped by SIGTERM");
+        pltest_kill_all (&run);
+        pltest_rmtree (run.dir);
     }
 }
 
@@ -248,10 +260,10 @@ s_expect_error (void *sock, uint32_t code)
 
 Test (daemons, rogue_peer_is_refused, .timeout = 600)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "daemons");
     char endpoint[256];
-    pid_t server = s_start_server (&run, "run", EXACT_CONFIG
+    pid_t server = pltest_start_server (&run, "run", EXACT_CONFIG
                                    "\"devices\": 2, \"mode\": \"pipelearn\", "
                                    "\"micro_batches\": 2, \"epochs\": 2}",
                                    endpoint, sizeof endpoint);
@@ -264,7 +276,7 @@ Test (daemons, rogue_peer_is_refused, .timeout = 600)
     const char garbage[] = "this is not a pipelearn message at all, not even close";
     zmq_send (rogue, garbage, sizeof garbage, 0);
     s_expect_error (rogue, PROTO_ERR_MALFORMED);
-    pid_t c0 = s_start_client (&run, 0, endpoint);
+    pid_t c0 = pltest_start_client (&run, 0, endpoint);
     //  A HELLO header with the wrong protocol version.
     proto_header_t h = { .magic = PROTO_MAGIC, .version = PROTO_VERSION + 1,
                          .type = PROTO_MSG_HELLO };
@@ -276,26 +288,26 @@ Test (daemons, rogue_peer_is_refused, .timeout = 600)
     proto_msg_t *bad = proto_msg_new (PROTO_MSG_HEARTBEAT);
     cr_assert_eq (proto_msg_send (&bad, rogue), 0);
     s_expect_error (rogue, PROTO_ERR_STATE);
-    pid_t c1 = s_start_client (&run, 1, endpoint);
+    pid_t c1 = pltest_start_client (&run, 1, endpoint);
     //  And garbage again while the honest devices train.
     usleep (200000);
     zmq_send (rogue, garbage, 7, 0);
     s_expect_error (rogue, PROTO_ERR_MALFORMED);
-    int src = s_wait (&run, server, pl_monotonic () + RUN_TIMEOUT_S);
-    int rc0 = s_wait (&run, c0, pl_monotonic () + 20), rc1 = s_wait (&run, c1, pl_monotonic () + 20);
+    int src = pltest_wait (&run, server, pl_monotonic () + PLTEST_RUN_TIMEOUT_S);
+    int rc0 = pltest_wait (&run, c0, pl_monotonic () + 20), rc1 = pltest_wait (&run, c1, pl_monotonic () + 20);
     if (src || rc0 || rc1) {
-        s_dump_logs (&run);
-        s_kill_all (&run);
+        pltest_dump_logs (&run);
+        pltest_kill_all (&run);
     }
     zmq_close (rogue);
     zmq_ctx_term (ctx);
     cr_assert_eq (src, 0, "server exit status %d", src);
     cr_assert_eq (rc0, 0, "client 0 exit status %d", rc0);
     cr_assert_eq (rc1, 0, "client 1 exit status %d", rc1);
-    cJSON *s = s_summary (run.dir, "run");
+    cJSON *s = pltest_summary (run.dir, "run");
     cr_expect_eq (cJSON_GetArraySize (cJSON_GetObjectItemCaseSensitive (s, "epochs")), 2);
     cJSON_Delete (s);
-    s_rmtree (run.dir);
+    pltest_rmtree (run.dir);
 }
 
 //  split_point / micro_batches "auto" with measure_link false: the devices
@@ -306,8 +318,8 @@ Test (daemons, rogue_peer_is_refused, .timeout = 600)
 static void
 s_auto_run (const char *mode)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "daemons");
     char config[1024];
     snprintf (config, sizeof config,
               "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 800, "
@@ -315,17 +327,17 @@ s_auto_run (const char *mode)
               "\"threads\": 1, \"devices\": 2, \"mode\": \"%s\", \"split_point\": \"auto\", "
               "\"micro_batches\": \"auto\", \"uplink_mbps\": 2, \"downlink_mbps\": 5, "
               "\"rtt_ms\": 20, \"measure_link\": false}", mode);
-    s_run_daemons (&run, "run", config, 2);
-    cJSON *s = s_summary (run.dir, "run");
+    pltest_run_daemons (&run, "run", config, 2);
+    cJSON *s = pltest_summary (run.dir, "run");
     const cJSON *plan = cJSON_GetObjectItemCaseSensitive (s, "plan");
     cr_assert (cJSON_IsObject (plan), "%s: summary has no plan", mode);
-    int p = (int) s_num (plan, "split_point");
+    int p = (int) pltest_num (plan, "split_point");
     cr_assert (p >= 1 && p <= 4, "%s: split point %d", mode, p);
     const cJSON *devs = cJSON_GetObjectItemCaseSensitive (plan, "devices");
     cr_assert_eq (cJSON_GetArraySize (devs), 2);
     for (int i = 0; i < 2; i++) {
         const cJSON *d = cJSON_GetArrayItem (devs, i);
-        int n = (int) s_num (d, "micro_batches");
+        int n = (int) pltest_num (d, "micro_batches");
         cr_assert (n >= 1 && 40 % n == 0, "%s: %d micro-batches for a batch of 40", mode, n);
         if (strcmp (mode, "pipelearn") == 0)
             cr_expect (n > 1, "pipelearn on a 2 Mbit/s uplink kept one micro-batch");
@@ -333,19 +345,19 @@ s_auto_run (const char *mode)
             cr_expect_eq (n, 1);
         cr_expect (cJSON_IsTrue (cJSON_GetObjectItemCaseSensitive (d, "profiled")),
                    "%s: device %d's own profile was not used", mode, i);
-        cr_expect_float_eq (s_num (d, "uplink_mbps"), 2.0, 1e-9, "configured link");
+        cr_expect_float_eq (pltest_num (d, "uplink_mbps"), 2.0, 1e-9, "configured link");
         char line[128];
         snprintf (line, sizeof line, "planner: device %d: split point %d, %d micro-batch",
                   i, p, n);
-        cr_expect (s_log_has (&run, "server.log", line), "%s: plan not logged", mode);
+        cr_expect (pltest_log_has (&run, "server.log", line), "%s: plan not logged", mode);
         snprintf (line, sizeof line, "client%d.log", i);
-        cr_expect (s_log_has (&run, line, "client: profiled 5 units at batch 40"));
+        cr_expect (pltest_log_has (&run, line, "client: profiled 5 units at batch 40"));
     }
-    cr_expect (s_num (plan, "estimated_epoch_s") > 0);
+    cr_expect (pltest_num (plan, "estimated_epoch_s") > 0);
     const cJSON *modes = cJSON_GetObjectItemCaseSensitive (plan, "modes");
-    s_num (modes, "fl"), s_num (modes, "sl"), s_num (modes, "sfl"), s_num (modes, "pipelearn");
+    pltest_num (modes, "fl"), pltest_num (modes, "sl"), pltest_num (modes, "sfl"), pltest_num (modes, "pipelearn");
     cJSON_Delete (s);
-    s_rmtree (run.dir);
+    pltest_rmtree (run.dir);
 }
 
 Test (daemons, pipelearn_auto_plan, .timeout = 600) { s_auto_run ("pipelearn"); }
@@ -359,45 +371,45 @@ Test (daemons, sfl_auto_plan, .timeout = 600) { s_auto_run ("sfl"); }
 //  so, with the copy cost it measured.
 Test (daemons, auto_plan_measures_links, .timeout = 600)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "daemons");
     const char *config =
         "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 800, "
         "\"test_samples\": 200, \"batch_size\": 40, \"epochs\": 2, \"seed\": 2, "
         "\"threads\": 1, \"devices\": 2, \"mode\": \"pipelearn\", \"split_point\": 1, "
         "\"micro_batches\": \"auto\", \"uplink_mbps\": 1, \"downlink_mbps\": 1, "
         "\"host_cores\": 2}";
-    s_run_daemons (&run, "run", config, 2);
-    cJSON *s = s_summary (run.dir, "run");
+    pltest_run_daemons (&run, "run", config, 2);
+    cJSON *s = pltest_summary (run.dir, "run");
     const cJSON *plan = cJSON_GetObjectItemCaseSensitive (s, "plan");
-    cr_assert_eq ((int) s_num (plan, "split_point"), 1, "a pinned split point moved");
-    cr_expect_eq ((int) s_num (plan, "host_cores"), 2);
-    cr_expect (s_num (plan, "host_copy_mbps") > 10.0, "host copy %.1f Mbit/s",
-               s_num (plan, "host_copy_mbps"));
-    cr_expect (s_log_has (&run, "server.log", "one host"), "host sharing not logged");
+    cr_assert_eq ((int) pltest_num (plan, "split_point"), 1, "a pinned split point moved");
+    cr_expect_eq ((int) pltest_num (plan, "host_cores"), 2);
+    cr_expect (pltest_num (plan, "host_copy_mbps") > 10.0, "host copy %.1f Mbit/s",
+               pltest_num (plan, "host_copy_mbps"));
+    cr_expect (pltest_log_has (&run, "server.log", "one host"), "host sharing not logged");
     cr_assert (cJSON_IsTrue (cJSON_GetObjectItemCaseSensitive (plan, "measured_links")));
     const cJSON *devs = cJSON_GetObjectItemCaseSensitive (plan, "devices");
     for (int i = 0; i < 2; i++) {
         const cJSON *d = cJSON_GetArrayItem (devs, i);
-        cr_expect (s_num (d, "uplink_mbps") > 10.0, "device %d: loopback uplink %.1f Mbit/s",
-                   i, s_num (d, "uplink_mbps"));
-        cr_expect (s_num (d, "downlink_mbps") > 10.0);
-        cr_expect (s_num (d, "rtt_ms") < 50.0);
-        int n = (int) s_num (d, "micro_batches");
+        cr_expect (pltest_num (d, "uplink_mbps") > 10.0, "device %d: loopback uplink %.1f Mbit/s",
+                   i, pltest_num (d, "uplink_mbps"));
+        cr_expect (pltest_num (d, "downlink_mbps") > 10.0);
+        cr_expect (pltest_num (d, "rtt_ms") < 50.0);
+        int n = (int) pltest_num (d, "micro_batches");
         cr_expect (n >= 1 && 40 % n == 0);
         char line[64];
         snprintf (line, sizeof line, "device %d link: uplink", i);
-        cr_expect (s_log_has (&run, "server.log", line), "probe not logged");
+        cr_expect (pltest_log_has (&run, "server.log", line), "probe not logged");
     }
     const cJSON *epochs = cJSON_GetObjectItemCaseSensitive (s, "epochs");
     cr_assert_eq (cJSON_GetArraySize (epochs), 2);
     const cJSON *e2 = cJSON_GetArrayItem (epochs, 1);
     const cJSON *d0 = cJSON_GetArrayItem (cJSON_GetObjectItemCaseSensitive (e2, "devices"), 0);
     //  Probed again at the epoch end; the traffic floor from ACTIVATIONS.
-    cr_expect (s_num (d0, "uplink_mbps_probe") > 10.0);
-    cr_expect (s_num (d0, "uplink_mbps_traffic") > 0.0);
+    cr_expect (pltest_num (d0, "uplink_mbps_probe") > 10.0);
+    cr_expect (pltest_num (d0, "uplink_mbps_traffic") > 0.0);
     cJSON_Delete (s);
-    s_rmtree (run.dir);
+    pltest_rmtree (run.dir);
 }
 
 //  A stand-in server on a ROUTER answers the client's HELLO with ERROR
@@ -405,8 +417,8 @@ Test (daemons, auto_plan_measures_links, .timeout = 600)
 static int
 s_client_told (uint32_t code, const char *text)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "daemons");
     void *ctx = zmq_ctx_new ();
     void *router = zmq_socket (ctx, ZMQ_ROUTER);
     int linger = 0;
@@ -415,7 +427,7 @@ s_client_told (uint32_t code, const char *text)
     char endpoint[256];
     size_t len = sizeof endpoint;
     zmq_getsockopt (router, ZMQ_LAST_ENDPOINT, endpoint, &len);
-    pid_t client = s_start_client_sec (&run, 0, endpoint, NULL, NULL, "5");
+    pid_t client = pltest_start_client_sec (&run, 0, endpoint, NULL, NULL, "5");
     zmq_pollitem_t item = { router, 0, ZMQ_POLLIN, 0 };
     cr_assert_eq (zmq_poll (&item, 1, 30000), 1, "no HELLO from the client");
     proto_msg_t *msg = NULL;
@@ -429,13 +441,13 @@ s_client_told (uint32_t code, const char *text)
     msg = proto_msg_new (PROTO_MSG_ERROR);
     proto_msg_set_error (msg, code, text);
     cr_assert_eq (proto_msg_send_to (&msg, router, rid, rid_len), 0);
-    int rc = s_wait (&run, client, pl_monotonic () + 30);
+    int rc = pltest_wait (&run, client, pl_monotonic () + 30);
     if (rc < 0)
-        s_dump_logs (&run);
-    s_kill_all (&run);
+        pltest_dump_logs (&run);
+    pltest_kill_all (&run);
     zmq_close (router);
     zmq_ctx_term (ctx);
-    s_rmtree (run.dir);
+    pltest_rmtree (run.dir);
     return rc;
 }
 

@@ -1164,3 +1164,188 @@ Test (batch, augmentation_is_shifted_copy)
     free (x);
     nn_dataset_destroy (&ds);
 }
+
+//  The same rng state gives the same batch (a seed reproduces a run); the
+//  stream moves on, so the next draw differs; flip off never mirrors.
+Test (batch, augmentation_reproducible_for_a_seed)
+{
+    enum { N = 16 };
+    nn_dataset_t *ds = nn_dataset_synthetic (N, 32, 32, 3, 10, 5);
+    int indices[N];
+    for (int i = 0; i < N; i++)
+        indices[i] = i;
+    size_t n = (size_t) N * 32 * 32 * 3;
+    float *a = malloc (n * sizeof *a), *b = malloc (n * sizeof *b);
+    int y[N];
+    nn_augment_t aug = nn_dataset_augment_default ("cifar10");
+    nn_rng_t r1, r2;
+    nn_rng_seed (&r1, 77);
+    nn_rng_seed (&r2, 77);
+    nn_dataset_batch (a, y, ds, indices, N, &aug, &r1);
+    nn_dataset_batch (b, y, ds, indices, N, &aug, &r2);
+    cr_assert_eq (memcmp (a, b, n * sizeof *a), 0);
+    nn_dataset_batch (b, y, ds, indices, N, &aug, &r2);
+    cr_assert_neq (memcmp (a, b, n * sizeof *a), 0);
+    //  SVHN's transform: shifted copies, never mirrored ones.
+    aug = nn_dataset_augment_default ("svhn");
+    nn_dataset_batch (a, y, ds, indices, N, &aug, &r1);
+    for (int i = 0; i < N; i++) {
+        bool found = false;
+        for (int dy = -4; dy <= 4 && !found; dy++)
+            for (int dx = -4; dx <= 4 && !found; dx++)
+                found = s_matches_shift (a + (size_t) i * 3072, ds->pixels + i * 3072, ds,
+                                         dy, dx, false);
+        cr_assert (found, "sample %d is not an unmirrored shift", i);
+    }
+    free (a);
+    free (b);
+    nn_dataset_destroy (&ds);
+}
+
+//  ---------------------------------------------------------------------
+//  Per-dataset transforms
+
+Test (transform, shapes_by_name)
+{
+    int h, w, c;
+    cr_assert_eq (nn_dataset_shape ("svhn", &h, &w, &c), 0);
+    cr_assert (h == 32 && w == 32 && c == 3);
+    cr_assert_eq (nn_dataset_shape ("fashion-mnist", &h, &w, &c), 0);
+    cr_assert (h == 28 && w == 28 && c == 1);
+    cr_assert_eq (nn_dataset_shape ("imagenet", &h, &w, &c), -1);
+}
+
+Test (transform, defaults_per_dataset)
+{
+    nn_augment_t a = nn_dataset_augment_default ("cifar10");
+    cr_assert (a.augment && a.flip);
+    cr_assert_eq (a.crop_pad, 4);
+    a = nn_dataset_augment_default ("svhn");
+    cr_assert (a.augment && !a.flip);
+    const char *none[] = { "mnist", "fashion-mnist", "synthetic", "nothing" };
+    for (int i = 0; i < 4; i++) {
+        a = nn_dataset_augment_default (none[i]);
+        cr_assert (!a.augment && !a.flip, "%s", none[i]);
+        cr_assert_eq (a.crop_pad, 4);
+    }
+}
+
+//  28x28 padded to 32x32: the image in the middle, black (0) around it,
+//  which normalises to -mean/std like the black crop padding.
+Test (transform, pad_centres_with_black)
+{
+    nn_dataset_t *ds = nn_dataset_synthetic (3, 28, 28, 1, 10, 9);
+    nn_dataset_t *orig = nn_dataset_synthetic (3, 28, 28, 1, 10, 9);
+    char err[NN_ERR_SIZE] = "";
+    cr_assert_eq (nn_dataset_pad (ds, 32, err, sizeof err), 0, "%s", err);
+    cr_assert_eq (ds->h, 32);
+    cr_assert_eq (ds->w, 32);
+    cr_assert_eq (ds->count, 3);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq (ds->labels[i], orig->labels[i]);
+        for (int y = 0; y < 32; y++)
+            for (int x = 0; x < 32; x++) {
+                bool in = y >= 2 && y < 30 && x >= 2 && x < 30;
+                uint8_t want = in ? orig->pixels[(i * 28 + y - 2) * 28 + x - 2] : 0;
+                cr_assert_eq (ds->pixels[(i * 32 + y) * 32 + x], want,
+                              "sample %d (%d,%d)", i, y, x);
+            }
+    }
+    int idx[1] = { 1 };
+    float xb[32 * 32];
+    int yb[1];
+    nn_dataset_batch (xb, yb, ds, idx, 1, NULL, NULL);
+    cr_assert_float_eq (xb[0], -ds->mean[0] / ds->std[0], 1e-6);
+    //  Same size: unchanged; smaller or absurd: refused.
+    cr_assert_eq (nn_dataset_pad (ds, 32, err, sizeof err), 0);
+    cr_assert_eq (ds->h, 32);
+    cr_assert_eq (nn_dataset_pad (ds, 30, err, sizeof err), -1);
+    cr_assert_not_null (strstr (err, "pad_to 30"), "%s", err);
+    cr_assert_eq (nn_dataset_pad (ds, 5000, err, sizeof err), -1);
+    nn_dataset_destroy (&ds);
+    nn_dataset_destroy (&orig);
+}
+
+//  An odd margin: 3 colour channels, 5x4 to 8x8 (top 1, left 2).
+Test (transform, pad_odd_margin_and_channels)
+{
+    nn_dataset_t *ds = nn_dataset_synthetic (2, 5, 4, 3, 4, 1);
+    nn_dataset_t *orig = nn_dataset_synthetic (2, 5, 4, 3, 4, 1);
+    char err[NN_ERR_SIZE] = "";
+    cr_assert_eq (nn_dataset_pad (ds, 8, err, sizeof err), 0, "%s", err);
+    for (int i = 0; i < 2; i++)
+        for (int y = 0; y < 8; y++)
+            for (int x = 0; x < 8; x++)
+                for (int c = 0; c < 3; c++) {
+                    bool in = y >= 1 && y < 6 && x >= 2 && x < 6;
+                    uint8_t want = in ? orig->pixels[((i * 5 + y - 1) * 4 + x - 2) * 3 + c]
+                                      : 0;
+                    cr_assert_eq (ds->pixels[((i * 8 + y) * 8 + x) * 3 + c], want);
+                }
+    nn_dataset_destroy (&ds);
+    nn_dataset_destroy (&orig);
+}
+
+//  ---------------------------------------------------------------------
+//  CIFAR-10: more malformed batches
+
+//  Every size that is not a whole number of records fails as truncated,
+//  naming the file; whole numbers load.
+Test (cifar, every_cut_is_truncated)
+{
+    char dir[64], a[4096], err[NN_ERR_SIZE] = "";
+    s_mkdtemp (dir);
+    s_path (a, dir, "data_batch_1.bin");
+    const char *paths[1] = { a };
+    for (size_t cut = 0; cut < 2 * CIFAR_REC; cut += 7) {
+        s_write_cifar (a, 0, 2, cut);
+        nn_dataset_t *ds = nn_dataset_load_cifar10 (paths, 1, 0, err, sizeof err);
+        if (cut == 0 || cut == CIFAR_REC) {
+            cr_assert_not_null (ds, "cut %zu: %s", cut, err);
+            cr_assert_eq (ds->count, cut ? 1 : 2);
+            nn_dataset_destroy (&ds);
+        }
+        else
+            s_assert_error (ds, err, a, "truncated");
+    }
+    s_write (a, false, (const uint8_t *) "", 0);
+    nn_dataset_t *ds = nn_dataset_load_cifar10 (paths, 1, 0, err, sizeof err);
+    s_assert_error (ds, err, a, "empty");
+    s_rmtree (dir);
+}
+
+//  The five training batches in order, a limit that ends inside the third,
+//  and a bad label in a later batch named with its file.
+Test (named, cifar10_five_batches_in_order)
+{
+    char dir[64], path[4096], err[NN_ERR_SIZE] = "";
+    s_mkdtemp (dir);
+    for (int b = 0; b < 5; b++) {
+        char name[32];
+        snprintf (name, sizeof name, "data_batch_%d.bin", b + 1);
+        s_path (path, dir, name);
+        s_write_cifar (path, 2 * b, 2, 0);
+    }
+    nn_dataset_t *ds = nn_dataset_load_named ("cifar10", dir, true, 0, err, sizeof err);
+    cr_assert_not_null (ds, "%s", err);
+    cr_assert_eq (ds->count, 10);
+    for (int r = 0; r < 10; r++) {
+        cr_assert_eq (ds->labels[r], (r + 1) % 10);
+        cr_assert_eq (ds->pixels[(size_t) r * 3072 + 3 * 100 + 2], s_cifar_value (r, 2, 100));
+    }
+    nn_dataset_destroy (&ds);
+    ds = nn_dataset_load_named ("cifar10", dir, true, 5, err, sizeof err);
+    cr_assert_not_null (ds, "%s", err);
+    cr_assert_eq (ds->count, 5);
+    cr_assert_eq (ds->labels[4], 5);
+    nn_dataset_destroy (&ds);
+    s_path (path, dir, "data_batch_4.bin");
+    FILE *f = fopen (path, "r+b");
+    cr_assert_not_null (f);
+    fseek (f, CIFAR_REC, SEEK_SET);
+    fputc (10, f);
+    fclose (f);
+    ds = nn_dataset_load_named ("cifar10", dir, true, 0, err, sizeof err);
+    s_assert_error (ds, err, "data_batch_4.bin", "label 10 of record 1");
+    s_rmtree (dir);
+}

@@ -4,9 +4,21 @@
     restarted, rejoins at the next aggregation point and contributes; an fl
     device that stalls misses the round deadline; too few devices left ends
     the run with a clear message. */
-#define TMP_TEMPLATE "/tmp/pl_test_dropout_XXXXXX"
-#include "testdir.h"
-#include "daemonrun.h"
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "nn_checkpoint.h"
+#include "pl_timeline.h"
+#include "pltest.h"
 
 #include <signal.h>
 
@@ -42,21 +54,21 @@ s_active (const cJSON *device)
 
 //  Three devices, and the run started with all of them.
 static void
-s_start_three (s_run_t *run, const char *endpoint, pid_t c[3])
+s_start_three (pltest_run_t *run, const char *endpoint, pid_t c[3])
 {
     for (int i = 0; i < 3; i++)
-        c[i] = s_start_client (run, i, endpoint);
-    cr_assert (s_wait_log (run, "server.log", "all 3 device(s) joined", 60),
+        c[i] = pltest_start_client (run, i, endpoint);
+    cr_assert (pltest_wait_log (run, "server.log", "all 3 device(s) joined", 60),
                "the run did not start");
 }
 
 //  The pipelearn run of three devices (device_timeout_s 3, min_devices 2)
 //  with device 2 SIGKILLed mid epoch 1; returns the server.
 static pid_t
-s_run_and_kill_device_2 (s_run_t *run, char *endpoint, size_t size, pid_t c[3])
+s_run_and_kill_device_2 (pltest_run_t *run, char *endpoint, size_t size, pid_t c[3])
 {
-    s_mkdtemp (run->dir);
-    pid_t server = s_start_server (run, "run",
+    pltest_mkdtemp (run->dir, "dropout");
+    pid_t server = pltest_start_server (run, "run",
                                    DROPOUT_CONFIG ("pipelearn", "\"device_timeout_s\": 3, "
                                                    "\"min_devices\": 2"),
                                    endpoint, size);
@@ -66,35 +78,35 @@ s_run_and_kill_device_2 (s_run_t *run, char *endpoint, size_t size, pid_t c[3])
     for (int i = 0; i < 3; i++) {
         char log[32];
         snprintf (log, sizeof log, "client%d.log", i);
-        cr_assert (s_wait_log (run, log, "iteration(s) per epoch", 60));
+        cr_assert (pltest_wait_log (run, log, "iteration(s) per epoch", 60));
     }
     usleep (800000);                    //  mid epoch 1
     cr_assert_eq (kill (c[2], SIGKILL), 0);
-    s_wait (run, c[2], pl_monotonic () + 5);
+    pltest_wait (run, c[2], pl_monotonic () + 5);
     return server;
 }
 
 Test (dropout, killed_device_is_dropped_and_rejoins_when_restarted, .timeout = 400)
 {
-    s_run_t run = { 0 };
+    pltest_run_t run = { 0 };
     char endpoint[256];
     pid_t c[3];
     pid_t server = s_run_and_kill_device_2 (&run, endpoint, sizeof endpoint, c);
     //  Dropped as silent, or at once when a send finds its connection gone
     //  (the ROUTER is ZMQ_ROUTER_MANDATORY).
-    cr_assert (s_wait_log (&run, "server.log", "device 2 dropped: ", 30),
+    cr_assert (pltest_wait_log (&run, "server.log", "device 2 dropped: ", 30),
                "the killed device was not dropped");
-    cr_assert (s_log_has (&run, "server.log", "device 2 dropped: silent for")
-               || s_log_has (&run, "server.log", "device 2 dropped: its connection is gone"),
+    cr_assert (pltest_log_has (&run, "server.log", "device 2 dropped: silent for")
+               || pltest_log_has (&run, "server.log", "device 2 dropped: its connection is gone"),
                "the killed device was dropped for another reason");
     //  Restarted (as systemd would), it rejoins at the next aggregation point.
-    c[2] = s_start_client (&run, 2, endpoint);
-    s_expect_exit (&run, server, 0, "server");
+    c[2] = pltest_start_client (&run, 2, endpoint);
+    pltest_expect_exit (&run, server, 0, "server");
     for (int i = 0; i < 3; i++)
-        s_expect_exit (&run, c[i], 0, i < 2 ? "a device that stayed" : "the restarted device");
-    cr_assert (s_log_has (&run, "server.log", "device 2 joined the running run"));
-    cr_assert (s_log_has (&run, "server.log", "device 2 rejoins at epoch"));
-    cJSON *s = s_summary (run.dir, "run");
+        pltest_expect_exit (&run, c[i], 0, i < 2 ? "a device that stayed" : "the restarted device");
+    cr_assert (pltest_log_has (&run, "server.log", "device 2 joined the running run"));
+    cr_assert (pltest_log_has (&run, "server.log", "device 2 rejoins at epoch"));
+    cJSON *s = pltest_summary (run.dir, "run");
     //  Epoch 1 closed without device 2; by the last epoch it is back and its
     //  parameters were averaged in (its samples are its shard).
     cr_expect_not (s_active (s_device (s_epoch (s, 0), 2)),
@@ -102,21 +114,21 @@ Test (dropout, killed_device_is_dropped_and_rejoins_when_restarted, .timeout = 4
     cr_expect (s_active (s_device (s_epoch (s, 0), 0)));
     const cJSON *last = s_epoch (s, 2);
     cr_expect (s_active (s_device (last, 2)), "the restarted device did not rejoin");
-    cr_expect_eq (s_num (s_device (last, 2), "samples"), 1000.0);
-    cr_expect (s_num (s_device (last, 2), "forward_s") > 0.0, "it did not train");
-    cr_expect (s_num (last, "test_acc") > 0.3, "test accuracy %.3f",
-               s_num (last, "test_acc"));
+    cr_expect_eq (pltest_num (s_device (last, 2), "samples"), 1000.0);
+    cr_expect (pltest_num (s_device (last, 2), "forward_s") > 0.0, "it did not train");
+    cr_expect (pltest_num (last, "test_acc") > 0.3, "test accuracy %.3f",
+               pltest_num (last, "test_acc"));
     cJSON_Delete (s);
-    s_kill_all (&run);
-    s_rmtree (run.dir);
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
 }
 
 Test (dropout, stalled_fl_device_misses_the_round_deadline, .timeout = 400)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "dropout");
     char endpoint[256];
-    pid_t server = s_start_server (&run, "run",
+    pid_t server = pltest_start_server (&run, "run",
                                    DROPOUT_CONFIG_N ("fl", "600", "\"round_timeout_s\": 8, "
                                                      "\"min_devices\": 2"),
                                    endpoint, sizeof endpoint);
@@ -124,26 +136,26 @@ Test (dropout, stalled_fl_device_misses_the_round_deadline, .timeout = 400)
     s_start_three (&run, endpoint, c);
     //  Frozen, not dead: its connection stays up, it just never answers.
     cr_assert_eq (kill (c[1], SIGSTOP), 0);
-    s_expect_exit (&run, server, 0, "server");
-    s_expect_exit (&run, c[0], 0, "device 0");
-    s_expect_exit (&run, c[2], 0, "device 2");
-    cr_assert (s_log_has (&run, "server.log", "device 1 dropped: round not finished"),
+    pltest_expect_exit (&run, server, 0, "server");
+    pltest_expect_exit (&run, c[0], 0, "device 0");
+    pltest_expect_exit (&run, c[2], 0, "device 2");
+    cr_assert (pltest_log_has (&run, "server.log", "device 1 dropped: round not finished"),
                "no deadline drop logged");
-    cJSON *s = s_summary (run.dir, "run");
+    cJSON *s = pltest_summary (run.dir, "run");
     cr_expect_not (s_active (s_device (s_epoch (s, 2), 1)));
-    cr_expect (s_num (s_epoch (s, 2), "test_acc") > 0.3);
+    cr_expect (pltest_num (s_epoch (s, 2), "test_acc") > 0.3);
     cJSON_Delete (s);
     kill (c[1], SIGKILL);
-    s_kill_all (&run);
-    s_rmtree (run.dir);
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
 }
 
 Test (dropout, too_few_devices_left_ends_the_run, .timeout = 400)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "dropout");
     char endpoint[256];
-    pid_t server = s_start_server (&run, "run",
+    pid_t server = pltest_start_server (&run, "run",
                                    DROPOUT_CONFIG ("sfl", "\"device_timeout_s\": 3, "
                                                    "\"min_devices\": 3"),
                                    endpoint, sizeof endpoint);
@@ -151,14 +163,14 @@ Test (dropout, too_few_devices_left_ends_the_run, .timeout = 400)
     s_start_three (&run, endpoint, c);
     usleep (500000);
     cr_assert_eq (kill (c[0], SIGKILL), 0);
-    s_expect_exit (&run, server, 1, "server");
-    cr_assert (s_log_has (&run, "server.log", "2 device(s) left, min_devices is 3"),
+    pltest_expect_exit (&run, server, 1, "server");
+    cr_assert (pltest_log_has (&run, "server.log", "2 device(s) left, min_devices is 3"),
                "no clear reason logged");
     //  The others are told and stop with an error rather than hang.
-    s_expect_exit (&run, c[1], 1, "device 1");
-    s_expect_exit (&run, c[2], 1, "device 2");
-    s_kill_all (&run);
-    s_rmtree (run.dir);
+    pltest_expect_exit (&run, c[1], 1, "device 1");
+    pltest_expect_exit (&run, c[2], 1, "device 2");
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
 }
 
 //  Issue 19 (3), issue 21 (2): a device killed mid-run and restarted at
@@ -168,10 +180,10 @@ Test (dropout, too_few_devices_left_ends_the_run, .timeout = 400)
 //  fl with rare heartbeats: nothing else sends to the dead device first.
 Test (dropout, a_device_restarted_within_device_timeout_rejoins, .timeout = 400)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "dropout");
     char endpoint[256];
-    pid_t server = s_start_server (&run, "run",
+    pid_t server = pltest_start_server (&run, "run",
                                    DROPOUT_CONFIG_N ("fl", "3000", "\"device_timeout_s\": 120, "
                                                      "\"heartbeat_s\": 60, "
                                                      "\"heartbeat_timeout_s\": 300"),
@@ -180,19 +192,19 @@ Test (dropout, a_device_restarted_within_device_timeout_rejoins, .timeout = 400)
     s_start_three (&run, endpoint, c);
     usleep (500000);                    //  mid epoch 1
     cr_assert_eq (kill (c[1], SIGKILL), 0);
-    s_wait (&run, c[1], pl_monotonic () + 5);
-    c[1] = s_start_client (&run, 1, endpoint);
+    pltest_wait (&run, c[1], pl_monotonic () + 5);
+    c[1] = pltest_start_client (&run, 1, endpoint);
     for (int i = 0; i < 3; i++)
-        s_expect_exit (&run, c[i], 0, i == 1 ? "the restarted device" : "a device");
-    s_expect_exit (&run, server, 0, "server");
-    cr_assert_not (s_log_has (&run, "client1.log", "run is full"));
-    cr_assert (s_log_has (&run, "server.log", "device 1 joined the running run"));
-    cr_assert (s_log_has (&run, "server.log", "device 1's connection is gone; a new HELLO"));
-    cJSON *s = s_summary (run.dir, "run");
+        pltest_expect_exit (&run, c[i], 0, i == 1 ? "the restarted device" : "a device");
+    pltest_expect_exit (&run, server, 0, "server");
+    cr_assert_not (pltest_log_has (&run, "client1.log", "run is full"));
+    cr_assert (pltest_log_has (&run, "server.log", "device 1 joined the running run"));
+    cr_assert (pltest_log_has (&run, "server.log", "device 1's connection is gone; a new HELLO"));
+    cJSON *s = pltest_summary (run.dir, "run");
     cr_expect (s_active (s_device (s_epoch (s, 2), 1)), "the restarted device did not rejoin");
     cJSON_Delete (s);
-    s_kill_all (&run);
-    s_rmtree (run.dir);
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
 }
 
 //  Issue 21, item 3. Once per epoch (aggregation_frequency -1): a device
@@ -204,30 +216,30 @@ Test (dropout, a_device_restarted_within_device_timeout_rejoins, .timeout = 400)
 static void
 s_restart_and_check (bool after_drop)
 {
-    s_run_t run = { 0 };
+    pltest_run_t run = { 0 };
     char endpoint[256];
     pid_t c[3];
     pid_t server = s_run_and_kill_device_2 (&run, endpoint, sizeof endpoint, c);
     if (after_drop)
-        cr_assert (s_wait_log (&run, "server.log", "device 2 dropped: ", 30));
-    c[2] = s_start_client (&run, 2, endpoint);
-    s_expect_exit (&run, server, 0, "server");
+        cr_assert (pltest_wait_log (&run, "server.log", "device 2 dropped: ", 30));
+    c[2] = pltest_start_client (&run, 2, endpoint);
+    pltest_expect_exit (&run, server, 0, "server");
     for (int i = 0; i < 3; i++)
-        s_expect_exit (&run, c[i], 0, i < 2 ? "a device that stayed" : "the restarted device");
-    cr_assert (s_log_has (&run, "server.log", "device 2 rejoins at epoch 2, iteration 0"),
+        pltest_expect_exit (&run, c[i], 0, i < 2 ? "a device that stayed" : "the restarted device");
+    cr_assert (pltest_log_has (&run, "server.log", "device 2 rejoins at epoch 2, iteration 0"),
                "device 2 was not given the model at the end of epoch 1");
-    cJSON *s = s_summary (run.dir, "run");
+    cJSON *s = pltest_summary (run.dir, "run");
     cr_expect_not (s_active (s_device (s_epoch (s, 0), 2)),
                    "device 2 active at the end of epoch 1");
     for (int e = 1; e < 3; e++) {
         const cJSON *d = s_device (s_epoch (s, e), 2);
         cr_expect (s_active (d), "epoch %d: the restarted device is not active", e + 1);
-        cr_expect_eq (s_num (d, "samples"), 1000.0, "epoch %d: device 2 trained %g samples, "
-                      "want its shard of 1000", e + 1, s_num (d, "samples"));
+        cr_expect_eq (pltest_num (d, "samples"), 1000.0, "epoch %d: device 2 trained %g samples, "
+                      "want its shard of 1000", e + 1, pltest_num (d, "samples"));
     }
     cJSON_Delete (s);
-    s_kill_all (&run);
-    s_rmtree (run.dir);
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
 }
 
 Test (dropout, restarted_device_takes_part_from_the_next_aggregation_point, .timeout = 400)

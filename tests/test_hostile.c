@@ -15,9 +15,21 @@
     The binaries run as child processes on tcp://127.0.0.1:*; the synthetic
     dataset keeps runs short. No wall-clock figure is asserted: waits are
     generous bounds that only catch a hang. */
-#define TMP_TEMPLATE "/tmp/pl_test_hostile_XXXXXX"
-#include "testdir.h"
-#include "daemonrun.h"
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "nn_checkpoint.h"
+#include "pl_timeline.h"
+#include "pltest.h"
 #include "runcmd.h"
 
 #include "nn_checkpoint.h"
@@ -52,7 +64,7 @@
 //  A scripted device's session.
 typedef struct {
     void *ctx, *sock;
-    proto_plan_t plan;          //  from WELCOME
+    proto_assign_t plan;          //  from WELCOME
     proto_slab_t slab;          //  of the last MODEL
     float *w;                   //  its weights (slab.count)
     uint32_t epoch, iter;       //  where the MODEL's round starts
@@ -101,7 +113,7 @@ s_device_join (s_device_t *self, const char *endpoint, int id, int rcvhwm)
     msg = s_device_recv (self, "WELCOME");
     cr_assert_eq (proto_msg_type (msg), PROTO_MSG_WELCOME, "got %s, want WELCOME",
                   proto_type_name (proto_msg_type (msg)));
-    self->plan = *proto_msg_plan (msg);
+    self->plan = *proto_msg_assign (msg);
     cr_assert_eq (self->plan.device_id, (uint32_t) id);
     proto_msg_destroy (&msg);
 }
@@ -153,13 +165,13 @@ s_device_close (s_device_t *self)
 //  Server with FL_CONFIG-like config, the scripted device 1 joined, then the
 //  honest client 0; returns when training started (the MODEL is in).
 static pid_t
-s_start (s_run_t *run, const char *config, char *endpoint, size_t size, s_device_t *dev,
+s_start (pltest_run_t *run, const char *config, char *endpoint, size_t size, s_device_t *dev,
          int rcvhwm, pid_t *client)
 {
-    s_mkdtemp (run->dir);
-    pid_t server = s_start_server (run, "run", config, endpoint, size);
+    pltest_mkdtemp (run->dir, "hostile");
+    pid_t server = pltest_start_server (run, "run", config, endpoint, size);
     s_device_join (dev, endpoint, 1, rcvhwm);
-    *client = s_start_client (run, 0, endpoint);
+    *client = pltest_start_client (run, 0, endpoint);
     s_device_model (dev);
     return server;
 }
@@ -167,18 +179,18 @@ s_start (s_run_t *run, const char *config, char *endpoint, size_t size, s_device
 //  The honest device's run finished: both exit 0, every epoch is in the
 //  summary, model.ckpt is finite, the scripted device was dropped for why.
 static void
-s_expect_honest_run (s_run_t *run, pid_t server, pid_t client, const char *why)
+s_expect_honest_run (pltest_run_t *run, pid_t server, pid_t client, const char *why)
 {
-    s_finish_run (run, "run", server, &client, 1);
-    cr_expect (s_log_has (run, "server.log", why), "the server log does not say \"%s\"", why);
-    cJSON *s = s_summary (run->dir, "run");
+    pltest_finish_run (run, "run", server, &client, 1);
+    cr_expect (pltest_log_has (run, "server.log", why), "the server log does not say \"%s\"", why);
+    cJSON *s = pltest_summary (run->dir, "run");
     const cJSON *epochs = cJSON_GetObjectItemCaseSensitive (s, "epochs");
     cr_expect_eq (cJSON_GetArraySize (epochs), EPOCHS, "summary.json has %d epoch(s)",
                   cJSON_GetArraySize (epochs));
-    double loss = s_num (s_last_epoch (s), "test_loss");
+    double loss = pltest_num (pltest_last_epoch (s), "test_loss");
     cr_expect (isfinite (loss), "test_loss %g", loss);
     cJSON_Delete (s);
-    nn_model_t *m = s_load_model (run->dir, "run", "vgg5");
+    nn_model_t *m = pltest_load_model (run->dir, "run", "vgg5");
     const float *w = nn_model_weights_const (m);
     for (size_t i = 0; i < nn_model_weights_count (m); i++)
         cr_assert (isfinite (w[i]), "model.ckpt: weight %zu is %g", i, (double) w[i]);
@@ -191,7 +203,7 @@ static void
 s_fl_poison (void (*poison) (float *w, size_t n, uint64_t *samples, uint32_t *iteration),
              const char *why)
 {
-    s_run_t run = { 0 };
+    pltest_run_t run = { 0 };
     char endpoint[256];
     s_device_t dev = { 0 };
     pid_t client;
@@ -200,11 +212,11 @@ s_fl_poison (void (*poison) (float *w, size_t n, uint64_t *samples, uint32_t *it
     uint32_t iteration = ITERATIONS;
     poison (dev.w, dev.slab.count, &samples, &iteration);
     s_device_params (&dev, dev.w, samples, iteration);
-    cr_assert (s_wait_log (&run, "server.log", why, 60), "no \"%s\" in the server log", why);
+    cr_assert (pltest_wait_log (&run, "server.log", why, 60), "no \"%s\" in the server log", why);
     s_device_close (&dev);
     s_expect_honest_run (&run, server, client, why);
-    s_kill_all (&run);
-    s_rmtree (run.dir);
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
 }
 
 static void
@@ -285,7 +297,7 @@ s_device_activations (s_device_t *self, float value, uint32_t mb)
 
 Test (hostile, nan_activations_never_reach_a_replica, .timeout = 300)
 {
-    s_run_t run = { 0 };
+    pltest_run_t run = { 0 };
     char endpoint[256];
     s_device_t dev = { 0 };
     pid_t client;
@@ -294,11 +306,11 @@ Test (hostile, nan_activations_never_reach_a_replica, .timeout = 300)
     //  The encoder refuses nothing here: a NaN tensor is valid on the wire.
     s_device_activations (&dev, NAN, 0);
     const char *why = "device 1 dropped: ACTIVATIONS hold non-finite values";
-    cr_assert (s_wait_log (&run, "server.log", why, 60), "no \"%s\" in the server log", why);
+    cr_assert (pltest_wait_log (&run, "server.log", why, 60), "no \"%s\" in the server log", why);
     s_device_close (&dev);
     s_expect_honest_run (&run, server, client, why);
-    s_kill_all (&run);
-    s_rmtree (run.dir);
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
 }
 
 //  A device that sends activations but never reads its gradients: the
@@ -312,7 +324,7 @@ Test (hostile, nan_activations_never_reach_a_replica, .timeout = 300)
 
 Test (hostile, a_device_that_never_reads_is_dropped, .timeout = 500)
 {
-    s_run_t run = { 0 };
+    pltest_run_t run = { 0 };
     char endpoint[256];
     s_device_t dev = { 0 };
     pid_t client;
@@ -321,27 +333,27 @@ Test (hostile, a_device_that_never_reads_is_dropped, .timeout = 500)
                                                 "\"heartbeat_timeout_s\": 3600"),
                             endpoint, sizeof endpoint, &dev, 1, &client);
     const char *why = "device 1 dropped: not reading";
-    double deadline = pl_monotonic () + (RUN_UNDER_ASAN ? 240 : 120);
+    double deadline = pl_monotonic () + (PLTEST_UNDER_ASAN ? 240 : 120);
     int sent = 0;
-    while (!s_log_has (&run, "server.log", "device 1 dropped: ")
+    while (!pltest_log_has (&run, "server.log", "device 1 dropped: ")
            && pl_monotonic () < deadline) {
         s_device_activations (&dev, 0.5f, 0);
         sent++;
-        usleep (RUN_UNDER_ASAN ? 400000 : 100000);
+        usleep (PLTEST_UNDER_ASAN ? 400000 : 100000);
     }
     cr_log_info ("the scripted device sent %d ACTIVATIONS before it was dropped", sent);
-    cr_assert (s_log_has (&run, "server.log", why), "after %d ACTIVATIONS never read, "
+    cr_assert (pltest_log_has (&run, "server.log", why), "after %d ACTIVATIONS never read, "
                "no \"%s\" in the server log", sent, why);
     s_device_close (&dev);
     s_expect_honest_run (&run, server, client, why);
-    cJSON *s = s_summary (run.dir, "run");
-    double rss_kb = s_num (s, "peak_rss_kb");
+    cJSON *s = pltest_summary (run.dir, "run");
+    double rss_kb = pltest_num (s, "peak_rss_kb");
     cr_log_info ("server peak RSS %.0f KiB", rss_kb);
-    cr_expect (RUN_UNDER_ASAN || rss_kb < READER_RSS_LIMIT_KB,
+    cr_expect (PLTEST_UNDER_ASAN || rss_kb < READER_RSS_LIMIT_KB,
                "server peak RSS %.0f KiB (limit %ld KiB)", rss_kb, READER_RSS_LIMIT_KB);
     cJSON_Delete (s);
-    s_kill_all (&run);
-    s_rmtree (run.dir);
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
 }
 
 //  ---------------------------------------------------------------------
@@ -353,7 +365,7 @@ static int
 s_checkpoints_finite (const char *dir)
 {
     char path[4096];
-    s_path (path, dir, "run/checkpoints");
+    pltest_path (path, dir, "run/checkpoints");
     DIR *d = opendir (path);
     cr_assert_not_null (d, "no %s", path);
     nn_model_spec_t spec;
@@ -380,45 +392,45 @@ s_checkpoints_finite (const char *dir)
 
 Test (hostile, a_diverging_fl_run_stops_cleanly, .timeout = 300)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "hostile");
     char endpoint[256];
-    pid_t server = s_start_server (&run, "run",
+    pid_t server = pltest_start_server (&run, "run",
                                    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", "
                                    "\"samples\": 400, \"test_samples\": 100, "
                                    "\"batch_size\": 20, \"epochs\": 2, \"seed\": 5, "
                                    "\"threads\": 1, \"devices\": 2, \"mode\": \"fl\", "
                                    "\"learning_rate\": 1e6}", endpoint, sizeof endpoint);
-    pid_t clients[2] = { s_start_client (&run, 0, endpoint),
-                         s_start_client (&run, 1, endpoint) };
+    pid_t clients[2] = { pltest_start_client (&run, 0, endpoint),
+                         pltest_start_client (&run, 1, endpoint) };
     //  Not a stall until round_timeout_s (600 s): the run ends by itself.
-    int src = s_wait (&run, server, pl_monotonic () + 120);
+    int src = pltest_wait (&run, server, pl_monotonic () + 120);
     int crc[2];
     for (int i = 0; i < 2; i++)
-        crc[i] = s_wait (&run, clients[i], pl_monotonic () + 30);
+        crc[i] = pltest_wait (&run, clients[i], pl_monotonic () + 30);
     if (src != 3 || crc[0] != 3 || crc[1] != 3) {
-        s_dump_logs (&run);
-        s_kill_all (&run);
+        pltest_dump_logs (&run);
+        pltest_kill_all (&run);
     }
     cr_assert_eq (src, 3, "server exit status %d, want 3 (diverged)", src);
     for (int i = 0; i < 2; i++) {
         char log[32];
         snprintf (log, sizeof log, "client%d.log", i);
         cr_expect_eq (crc[i], 3, "client %d exit status %d, want 3 (diverged)", i, crc[i]);
-        cr_expect (s_log_has (&run, log, "training diverged"), "%s does not say why", log);
-        cr_expect (!s_log_has (&run, log, "sending STATS failed"), "%s: STATS refused", log);
+        cr_expect (pltest_log_has (&run, log, "training diverged"), "%s does not say why", log);
+        cr_expect (!pltest_log_has (&run, log, "sending STATS failed"), "%s: STATS refused", log);
     }
-    cr_expect (s_log_has (&run, "server.log", "training diverged"),
+    cr_expect (pltest_log_has (&run, "server.log", "training diverged"),
                "the server log does not say the training diverged");
-    cr_expect (s_log_has (&run, "server.log", "lower learning_rate"),
+    cr_expect (pltest_log_has (&run, "server.log", "lower learning_rate"),
                "the server log does not say what to do");
     //  The last good checkpoint is kept and nothing non-finite was written.
     cr_expect (s_checkpoints_finite (run.dir) >= 1, "no checkpoint was kept");
     char path[4096];
-    s_path (path, run.dir, "run/model.ckpt");
+    pltest_path (path, run.dir, "run/model.ckpt");
     cr_expect (access (path, F_OK) != 0, "a diverged run wrote model.ckpt");
-    s_kill_all (&run);
-    s_rmtree (run.dir);
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
 }
 
 //  ---------------------------------------------------------------------
@@ -435,11 +447,11 @@ Test (hostile, a_diverging_fl_run_stops_cleanly, .timeout = 300)
 
 Test (hostile, idle_connections_cannot_exhaust_the_server, .timeout = 400)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "hostile");
     char endpoint[256];
     run.nofile = 128;
-    pid_t server = s_start_server (&run, "run",
+    pid_t server = pltest_start_server (&run, "run",
                                    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", "
                                    "\"samples\": 800, \"test_samples\": 100, "
                                    "\"batch_size\": 50, \"epochs\": 6, \"seed\": 5, "
@@ -447,8 +459,8 @@ Test (hostile, idle_connections_cannot_exhaust_the_server, .timeout = 400)
                                    "\"mode\": \"sfl\", \"measure_link\": false}",
                                    endpoint, sizeof endpoint);
     run.nofile = 0;
-    pid_t clients[2] = { s_start_client (&run, 0, endpoint), s_start_client (&run, 1, endpoint) };
-    cr_assert (s_wait_log (&run, "server.log", "all 2 device(s) joined", 60),
+    pid_t clients[2] = { pltest_start_client (&run, 0, endpoint), pltest_start_client (&run, 1, endpoint) };
+    cr_assert (pltest_wait_log (&run, "server.log", "all 2 device(s) joined", 60),
                "the run did not start");
     int port = atoi (strrchr (endpoint, ':') + 1);
     int fds[IDLE_CONNECTIONS];
@@ -461,14 +473,14 @@ Test (hostile, idle_connections_cannot_exhaust_the_server, .timeout = 400)
         opened += connect (fds[i], (struct sockaddr *) &a, sizeof a) == 0;
     }
     cr_log_info ("%d of %d idle connections opened", opened, IDLE_CONNECTIONS);
-    s_finish_run (&run, "run", server, clients, 2);
+    pltest_finish_run (&run, "run", server, clients, 2);
     for (int i = 0; i < IDLE_CONNECTIONS; i++)
         close (fds[i]);
-    cJSON *s = s_summary (run.dir, "run");
+    cJSON *s = pltest_summary (run.dir, "run");
     cr_expect_eq (cJSON_GetArraySize (cJSON_GetObjectItemCaseSensitive (s, "epochs")),
                   FLOOD_EPOCHS);
     cJSON_Delete (s);
-    s_csv_t csv = s_load_csv (run.dir, "run");
+    pltest_csv_t csv = pltest_load_csv (run.dir, "run");
     bool seen[FLOOD_EPOCHS + 1] = { false };
     for (int i = 0; i < csv.count; i++)
         if (csv.rows[i].epoch >= 1 && csv.rows[i].epoch <= FLOOD_EPOCHS)
@@ -476,6 +488,6 @@ Test (hostile, idle_connections_cannot_exhaust_the_server, .timeout = 400)
     free (csv.rows);
     for (int e = 1; e <= FLOOD_EPOCHS; e++)
         cr_expect (seen[e], "timeline.csv has no row of epoch %d", e);
-    s_kill_all (&run);
-    s_rmtree (run.dir);
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
 }

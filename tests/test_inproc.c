@@ -3,9 +3,21 @@
     the binaries' main calls. The same run over loopback TCP (the real
     binaries) must end with the same model: the transport does not change
     the training. */
-#define TMP_TEMPLATE "/tmp/pl_test_inproc_XXXXXX"
-#include "testdir.h"
-#include "daemonrun.h"
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "nn_checkpoint.h"
+#include "pl_timeline.h"
+#include "pltest.h"
 
 #include "cli_run.h"
 #include "srv_run.h"
@@ -36,12 +48,12 @@ s_daemon_thread (void *arg)
 
 Test (inproc, server_and_devices_in_one_process_match_tcp, .timeout = 300)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "inproc");
     char cfg[4096], res[4096];
-    s_path (cfg, run.dir, "inproc.json");
-    s_write (cfg, INPROC_CONFIG);
-    s_path (res, run.dir, "inproc");
+    pltest_path (cfg, run.dir, "inproc.json");
+    pltest_write (cfg, INPROC_CONFIG);
+    pltest_path (res, run.dir, "inproc");
     const char *endpoint = "inproc://pipelearn-test";
     s_daemon_t srv = { .server = true, .argc = 9,
                        .argv = { "pipelearn-server", "--config", cfg, "--bind",
@@ -69,21 +81,21 @@ Test (inproc, server_and_devices_in_one_process_match_tcp, .timeout = 300)
 
     //  The same run over TCP with the real binaries.
     char ep[256];
-    pid_t server = s_start_server (&run, "tcp", INPROC_CONFIG, ep, sizeof ep);
-    pid_t c0 = s_start_client (&run, 0, ep), c1 = s_start_client (&run, 1, ep);
-    s_expect_exit (&run, server, 0, "tcp server");
-    s_expect_exit (&run, c0, 0, "tcp device 0");
-    s_expect_exit (&run, c1, 0, "tcp device 1");
+    pid_t server = pltest_start_server (&run, "tcp", INPROC_CONFIG, ep, sizeof ep);
+    pid_t c0 = pltest_start_client (&run, 0, ep), c1 = pltest_start_client (&run, 1, ep);
+    pltest_expect_exit (&run, server, 0, "tcp server");
+    pltest_expect_exit (&run, c0, 0, "tcp device 0");
+    pltest_expect_exit (&run, c1, 0, "tcp device 1");
 
-    nn_model_t *a = s_load_model (run.dir, "inproc", "vgg5-nobn");
-    nn_model_t *b = s_load_model (run.dir, "tcp", "vgg5-nobn");
-    double d = s_max_rel_diff (a, b);
+    nn_model_t *a = pltest_load_model (run.dir, "inproc", "vgg5-nobn");
+    nn_model_t *b = pltest_load_model (run.dir, "tcp", "vgg5-nobn");
+    double d = pltest_max_rel_diff (a, b);
     cr_expect (d < 1e-5, "inproc and tcp runs differ by %g", d);
-    cJSON *s = s_summary (run.dir, "inproc");
+    cJSON *s = pltest_summary (run.dir, "inproc");
     cr_expect_eq (cJSON_GetArraySize (cJSON_GetObjectItemCaseSensitive (s, "epochs")), 2);
     cJSON_Delete (s);
     nn_model_destroy (&a);
     nn_model_destroy (&b);
-    s_kill_all (&run);
-    s_rmtree (run.dir);
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
 }

@@ -34,32 +34,40 @@ s_assert_close (const float *a, const float *b, size_t count, float tol, const c
                (double) a[at], (double) b[at]);
 }
 
+//  The fast convolution kernels against the naive ones on shape s (groups
+//  and all), with or without bias. Scratch is exactly
+//  nn_conv2d_scratch_count floats (ASan builds catch an overrun).
 static void
-s_check_conv (int n, int h, int w, int c, int k, int r, int stride, int pad)
+s_check_conv_shape (nn_conv_shape_t s, bool bias)
 {
     nn_rng_t rng;
-    nn_rng_seed (&rng, (uint64_t) (n * 1000 + h * 100 + c * 10 + k + r + stride + pad));
-    nn_conv_shape_t s = { .n = n, .h = h, .w = w, .c = c, .k = k, .r = r, .s = r,
-                          .stride = stride, .pad = pad };
-    cr_assert_eq (nn_conv_shape_finish (&s), 0);
-    size_t in_n = (size_t) n * h * w * c, out_n = (size_t) n * s.p * s.q * k;
-    size_t w_n = (size_t) k * r * r * c;
-    float *in = s_random (in_n, &rng), *wt = s_random (w_n, &rng), *b = s_random (k, &rng);
+    nn_rng_seed (&rng, (uint64_t) (s.n * 1000 + s.h * 100 + s.c * 10 + s.k + s.r + s.stride
+                                   + s.pad + 31 * s.groups));
+    cr_assert_eq (nn_conv_shape_finish (&s), 0, "%dx%dx%d k%d %dx%d/%d pad %d groups %d",
+                  s.h, s.w, s.c, s.k, s.r, s.s, s.stride, s.pad, s.groups);
+    int k = s.k;
+    size_t in_n = (size_t) s.n * s.h * s.w * s.c, out_n = (size_t) s.n * s.p * s.q * k;
+    size_t w_n = (size_t) k * s.r * s.s * (s.c / s.groups);
+    float *in = s_random (in_n, &rng), *wt = s_random (w_n, &rng);
+    float *b = bias ? s_random (k, &rng) : NULL;
     float *dout = s_random (out_n, &rng);
     float *out1 = nn_calloc (out_n, sizeof (float)), *out2 = nn_calloc (out_n, sizeof (float));
-    float *scratch = nn_calloc (nn_conv2d_scratch_count (&s), sizeof (float));
+    float *scratch = nn_malloc (sizeof (float) * nn_conv2d_scratch_count (&s));
     nn_conv2d_forward (out1, in, wt, b, &s, scratch);
     nn_conv2d_forward_naive (out2, in, wt, b, &s);
     s_assert_close (out1, out2, out_n, 1e-5f, "conv forward");
 
-    float *din1 = nn_calloc (in_n, sizeof (float)), *din2 = nn_calloc (in_n, sizeof (float));
+    float *din1 = nn_malloc (sizeof (float) * in_n), *din2 = nn_malloc (sizeof (float) * in_n);
     float *dw1 = nn_calloc (w_n, sizeof (float)), *dw2 = nn_calloc (w_n, sizeof (float));
     float *db1 = nn_calloc (k, sizeof (float)), *db2 = nn_calloc (k, sizeof (float));
-    //  Accumulation: start both from the same non-zero gradients.
+    //  Accumulation: start both from the same non-zero gradients; din is
+    //  overwritten, so start it from garbage.
     for (size_t i = 0; i < w_n; i++)
         dw1[i] = dw2[i] = 0.5f;
-    nn_conv2d_backward (din1, dw1, db1, dout, in, wt, &s, scratch);
-    nn_conv2d_backward_naive (din2, dw2, db2, dout, in, wt, &s);
+    for (size_t i = 0; i < in_n; i++)
+        din1[i] = din2[i] = NAN;
+    nn_conv2d_backward (din1, dw1, bias ? db1 : NULL, dout, in, wt, &s, scratch);
+    nn_conv2d_backward_naive (din2, dw2, bias ? db2 : NULL, dout, in, wt, &s);
     s_assert_close (din1, din2, in_n, 1e-4f, "conv din");
     s_assert_close (dw1, dw2, w_n, 1e-4f, "conv dw");
     s_assert_close (db1, db2, (size_t) k, 1e-4f, "conv db");
@@ -68,16 +76,37 @@ s_check_conv (int n, int h, int w, int c, int k, int r, int stride, int pad)
     nn_free (dw1), nn_free (dw2), nn_free (db1), nn_free (db2);
 }
 
+static void
+s_check_conv (int n, int h, int w, int c, int k, int r, int stride, int pad)
+{
+    nn_conv_shape_t s = { .n = n, .h = h, .w = w, .c = c, .k = k, .r = r, .s = r,
+                          .stride = stride, .pad = pad };
+    s_check_conv_shape (s, true);
+}
+
+//  Grouped (groups g; g == c == k is depthwise), square kernel r.
+static void
+s_check_group_conv (int n, int h, int c, int k, int r, int stride, int pad, int g, bool bias)
+{
+    nn_conv_shape_t s = { .n = n, .h = h, .w = h, .c = c, .k = k, .r = r, .s = r,
+                          .stride = stride, .pad = pad, .groups = g };
+    s_check_conv_shape (s, bias);
+}
+
 Test (kernels, conv_matches_naive_vgg_shapes)
 {
     s_check_conv (3, 28, 28, 1, 8, 3, 1, 1);
     s_check_conv (2, 14, 14, 8, 16, 3, 1, 1);
     s_check_conv (5, 7, 7, 16, 4, 3, 1, 1);
-    //  Output widths that are multiples of 16 take our AVX-512 sgemm where
-    //  the CPU has it: VGG5's second conv (n*p*q = 196, not a multiple of
-    //  the 6-row tile), and 80 = 64 + 16 wide with a 576-long patch.
+    //  Output widths that are multiples of 8 over at least 256 pixels take
+    //  our register tile at avx2 and avx512 (4 on neon), others OpenBLAS:
+    //  VGG5's second conv (n*p*q = 196: OpenBLAS; 392, not a multiple of the
+    //  6-row tile), 80 = 64 + 16 wide with a 576-long patch, 24 = 16 + 8.
     s_check_conv (1, 14, 14, 32, 64, 3, 1, 1);
+    s_check_conv (2, 14, 14, 32, 64, 3, 1, 1);
     s_check_conv (2, 7, 7, 64, 80, 3, 1, 1);
+    s_check_conv (6, 7, 7, 64, 80, 3, 1, 1);
+    s_check_conv (3, 10, 10, 8, 24, 3, 1, 1);
 }
 
 Test (kernels, conv_matches_naive_odd_shapes)
@@ -101,22 +130,23 @@ Test (kernels, direct_small_patch_conv_matches_naive)
 //  The row-range kernels, run over pieces cut anywhere (mid-image, mid-row),
 //  add up to the naive whole-batch result.
 static void
-s_check_conv_rows (int n, int h, int c, int k, int r, int stride, int pad, int pieces)
+s_check_conv_rows_groups (int n, int h, int c, int k, int r, int stride, int pad, int pieces,
+                          int groups)
 {
     nn_rng_t rng;
     nn_rng_seed (&rng, (uint64_t) (n * 7 + h * 5 + c * 3 + k + pieces));
     nn_conv_shape_t s = { .n = n, .h = h, .w = h, .c = c, .k = k, .r = r, .s = r,
-                          .stride = stride, .pad = pad };
+                          .stride = stride, .pad = pad, .groups = groups };
     cr_assert_eq (nn_conv_shape_finish (&s), 0);
     int rows = n * s.p * s.q;
     size_t in_n = (size_t) n * h * h * c, out_n = (size_t) rows * k;
-    size_t w_n = (size_t) k * r * r * c;
+    size_t w_n = (size_t) k * r * r * (c / s.groups);
     float *in = s_random (in_n, &rng), *wt = s_random (w_n, &rng), *b = s_random (k, &rng);
     float *dout = s_random (out_n, &rng);
     float *out1 = nn_calloc (out_n, sizeof (float)), *out2 = nn_calloc (out_n, sizeof (float));
     float *dw1 = nn_calloc (w_n, sizeof (float)), *dw2 = nn_calloc (w_n, sizeof (float));
     float *db1 = nn_calloc (k, sizeof (float)), *db2 = nn_calloc (k, sizeof (float));
-    float *scratch = nn_calloc (nn_conv2d_scratch_count (&s), sizeof (float));
+    float *scratch = nn_malloc (sizeof (float) * nn_conv2d_scratch_count (&s));
     for (int i = 0; i < pieces; i++) {
         //  Uneven cuts: piece i ends at rows * (i+1)^2 / pieces^2.
         int r0 = (int) ((long) rows * i * i / ((long) pieces * pieces));
@@ -134,14 +164,110 @@ s_check_conv_rows (int n, int h, int c, int k, int r, int stride, int pad, int p
     nn_free (scratch);
 }
 
+static void
+s_check_conv_rows (int n, int h, int c, int k, int r, int stride, int pad, int pieces)
+{
+    s_check_conv_rows_groups (n, h, c, k, r, stride, pad, pieces, 1);
+}
+
 Test (kernels, conv_rows_match_naive)
 {
     s_check_conv_rows (5, 14, 8, 16, 3, 1, 1, 2);   //  12.5 images a piece
     s_check_conv_rows (3, 7, 16, 4, 3, 1, 1, 5);
-    s_check_conv_rows (3, 7, 32, 64, 3, 1, 1, 2);   //  our AVX-512 sgemm, if any
+    s_check_conv_rows (3, 7, 32, 64, 3, 1, 1, 2);   //  pieces of 36 and 111 rows
+    s_check_conv_rows (12, 7, 32, 64, 3, 1, 1, 2);  //  147 and 441: our tile, if any
     s_check_conv_rows (3, 9, 3, 5, 5, 2, 2, 4);     //  stride 2, 5x5
     s_check_conv_rows (5, 28, 1, 32, 3, 1, 1, 3);   //  direct path, pieces of odd length
     s_check_conv_rows (4, 9, 2, 16, 3, 2, 1, 7);    //  direct path, stride 2
+    s_check_conv_rows (3, 6, 24, 40, 1, 1, 0, 4);   //  1x1: a GEMM on the input
+    s_check_conv_rows_groups (3, 7, 16, 32, 3, 1, 1, 3, 2);     //  2 groups of 8 -> 16
+    s_check_conv_rows_groups (5, 9, 72, 72, 3, 1, 1, 4, 72);    //  depthwise
+    s_check_conv_rows_groups (3, 9, 19, 19, 5, 2, 2, 5, 19);    //  depthwise, 5x5/2, odd c
+}
+
+//  Every kernel size the paper's models use (1, 3, 5, 7) at stride 1 and 2,
+//  unpadded and "same"-padded, with and without bias, on output widths
+//  that take our register tile (multiples of 8 and 16) and that do not.
+Test (kernels, conv_kernels_strides_pads_bias_match_naive)
+{
+    static const int kernels[] = { 1, 3, 5, 7 }, widths[] = { 5, 16, 24, 64 };
+    for (int i = 0; i < 4; i++)
+        for (int stride = 1; stride <= 2; stride++)
+            for (int padded = 0; padded <= 1; padded++) {
+                int r = kernels[i], pad = padded ? r / 2 : 0;
+                int k = widths[(i + stride + padded) % 4];
+                int c = 3 + 5 * ((i + padded) % 3);
+                s_check_conv (2, 9, 8, c, k, r, stride, pad);
+                nn_conv_shape_t s = { .n = 3, .h = 7, .w = 9, .c = c, .k = k, .r = r,
+                                      .s = r, .stride = stride, .pad = pad };
+                s_check_conv_shape (s, false);
+            }
+}
+
+//  1x1 stride-1 unpadded convolutions are one GEMM on the input (no
+//  im2col), forward and both backward halves; stride 2 or padding is not.
+Test (kernels, conv_1x1_matches_naive)
+{
+    s_check_conv (3, 5, 5, 16, 64, 1, 1, 0);    //  tile widths, 75 pixels: OpenBLAS
+    s_check_conv (3, 10, 10, 16, 64, 1, 1, 0);  //  300 pixels: the tile
+    s_check_conv (2, 4, 6, 64, 16, 1, 1, 0);    //  din 64 wide
+    s_check_conv (2, 3, 3, 7, 5, 1, 1, 0);      //  odd widths: OpenBLAS
+    s_check_conv (1, 1, 1, 576, 1024, 1, 1, 0); //  1 pixel, MobileNetV3's 1x1 head
+    s_check_conv (2, 7, 7, 32, 64, 1, 2, 0);    //  ResNet's projection shortcut
+    s_check_conv (2, 4, 4, 8, 8, 1, 1, 1);      //  padded 1x1
+    s_check_conv (3, 10, 10, 4, 12, 3, 1, 1);   //  widths 12 and 36: NEON's tile only
+    nn_conv_shape_t s = { .n = 2, .h = 4, .w = 5, .c = 24, .k = 40, .r = 1, .s = 1,
+                          .stride = 1, .pad = 0, .groups = 4 };
+    s_check_conv_shape (s, false);              //  grouped 1x1
+}
+
+Test (kernels, grouped_conv_matches_naive)
+{
+    s_check_group_conv (2, 8, 16, 32, 3, 1, 1, 2, true);     //  groups of 8 -> 16
+    s_check_group_conv (3, 10, 16, 32, 3, 1, 1, 2, false);   //  the same on 300 pixels: tiles
+    s_check_group_conv (3, 10, 32, 32, 1, 1, 0, 2, true);    //  grouped 1x1, tiles
+    s_check_group_conv (2, 9, 12, 8, 3, 2, 1, 4, false);     //  3 -> 2 per group
+    s_check_group_conv (3, 6, 6, 9, 5, 1, 2, 3, true);       //  2 -> 3, 5x5
+    s_check_group_conv (2, 7, 64, 128, 3, 2, 1, 4, true);    //  16 -> 32, stride 2
+    s_check_group_conv (8, 16, 16, 64, 3, 2, 1, 4, true);    //  4 -> 16, 512 pixels
+    s_check_group_conv (2, 5, 8, 16, 3, 1, 1, 8, true);      //  depthwise, multiplier 2
+}
+
+//  groups == c == k: the direct depthwise kernels. Channel counts around
+//  the vector runs (64, 16, 8, single floats), MobileNetV3-Small's kernels
+//  and strides, 1-pixel images, and images smaller than the kernel.
+Test (kernels, depthwise_conv_matches_naive)
+{
+    static const int channels[] = { 2, 3, 8, 16, 19, 24, 72, 88, 96, 120 };
+    for (int i = 0; i < 10; i++) {
+        int c = channels[i];
+        s_check_group_conv (2, 7, c, c, 3, 1 + i % 2, 1, c, i % 3 != 0);
+        s_check_group_conv (2, 8, c, c, 5, 2 - i % 2, 2, c, i % 3 != 1);
+    }
+    s_check_group_conv (3, 1, 16, 16, 3, 1, 1, 16, true);    //  1x1 image, 3x3 kernel
+    s_check_group_conv (2, 2, 24, 24, 5, 2, 2, 24, true);    //  image smaller than kernel
+    s_check_group_conv (2, 9, 40, 40, 7, 2, 3, 40, false);   //  7x7/2
+    s_check_group_conv (2, 6, 8, 8, 3, 1, 0, 8, true);       //  unpadded
+    s_check_group_conv (2, 6, 8, 8, 3, 3, 1, 8, true);       //  stride 3
+    nn_conv_shape_t s = { .n = 2, .h = 5, .w = 11, .c = 17, .k = 17, .r = 3, .s = 5,
+                          .stride = 2, .pad = 1, .groups = 17 };
+    s_check_conv_shape (s, true);                            //  3x5 kernel, wide image
+}
+
+Test (kernels, conv_shape_checks_groups)
+{
+    nn_conv_shape_t s = { .n = 1, .h = 4, .w = 4, .c = 6, .k = 4, .r = 3, .s = 3,
+                          .stride = 1, .pad = 1 };
+    cr_assert_eq (nn_conv_shape_finish (&s), 0);
+    cr_assert_eq (s.groups, 1, "0 groups is a dense convolution");
+    s.groups = 2;
+    cr_assert_eq (nn_conv_shape_finish (&s), 0);
+    s.groups = 4;       //  divides k, not c
+    cr_assert_eq (nn_conv_shape_finish (&s), -1);
+    s.groups = 3;       //  divides c, not k
+    cr_assert_eq (nn_conv_shape_finish (&s), -1);
+    s.groups = -2;
+    cr_assert_eq (nn_conv_shape_finish (&s), -1);
 }
 
 Test (kernels, conv_shape_rejects_kernel_larger_than_input)
@@ -337,4 +463,177 @@ Test (kernels, isa_active_follows_the_environment)
     cr_assert_eq (nn_isa_active (), nn_isa_resolve (request, NULL),
                   "PIPELEARN_ISA=%s, CPU %s, active %s", request ? request : "(unset)",
                   nn_isa_name (nn_isa_cpu ()), nn_isa_name (nn_isa_active ()));
+}
+
+//  The activations' fast kernels against the naive ones on N floats spread
+//  over [-5, 5] (past both kinks), with the kink points at S_AT (i).
+//  N is not a multiple of any vector width: the tails run too.
+enum { S_ACT_N = 1003, S_KINKS = 6 };
+#define S_AT(i) (100 + 37 * (i))
+static const float s_kinks[S_KINKS] = { -3.0f, 3.0f, 0.0f, -4.0f, 4.0f, -1.0f };
+
+typedef void (*s_unary_fn) (float *out, const float *in, size_t count);
+typedef void (*s_unary_grad_fn) (float *din, const float *dout, const float *in, size_t count);
+
+//  f and df against their naive twins, and against PyTorch's values at
+//  s_kinks (want: f; want_d: f' for an upstream gradient of 1), in place too.
+static void
+s_check_activation (s_unary_fn f, s_unary_fn f_naive, s_unary_grad_fn df,
+                    s_unary_grad_fn df_naive, const float *want, const float *want_d,
+                    const char *what)
+{
+    nn_rng_t rng;
+    nn_rng_seed (&rng, 11);
+    float x[S_ACT_N], dout[S_ACT_N], y1[S_ACT_N], y2[S_ACT_N], d1[S_ACT_N], d2[S_ACT_N];
+    for (int i = 0; i < S_ACT_N; i++) {
+        x[i] = 10.0f * nn_rng_uniform (&rng) - 5.0f;
+        dout[i] = 2.0f * nn_rng_uniform (&rng) - 1.0f;
+    }
+    for (int i = 0; i < S_KINKS; i++)
+        x[S_AT (i)] = s_kinks[i], dout[S_AT (i)] = 1.0f;
+    f (y1, x, S_ACT_N);
+    f_naive (y2, x, S_ACT_N);
+    s_assert_close (y1, y2, S_ACT_N, 1e-6f, what);
+    df (d1, dout, x, S_ACT_N);
+    df_naive (d2, dout, x, S_ACT_N);
+    s_assert_close (d1, d2, S_ACT_N, 1e-6f, what);
+    for (int i = 0; i < S_KINKS; i++) {
+        cr_assert_float_eq (y1[S_AT (i)], want[i], 1e-6f, "%s (%g)", what, s_kinks[i]);
+        cr_assert_float_eq (d1[S_AT (i)], want_d[i], 1e-6f, "%s' (%g)", what, s_kinks[i]);
+    }
+    //  In place: out may alias in; din may alias dout.
+    memcpy (y1, x, sizeof x);
+    f (y1, y1, S_ACT_N);
+    s_assert_close (y1, y2, S_ACT_N, 1e-6f, what);
+    memcpy (d1, dout, sizeof dout);
+    df (d1, d1, x, S_ACT_N);
+    s_assert_close (d1, d2, S_ACT_N, 1e-6f, what);
+}
+
+Test (kernels, hswish_hsigmoid_match_naive_and_pytorch_kinks)
+{
+    //  PyTorch 1.13's F.hardswish / F.hardsigmoid at s_kinks, and their
+    //  gradients.
+    static const float hswish[] = { 0.0f, 3.0f, 0.0f, 0.0f, 4.0f, -1.0f / 3.0f };
+    static const float hswish_d[] = { -0.5f, 1.5f, 0.5f, 0.0f, 1.0f, 1.0f / 6.0f };
+    static const float hsig[] = { 0.0f, 1.0f, 0.5f, 0.0f, 1.0f, 1.0f / 3.0f };
+    static const float hsig_d[] = { 0.0f, 0.0f, 1.0f / 6.0f, 0.0f, 0.0f, 1.0f / 6.0f };
+    s_check_activation (nn_hswish_forward, nn_hswish_forward_naive, nn_hswish_backward,
+                        nn_hswish_backward_naive, hswish, hswish_d, "hswish");
+    s_check_activation (nn_hsigmoid_forward, nn_hsigmoid_forward_naive, nn_hsigmoid_backward,
+                        nn_hsigmoid_backward_naive, hsig, hsig_d, "hsigmoid");
+}
+
+//  Central differences of L = sum (g * f (x)) against the backward kernel,
+//  at points at least 0.05 from the kinks (where f is smooth).
+
+static void
+s_check_unary_gradient (s_unary_fn f, s_unary_grad_fn df, const char *what)
+{
+    nn_rng_t rng;
+    nn_rng_seed (&rng, 5);
+    enum { N = 61 };
+    float x[N], g[N], d[N];
+    for (int i = 0; i < N; i++) {
+        do
+            x[i] = 10.0f * nn_rng_uniform (&rng) - 5.0f;
+        while (fabsf (fabsf (x[i]) - 3.0f) < 0.05f);
+        g[i] = 2.0f * nn_rng_uniform (&rng) - 1.0f;
+    }
+    df (d, g, x, N);
+    double biggest = 0.0;
+    for (int i = 0; i < N; i++) {
+        float h = 1e-2f, xp = x[i] + h, xm = x[i] - h, fp, fm;
+        f (&fp, &xp, 1);
+        f (&fm, &xm, 1);
+        double num = g[i] * ((double) fp - fm) / (2.0 * h);
+        cr_assert (fabs (num - d[i]) <= 1e-3 * (1.0 + fabs (num)),
+                   "%s: x %g: numerical %g, backward %g", what, (double) x[i], num,
+                   (double) d[i]);
+        biggest = fmax (biggest, fabs (num));
+    }
+    cr_assert (biggest > 0.1, "%s: the gradient is all but zero", what);
+}
+
+Test (kernels, hswish_hsigmoid_gradients_match_finite_differences)
+{
+    s_check_unary_gradient (nn_hswish_forward, nn_hswish_backward, "hswish");
+    s_check_unary_gradient (nn_hsigmoid_forward, nn_hsigmoid_backward, "hsigmoid");
+}
+
+Test (kernels, channel_scale_matches_naive)
+{
+    nn_rng_t rng;
+    nn_rng_seed (&rng, 17);
+    static const int shapes[][3] = { { 3, 49, 72 }, { 2, 1, 576 }, { 2, 9, 19 }, { 1, 784, 16 } };
+    for (int t = 0; t < 4; t++) {
+        int n = shapes[t][0], hw = shapes[t][1], c = shapes[t][2];
+        size_t xn = (size_t) n * hw * c, sn = (size_t) n * c;
+        float *x = s_random (xn, &rng), *s = s_random (sn, &rng), *dout = s_random (xn, &rng);
+        float *y1 = nn_malloc (sizeof (float) * xn), *y2 = nn_malloc (sizeof (float) * xn);
+        float *dx1 = nn_malloc (sizeof (float) * xn), *dx2 = nn_malloc (sizeof (float) * xn);
+        float *ds1 = nn_malloc (sizeof (float) * sn), *ds2 = nn_malloc (sizeof (float) * sn);
+        nn_channel_scale_forward (y1, x, s, n, hw, c);
+        nn_channel_scale_forward_naive (y2, x, s, n, hw, c);
+        s_assert_close (y1, y2, xn, 1e-6f, "channel scale forward");
+        //  Overwritten, not accumulated: start from garbage.
+        for (size_t i = 0; i < sn; i++)
+            ds1[i] = NAN;
+        nn_channel_scale_backward (dx1, ds1, dout, x, s, n, hw, c);
+        nn_channel_scale_backward_naive (dx2, ds2, dout, x, s, n, hw, c);
+        s_assert_close (dx1, dx2, xn, 1e-6f, "channel scale dx");
+        s_assert_close (ds1, ds2, sn, 1e-5f, "channel scale ds");
+        //  Either output may be NULL; dx may alias dout.
+        for (size_t i = 0; i < sn; i++)
+            ds1[i] = NAN;
+        nn_channel_scale_backward (NULL, ds1, dout, x, s, n, hw, c);
+        s_assert_close (ds1, ds2, sn, 1e-5f, "channel scale ds alone");
+        memcpy (dx1, dout, sizeof (float) * xn);
+        nn_channel_scale_backward (dx1, NULL, dx1, x, s, n, hw, c);
+        s_assert_close (dx1, dx2, xn, 1e-6f, "channel scale dx in place");
+        nn_free (x), nn_free (s), nn_free (dout), nn_free (y1), nn_free (y2);
+        nn_free (dx1), nn_free (dx2), nn_free (ds1), nn_free (ds2);
+    }
+}
+
+//  L = sum (g * x * s): central differences in every x and s element.
+Test (kernels, channel_scale_gradient_matches_finite_differences)
+{
+    nn_rng_t rng;
+    nn_rng_seed (&rng, 23);
+    enum { N = 2, HW = 5, C = 11 };
+    float x[N * HW * C], s[N * C], g[N * HW * C], dx[N * HW * C], ds[N * C];
+    float y[N * HW * C];
+    for (int i = 0; i < N * HW * C; i++) {
+        x[i] = 2.0f * nn_rng_uniform (&rng) - 1.0f;
+        g[i] = 2.0f * nn_rng_uniform (&rng) - 1.0f;
+    }
+    for (int i = 0; i < N * C; i++)
+        s[i] = 2.0f * nn_rng_uniform (&rng) - 1.0f;
+    nn_channel_scale_backward (dx, ds, g, x, s, N, HW, C);
+    float h = 1e-2f;
+    //  One perturbed element of x (which 0) or s (which 1) at a time.
+    for (int which = 0; which < 2; which++) {
+        float *v = which ? s : x, *grad = which ? ds : dx;
+        int count = which ? N * C : N * HW * C;
+        double biggest = 0.0;
+        for (int i = 0; i < count; i++) {
+            double l[2];
+            float keep = v[i];
+            for (int side = 0; side < 2; side++) {
+                v[i] = keep + (side ? -h : h);
+                nn_channel_scale_forward (y, x, s, N, HW, C);
+                l[side] = 0.0;
+                for (int j = 0; j < N * HW * C; j++)
+                    l[side] += (double) g[j] * y[j];
+            }
+            v[i] = keep;
+            double num = (l[0] - l[1]) / (2.0 * h);
+            cr_assert (fabs (num - grad[i]) <= 1e-3 * (1.0 + fabs (num)),
+                       "channel scale d%s[%d]: numerical %g, backward %g", which ? "s" : "x",
+                       i, num, (double) grad[i]);
+            biggest = fmax (biggest, fabs (num));
+        }
+        cr_assert (biggest > 0.1, "channel scale: the gradient is all but zero");
+    }
 }

@@ -121,6 +121,90 @@ Test (layers, chain_conv_relu_pool_conv)
     gradcheck_run (&s, 2, 14, false);
 }
 
+Test (layers, add_fork_join_on_the_unit_input)
+{
+    //  The unit's input (the model's here) feeds a conv and the add: its
+    //  gradient is the sum of both paths, written into dx.
+    nn_layer_spec_t l[] = { L (.kind = NN_LAYER_CONV, .out_channels = 3, .kernel = 3,
+                               .stride = 1, .pad = 1, .bias = true),
+                            L (.kind = NN_LAYER_ADD,
+                               .from = { NN_FROM_LAYER (0), NN_FROM_INPUT }) };
+    nn_model_spec_t s = gradcheck_spec (4, 4, 3, l, 2);
+    gradcheck_run (&s, 2, 16, false);
+}
+
+Test (layers, residual_block_with_stride2_projection)
+{
+    //  A ResNet basic block: an inner output (the first BN's input conv)
+    //  forks into the main path and the 1x1/2 projection; both join in the
+    //  add, then ReLU.
+    nn_layer_spec_t l[] = {
+        L (.kind = NN_LAYER_CONV, .out_channels = 4, .kernel = 3, .stride = 1, .pad = 1,
+           .bias = true),                                                  //  0
+        L (.kind = NN_LAYER_CONV, .out_channels = 3, .kernel = 3, .stride = 2, .pad = 1),
+        L (.kind = NN_LAYER_BATCHNORM), L (.kind = NN_LAYER_RELU),
+        L (.kind = NN_LAYER_CONV, .out_channels = 3, .kernel = 3, .stride = 1, .pad = 1),
+        L (.kind = NN_LAYER_BATCHNORM),                                    //  5
+        L (.kind = NN_LAYER_CONV, .out_channels = 3, .kernel = 1, .stride = 2,
+           .from = { NN_FROM_LAYER (0) }),
+        L (.kind = NN_LAYER_BATCHNORM),                                    //  7
+        L (.kind = NN_LAYER_ADD, .from = { NN_FROM_LAYER (5), NN_FROM_LAYER (7) }),
+        L (.kind = NN_LAYER_RELU) };
+    nn_model_spec_t s = gradcheck_spec (6, 6, 2, l, 10);
+    gradcheck_run (&s, 3, 17, false);
+}
+
+Test (layers, add_of_one_output_with_itself)
+{
+    //  Two uses of one output by one layer: 2x its gradient.
+    nn_layer_spec_t l[] = { L (.kind = NN_LAYER_FLATTEN),
+                            L (.kind = NN_LAYER_DENSE, .out_channels = 4, .bias = true),
+                            L (.kind = NN_LAYER_ADD,
+                               .from = { NN_FROM_LAYER (1), NN_FROM_LAYER (1) }) };
+    nn_model_spec_t s = gradcheck_spec (2, 2, 2, l, 3);
+    gradcheck_run (&s, 2, 18, false);
+}
+
+Test (layers, conv_groups2_and_depthwise_stride2)
+{
+    nn_layer_spec_t g[] = { L (.kind = NN_LAYER_CONV, .out_channels = 6, .kernel = 3,
+                               .stride = 1, .pad = 1, .bias = true, .groups = 2) };
+    nn_model_spec_t s = gradcheck_spec (5, 5, 4, g, 1);
+    gradcheck_run (&s, 2, 19, false);
+    nn_layer_spec_t d[] = { L (.kind = NN_LAYER_CONV, .out_channels = 3, .kernel = 5,
+                               .stride = 2, .pad = 2, .groups = 3) };
+    s = gradcheck_spec (7, 7, 3, d, 1);
+    gradcheck_run (&s, 2, 20, false);
+}
+
+Test (layers, hswish_and_hsigmoid)
+{
+    nn_layer_spec_t a[] = { L (.kind = NN_LAYER_HSWISH) };
+    nn_model_spec_t s = gradcheck_spec (3, 3, 2, a, 1);
+    gradcheck_run (&s, 2, 21, false);
+    nn_layer_spec_t b[] = { L (.kind = NN_LAYER_HSIGMOID) };
+    s = gradcheck_spec (3, 3, 2, b, 1);
+    gradcheck_run (&s, 2, 22, false);
+}
+
+Test (layers, squeeze_excite_block)
+{
+    //  A depthwise conv's output forks into the squeeze (pool, dense,
+    //  ReLU, dense, hard-sigmoid) and the channel multiply that joins them.
+    nn_layer_spec_t l[] = {
+        L (.kind = NN_LAYER_CONV, .out_channels = 4, .kernel = 3, .stride = 1, .pad = 1,
+           .groups = 4),                                                   //  0
+        L (.kind = NN_LAYER_AVGPOOL, .kernel = 0),
+        L (.kind = NN_LAYER_DENSE, .out_channels = 2, .bias = true),
+        L (.kind = NN_LAYER_RELU),
+        L (.kind = NN_LAYER_DENSE, .out_channels = 4, .bias = true),
+        L (.kind = NN_LAYER_HSIGMOID),                                     //  5
+        L (.kind = NN_LAYER_MUL, .from = { NN_FROM_LAYER (0), NN_FROM_LAYER (5) }),
+        L (.kind = NN_LAYER_HSWISH) };
+    nn_model_spec_t s = gradcheck_spec (4, 4, 4, l, 8);
+    gradcheck_run (&s, 3, 23, false);
+}
+
 Test (layers, softmax_xent_after_dense)
 {
     nn_layer_spec_t l[] = { L (.kind = NN_LAYER_FLATTEN),

@@ -3,9 +3,21 @@
     bound the daemons promise for VGG5, 64 MiB + 16 MiB per device. The
     compute pool keeps activation memory per core; only each device's
     replica slabs (about 5.5 MiB at split 1) grow with the devices. */
-#define TMP_TEMPLATE "/tmp/pl_test_load_XXXXXX"
-#include "testdir.h"
-#include "daemonrun.h"
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "nn_checkpoint.h"
+#include "pl_timeline.h"
+#include "pltest.h"
 
 #define LOAD_DEVICES 32
 #define LOAD_CONFIG \
@@ -16,31 +28,31 @@
 
 Test (load, thirty_two_devices_finish_an_epoch_in_bounded_memory, .timeout = 600)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "load");
     char endpoint[256];
-    pid_t server = s_start_server (&run, "run", LOAD_CONFIG, endpoint, sizeof endpoint);
+    pid_t server = pltest_start_server (&run, "run", LOAD_CONFIG, endpoint, sizeof endpoint);
     pid_t c[LOAD_DEVICES];
     for (int i = 0; i < LOAD_DEVICES; i++)
-        c[i] = s_start_client_sec (&run, i, endpoint, NULL, NULL, "120");
-    s_expect_exit (&run, server, 0, "server");
+        c[i] = pltest_start_client_sec (&run, i, endpoint, NULL, NULL, "120");
+    pltest_expect_exit (&run, server, 0, "server");
     for (int i = 0; i < LOAD_DEVICES; i++)
-        s_expect_exit (&run, c[i], 0, "a device");
-    cJSON *s = s_summary (run.dir, "run");
-    const cJSON *e = s_last_epoch (s);
+        pltest_expect_exit (&run, c[i], 0, "a device");
+    cJSON *s = pltest_summary (run.dir, "run");
+    const cJSON *e = pltest_last_epoch (s);
     const cJSON *devs = cJSON_GetObjectItemCaseSensitive (e, "devices");
     cr_assert_eq (cJSON_GetArraySize (devs), LOAD_DEVICES);
     for (int i = 0; i < LOAD_DEVICES; i++)
-        cr_expect_eq (s_num (cJSON_GetArrayItem (devs, i), "samples"), 100.0,
+        cr_expect_eq (pltest_num (cJSON_GetArrayItem (devs, i), "samples"), 100.0,
                       "device %d did not report its shard", i);
-    double rss_kb = s_num (s, "peak_rss_kb");
+    double rss_kb = pltest_num (s, "peak_rss_kb");
     double bound_kb = (64.0 + 16.0 * LOAD_DEVICES) * 1024.0;
     cr_log_info ("32 devices: server peak RSS %.0f KiB (bound %.0f KiB), workers %.0f",
-                 rss_kb, bound_kb, s_num (cJSON_GetObjectItemCaseSensitive (e, "server"),
+                 rss_kb, bound_kb, pltest_num (cJSON_GetObjectItemCaseSensitive (e, "server"),
                                           "workers"));
-    cr_expect (RUN_UNDER_ASAN || rss_kb < bound_kb, "server peak RSS %.0f KiB over the bound %.0f KiB", rss_kb,
+    cr_expect (PLTEST_UNDER_ASAN || rss_kb < bound_kb, "server peak RSS %.0f KiB over the bound %.0f KiB", rss_kb,
                bound_kb);
     cJSON_Delete (s);
-    s_kill_all (&run);
-    s_rmtree (run.dir);
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
 }

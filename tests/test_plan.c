@@ -631,6 +631,232 @@ s_fake_clock (void *arg)
     return *t += 1.0;
 }
 
+//  ---------------------------------------------------------------------
+//  Codecs (issue 17): bytes and CPU in the estimate, auto's choice
+
+//  Codec speeds of one thread of this kind of CPU (pipelearn-bench-codec
+//  on an AMD EPYC, AVX-512 path, rounded down), divided by slow for a
+//  device at a fraction of a core.
+static nn_plan_codec_speed_t
+s_speed (double slow)
+{
+    nn_plan_codec_speed_t sp = { { 0 }, { 0 } };
+    sp.encode_Bps[NN_CODEC_FP16] = 4e9 / slow;
+    sp.decode_Bps[NN_CODEC_FP16] = 8e9 / slow;
+    sp.encode_Bps[NN_CODEC_INT8] = 4e8 / slow;
+    sp.decode_Bps[NN_CODEC_INT8] = 2e9 / slow;
+    sp.encode_Bps[NN_CODEC_TOPK] = 1e8 / slow;
+    sp.decode_Bps[NN_CODEC_TOPK] = 1e10 / slow;
+    return sp;
+}
+
+//  VGG5 at batch 100 on 28x28: unit outputs (float32 bytes) and channels.
+static void
+s_vgg5_case (s_case_t *c, nn_plan_codec_t *codecs, double up_Bps, double down_Bps,
+             int up, int down, double device_slow)
+{
+    const double outs[5] = { 100 * 14 * 14 * 32 * 4.0, 100 * 7 * 7 * 64 * 4.0,
+                             100 * 7 * 7 * 64 * 4.0, 100 * 128 * 4.0, 100 * 10 * 4.0 };
+    const int channels[5] = { 32, 64, 64, 128, 10 };
+    s_case (c, 5, 0.01, 0.02, device_slow, outs, up_Bps, down_Bps, 0.06, 2);
+    for (int u = 0; u < 5; u++)
+        c->in.model.out_channels[u] = channels[u];
+    c->in.split_point = 1;      //  the reference's split: the largest tensors
+    c->in.server_codec = s_speed (1.0);
+    for (int d = 0; d < 2; d++)
+        codecs[d] = (nn_plan_codec_t) { .up = up, .down = down, .topk_fraction = 0.01,
+                                        .speed = s_speed (device_slow) };
+    c->in.codecs = codecs;
+}
+
+Test (plan, codec_auto_picks_int8_on_a_slow_uplink_and_none_on_loopback)
+{
+    s_case_t c;
+    nn_plan_codec_t codecs[2];
+    //  4g (10/25 Mbit/s) and devices at 10% of a core: the bytes dominate.
+    s_vgg5_case (&c, codecs, nn_plan_link_payload_Bps (10), nn_plan_link_payload_Bps (25),
+                 NN_PLAN_CODEC_AUTO, NN_PLAN_CODEC_AUTO, 10.0);
+    nn_plan_t *plan = s_plan (&c);
+    for (int d = 0; d < 2; d++) {
+        const nn_plan_candidate_t *k = nn_plan_chosen (plan, d);
+        cr_assert_eq (k->codec_up, NN_CODEC_INT8, "4g: up %s", nn_codec_name (k->codec_up));
+        cr_assert_eq (k->codec_down, NN_CODEC_INT8, "4g: down %s",
+                      nn_codec_name (k->codec_down));
+        //  And it is faster than the same (P, N) without codecs.
+        double plain = nn_plan_estimate_codecs (&c.in, d, k->split_point, k->micro_batches,
+                                                nn_plan_server_share (&c.in), NN_CODEC_NONE,
+                                                NN_CODEC_NONE, NULL);
+        cr_assert_lt (k->iteration_s, 0.5 * plain, "int8 %g s, none %g s", k->iteration_s,
+                      plain);
+    }
+    nn_plan_destroy (&plan);
+
+    //  Loopback (10 GB/s, no latency) on full cores: encoding costs more
+    //  than the bytes it saves.
+    s_vgg5_case (&c, codecs, 1e10, 1e10, NN_PLAN_CODEC_AUTO, NN_PLAN_CODEC_AUTO, 1.0);
+    for (int d = 0; d < 2; d++)
+        c.dev[d].rtt_s = 0.0;
+    plan = s_plan (&c);
+    for (int d = 0; d < 2; d++) {
+        cr_assert_eq (nn_plan_chosen (plan, d)->codec_up, NN_CODEC_NONE);
+        cr_assert_eq (nn_plan_chosen (plan, d)->codec_down, NN_CODEC_NONE);
+    }
+    nn_plan_destroy (&plan);
+
+    //  wifi (50/100 Mbit/s) with devices on full cores: the upload (0.4 s
+    //  a batch) still outweighs the server's steps (0.12 s), so a codec
+    //  pays.
+    s_vgg5_case (&c, codecs, nn_plan_link_payload_Bps (50), nn_plan_link_payload_Bps (100),
+                 NN_PLAN_CODEC_AUTO, NN_PLAN_CODEC_AUTO, 1.0);
+    plan = s_plan (&c);
+    const nn_plan_candidate_t *k = nn_plan_chosen (plan, 0);
+    cr_assert_neq (k->codec_up, NN_CODEC_NONE, "wifi: up %s", nn_codec_name (k->codec_up));
+    nn_plan_destroy (&plan);
+}
+
+Test (plan, codec_auto_is_per_device_and_direction_and_never_topk)
+{
+    s_case_t c;
+    nn_plan_codec_t codecs[2];
+    s_vgg5_case (&c, codecs, nn_plan_link_payload_Bps (10), nn_plan_link_payload_Bps (25),
+                 NN_PLAN_CODEC_AUTO, NN_PLAN_CODEC_AUTO, 10.0);
+    //  Device 1 on a fast link: its codecs stay none while device 0's are
+    //  int8; device 0's downlink pinned to none stays none.
+    c.dev[1].uplink_Bps = c.dev[1].downlink_Bps = 1e10;
+    c.dev[1].rtt_s = 0.0;
+    codecs[0].down = NN_CODEC_NONE;
+    nn_plan_t *plan = s_plan (&c);
+    cr_assert_eq (nn_plan_chosen (plan, 0)->codec_up, NN_CODEC_INT8);
+    cr_assert_eq (nn_plan_chosen (plan, 0)->codec_down, NN_CODEC_NONE);
+    cr_assert_eq (nn_plan_chosen (plan, 1)->codec_up, NN_CODEC_NONE);
+    cr_assert_eq (nn_plan_chosen (plan, 1)->codec_down, NN_CODEC_NONE);
+    nn_plan_destroy (&plan);
+    //  A very slow downlink for device 0 would make topk the fastest, but
+    //  auto does not choose it.
+    codecs[0].down = NN_PLAN_CODEC_AUTO;
+    c.dev[0].downlink_Bps = 1e4;
+    plan = s_plan (&c);
+    cr_assert_eq (nn_plan_chosen (plan, 0)->codec_down, NN_CODEC_INT8);
+    nn_plan_destroy (&plan);
+    //  Named, topk is used, and on that link it is faster still.
+    codecs[0].down = NN_CODEC_TOPK;
+    plan = s_plan (&c);
+    cr_assert_eq (nn_plan_chosen (plan, 0)->codec_down, NN_CODEC_TOPK);
+    nn_plan_destroy (&plan);
+}
+
+//  The estimate's bytes are the codec's wire bytes and its codec time the
+//  bytes over the measured speeds; codecs of none with no speeds change
+//  nothing against no codecs at all.
+Test (plan, codec_bytes_and_cpu_enter_the_estimate)
+{
+    s_case_t c;
+    nn_plan_codec_t codecs[2];
+    s_vgg5_case (&c, codecs, 1e6, 2e6, NN_CODEC_INT8, NN_CODEC_FP16, 10.0);
+    c.in.micro_batches = 4;
+    nn_plan_t *plan = s_plan (&c);
+    const nn_plan_candidate_t *k = nn_plan_chosen (plan, 0);
+    cr_assert_eq (k->codec_up, NN_CODEC_INT8);
+    cr_assert_eq (k->codec_down, NN_CODEC_FP16);
+    uint64_t count = 25 * 14 * 14 * 32;     //  one micro-batch of unit 0's output
+    double f32 = 4.0 * (double) count;
+    cr_assert_float_eq (k->stages.bytes_up,
+                        4 * ((double) nn_codec_wire_bytes (NN_CODEC_INT8, count, 32, 0) + 100.0),
+                        1e-6);
+    cr_assert_float_eq (k->stages.bytes_down,
+                        4 * (double) nn_codec_wire_bytes (NN_CODEC_FP16, count, 32, 0), 1e-6);
+    double share = nn_plan_server_share (&c.in);
+    double want = 4 * (f32 / (4e8 / 10) + f32 / (8e9 / 10)
+                       + share * (f32 / 2e9 + f32 / 4e9));
+    cr_assert_float_eq (k->stages.codec_s, want, 1e-12, "codec %g s, want %g s",
+                        k->stages.codec_s, want);
+    nn_plan_destroy (&plan);
+
+    //  topk down: 8 k bytes per micro-batch, k = ceil(0.01 count).
+    codecs[0].down = NN_CODEC_TOPK;
+    plan = s_plan (&c);
+    cr_assert_float_eq (nn_plan_chosen (plan, 0)->stages.bytes_down,
+                        4 * (24.0 + 8.0 * ceil (0.01 * (double) count)), 1e-6);
+    nn_plan_destroy (&plan);
+
+    //  none, no speeds: every candidate as without codecs.
+    s_case_t a, b;
+    nn_plan_codec_t nones[2] = { { 0 }, { 0 } };
+    s_vgg5_case (&a, codecs, 1e6, 2e6, NN_CODEC_NONE, NN_CODEC_NONE, 10.0);
+    a.in.split_point = 0;
+    b = a;
+    b.in.devices = b.dev;
+    a.in.devices = a.dev;
+    a.in.codecs = nones;
+    b.in.codecs = NULL;
+    nn_plan_t *pa = s_plan (&a), *pb = s_plan (&b);
+    for (int i = 0; i < nn_plan_candidates_count (pa, 0); i++)
+        cr_assert_eq (nn_plan_candidate (pa, 0, i)->epoch_s,
+                      nn_plan_candidate (pb, 0, i)->epoch_s);
+    nn_plan_destroy (&pa);
+    nn_plan_destroy (&pb);
+}
+
+Test (plan, codec_check_rejects_bad_codecs)
+{
+    s_case_t c;
+    nn_plan_codec_t codecs[2];
+    char err[NN_ERR_SIZE];
+    s_vgg5_case (&c, codecs, 1e6, 1e6, NN_CODEC_TOPK, NN_CODEC_NONE, 1.0);
+    cr_assert_null (nn_plan_new (&c.in, err, sizeof err));
+    cr_assert (strstr (err, "topk is for gradients"), "%s", err);
+    s_vgg5_case (&c, codecs, 1e6, 1e6, NN_CODEC_NONE, 7, 1.0);
+    cr_assert_null (nn_plan_new (&c.in, err, sizeof err));
+    cr_assert (strstr (err, "unknown codec"), "%s", err);
+    s_vgg5_case (&c, codecs, 1e6, 1e6, NN_CODEC_NONE, NN_CODEC_TOPK, 1.0);
+    codecs[1].topk_fraction = 0.0;
+    cr_assert_null (nn_plan_new (&c.in, err, sizeof err));
+    cr_assert (strstr (err, "fraction"), "%s", err);
+    s_vgg5_case (&c, codecs, 1e6, 1e6, NN_PLAN_CODEC_AUTO, NN_CODEC_NONE, 1.0);
+    codecs[1].speed.encode_Bps[NN_CODEC_INT8] = 0.0;
+    cr_assert_null (nn_plan_new (&c.in, err, sizeof err));
+    cr_assert (strstr (err, "device 1: codec auto needs measured int8"), "%s", err);
+    s_vgg5_case (&c, codecs, 1e6, 1e6, NN_PLAN_CODEC_AUTO, NN_CODEC_NONE, 1.0);
+    c.in.server_codec.decode_Bps[NN_CODEC_FP16] = 0.0;
+    cr_assert_null (nn_plan_new (&c.in, err, sizeof err));
+    cr_assert (strstr (err, "server: codec auto needs"), "%s", err);
+    s_vgg5_case (&c, codecs, 1e6, 1e6, NN_CODEC_INT8, NN_CODEC_NONE, 1.0);
+    codecs[0].speed.decode_Bps[NN_CODEC_FP16] = NAN;
+    cr_assert_null (nn_plan_new (&c.in, err, sizeof err));
+    cr_assert (strstr (err, "finite"), "%s", err);
+    //  Pinned codecs without speeds are allowed: their bytes count, their
+    //  CPU is taken as free.
+    s_vgg5_case (&c, codecs, 1e6, 1e6, NN_CODEC_INT8, NN_CODEC_INT8, 1.0);
+    memset (&codecs[0].speed, 0, sizeof codecs[0].speed);
+    memset (&c.in.server_codec, 0, sizeof c.in.server_codec);
+    nn_plan_t *plan = s_plan (&c);
+    cr_assert_eq (nn_plan_chosen (plan, 0)->stages.codec_s, 0.0);
+    cr_assert_gt (nn_plan_chosen (plan, 1)->stages.codec_s, 0.0);
+    cr_assert_lt (nn_plan_chosen (plan, 0)->stages.bytes_down, 0.3 * 100 * 14 * 14 * 32 * 4.0);
+    nn_plan_destroy (&plan);
+}
+
+Test (plan, profile_measures_codec_speeds)
+{
+    nn_profile_args_t a = { .iterations = 3, .now = pl_monotonic_clock, .seed = 1 };
+    nn_codec_shape_t shape = { 4, 8, 8, 16 };
+    nn_plan_codec_speed_t sp;
+    char err[NN_ERR_SIZE];
+    cr_assert_eq (nn_profile_codecs (&shape, &a, &sp, err, sizeof err), 0, "%s", err);
+    cr_assert_eq (sp.encode_Bps[NN_CODEC_NONE], 0.0);
+    for (int k = NN_CODEC_FP16; k < NN_CODEC_COUNT; k++) {
+        //  Between 1 MB/s (a loaded emulator) and 1 TB/s.
+        cr_assert (sp.encode_Bps[k] > 1e6 && sp.encode_Bps[k] < 1e12, "%s encode %g",
+                   nn_codec_name (k), sp.encode_Bps[k]);
+        cr_assert (sp.decode_Bps[k] > 1e6 && sp.decode_Bps[k] < 1e12, "%s decode %g",
+                   nn_codec_name (k), sp.decode_Bps[k]);
+    }
+    nn_codec_shape_t empty = { 0, 1, 1, 1 };
+    cr_assert_eq (nn_profile_codecs (&empty, &a, &sp, err, sizeof err), -1);
+    a.now = NULL;
+    cr_assert_eq (nn_profile_codecs (&shape, &a, &sp, err, sizeof err), -1);
+}
+
 Test (plan, profile_fills_every_unit_and_the_sizes)
 {
     nn_model_spec_t spec;

@@ -19,7 +19,6 @@
 #include <zmq.h>
 
 #include "proto_msg.h"
-#include "proto_tensor.h"
 
 #define S_MAX_RAW 8
 #define S_TIMEOUT_MS 3000
@@ -190,12 +189,12 @@ s_make_slab (int type, uint64_t count)
     return m;
 }
 
-static proto_plan_t
+static proto_assign_t
 s_plan (void)
 {
-    return (proto_plan_t) { .device_id = 2, .split_point = 1, .micro_batches = 4,
+    return (proto_assign_t) { .device_id = 2, .split_point = 1, .micro_batches = 4,
                             .batch_size = 100, .devices = 4,
-                            .mode = PROTO_MODE_PIPELEARN, .shard_begin = 5000,
+                            .mode = PL_MODE_PIPELEARN, .shard_begin = 5000,
                             .shard_count = 2500, .seed = 0x0123456789ABCDEFull,
                             .origin_s = 1754000000.123456789 };
 }
@@ -208,8 +207,8 @@ s_make_welcome (void)
     proto_msg_t *m = proto_msg_new (PROTO_MSG_WELCOME);
     s_set_route (m);
     cr_assert_eq (proto_msg_set_config (m, s_json, strlen (s_json)), 0);
-    proto_plan_t plan = s_plan ();
-    proto_msg_set_plan (m, &plan);
+    proto_assign_t plan = s_plan ();
+    proto_msg_set_assign (m, &plan);
     return m;
 }
 
@@ -479,8 +478,8 @@ Test (proto, roundtrip_welcome)
     const char *json = proto_msg_config (got, &len);
     cr_assert_eq (len, strlen (s_json));
     cr_assert_str_eq (json, s_json);
-    const proto_plan_t *plan = proto_msg_plan (got);
-    proto_plan_t want = s_plan ();
+    const proto_assign_t *plan = proto_msg_assign (got);
+    proto_assign_t want = s_plan ();
     cr_assert_eq (plan->device_id, want.device_id);
     cr_assert_eq (plan->split_point, want.split_point);
     cr_assert_eq (plan->micro_batches, want.micro_batches);
@@ -1050,8 +1049,8 @@ Test (proto, send_refuses_incomplete_message_and_keeps_it)
     cr_assert_eq (proto_msg_check (m, err, sizeof err), PROTO_E_VALUE);
     cr_assert_eq (proto_msg_set_config (m, "{}", 2), 0);
     cr_assert_eq (proto_msg_check (m, err, sizeof err), PROTO_E_VALUE, "zeroed plan is invalid");
-    proto_plan_t plan = s_plan ();
-    proto_msg_set_plan (m, &plan);
+    proto_assign_t plan = s_plan ();
+    proto_msg_set_assign (m, &plan);
     cr_assert_eq (proto_msg_check (m, err, sizeof err), 0, "%s", err);
     proto_msg_destroy (&m);
     m = proto_msg_new (PROTO_MSG_STATS);
@@ -1839,10 +1838,10 @@ Test (proto, names_and_codes)
             cr_assert_str_neq (proto_strerror (a), proto_strerror (b));
         cr_assert_eq (proto_code_is_malformed (a), a <= PROTO_E_MAGIC);
     }
-    cr_assert_eq (proto_mode_from_name ("pipelearn"), PROTO_MODE_PIPELEARN);
-    cr_assert_eq (proto_mode_from_name ("fl"), PROTO_MODE_FL);
-    cr_assert_eq (proto_mode_from_name ("FL"), -1);
-    cr_assert_str_eq (proto_mode_name (PROTO_MODE_SFL), "sfl");
+    cr_assert_eq (pl_mode_from_name ("pipelearn"), PL_MODE_PIPELEARN);
+    cr_assert_eq (pl_mode_from_name ("fl"), PL_MODE_FL);
+    cr_assert_eq (pl_mode_from_name ("FL"), -1);
+    cr_assert_str_eq (pl_mode_name (PL_MODE_SFL), "sfl");
     const char *stages[] = { "UNKNOWN", "forward", "backward", "update", "wait", "upload",
                              "UNKNOWN" };
     for (int st = 0; st <= PROTO_STAGE_MAX + 1; st++)
@@ -1855,7 +1854,7 @@ Test (proto, names_and_codes)
 
 Test (proto, state_machine)
 {
-    const proto_mode_t pl = PROTO_MODE_PIPELEARN, fl = PROTO_MODE_FL;
+    const pl_mode_t pl = PL_MODE_PIPELEARN, fl = PL_MODE_FL;
     //  Before HELLO only HELLO, and only upwards.
     cr_assert (proto_type_allowed (pl, PROTO_STATE_CONNECTING, PROTO_MSG_HELLO, PROTO_UP));
     cr_assert_not (proto_type_allowed (pl, PROTO_STATE_CONNECTING, PROTO_MSG_HEARTBEAT, PROTO_UP));
@@ -1890,10 +1889,10 @@ Test (proto, state_machine)
     cr_assert (proto_type_allowed (fl, PROTO_STATE_TRAINING, PROTO_MSG_MODEL, PROTO_DOWN));
     //  Closed: nothing.
     //  EVENTS: device to server while training, in every mode.
-    for (int mode = PROTO_MODE_FL; mode <= PROTO_MODE_PIPELEARN; mode++) {
-        cr_assert (proto_type_allowed ((proto_mode_t) mode, PROTO_STATE_TRAINING,
+    for (int mode = PL_MODE_FL; mode <= PL_MODE_PIPELEARN; mode++) {
+        cr_assert (proto_type_allowed ((pl_mode_t) mode, PROTO_STATE_TRAINING,
                                        PROTO_MSG_EVENTS, PROTO_UP));
-        cr_assert_not (proto_type_allowed ((proto_mode_t) mode, PROTO_STATE_TRAINING,
+        cr_assert_not (proto_type_allowed ((pl_mode_t) mode, PROTO_STATE_TRAINING,
                                            PROTO_MSG_EVENTS, PROTO_DOWN));
     }
     cr_assert_not (proto_type_allowed (pl, PROTO_STATE_CONNECTING, PROTO_MSG_EVENTS, PROTO_UP));

@@ -14,7 +14,7 @@
 #include <zmq.h>
 
 #include "proto_msg.h"
-#include "proto_tensor.h"
+#include "pl_le.h"
 
 //  Encode m (destroyed), decode the frames again: the decoded message,
 //  with limits.
@@ -96,11 +96,11 @@ s_profile_msg (uint32_t units)
     return m;
 }
 
-static proto_plan_t
+static proto_assign_t
 s_plan (void)
 {
-    return (proto_plan_t) { .device_id = 1, .split_point = 2, .micro_batches = 10,
-                            .batch_size = 100, .devices = 2, .mode = PROTO_MODE_PIPELEARN,
+    return (proto_assign_t) { .device_id = 1, .split_point = 2, .micro_batches = 10,
+                            .batch_size = 100, .devices = 2, .mode = PL_MODE_PIPELEARN,
                             .seed = 7, .origin_s = 1.5e9 };
 }
 
@@ -133,15 +133,15 @@ Test (proto_plan, probe_round_trip_carries_sizes)
 Test (proto_plan, plan_and_welcome_flag_round_trip)
 {
     proto_msg_t *m = proto_msg_new (PROTO_MSG_PLAN);
-    proto_plan_t plan = s_plan ();
-    proto_msg_set_plan (m, &plan);
+    proto_assign_t plan = s_plan ();
+    proto_msg_set_assign (m, &plan);
     proto_msg_t *got = s_round (m, NULL);
-    cr_assert (memcmp (proto_msg_plan (got), &plan, sizeof plan) == 0);
+    cr_assert (memcmp (proto_msg_assign (got), &plan, sizeof plan) == 0);
     proto_msg_destroy (&got);
 
     m = proto_msg_new (PROTO_MSG_WELCOME);
     cr_assert_eq (proto_msg_set_config (m, "{}", 2), 0);
-    proto_msg_set_plan (m, &plan);
+    proto_msg_set_assign (m, &plan);
     proto_msg_set_profile_request (m, true);
     got = s_round (m, NULL);
     cr_assert (proto_msg_profile_requested (got));
@@ -186,12 +186,12 @@ Test (proto_plan, malformed_profile_refused)
     const double bad[3] = { -1.0, NAN, 1e9 };
     for (int k = 0; k < 3; k++) {
         f = s_bytes_of (s_profile_msg (3));
-        proto_le_put_f64 (f.data[1] + PROTO_PROFILE_FIXED_SIZE + PROTO_UNIT_COST_SIZE + 8,
+        pl_le_put_f64 (f.data[1] + PROTO_PROFILE_FIXED_SIZE + PROTO_UNIT_COST_SIZE + 8,
                           bad[k]);
         s_refused (&f, NULL, PROTO_E_VALUE, "unit 1: bwd_s");
     }
     f = s_bytes_of (s_profile_msg (3));
-    proto_le_put_f64 (f.data[1] + PROTO_PROFILE_FIXED_SIZE + 16, 5.0);
+    pl_le_put_f64 (f.data[1] + PROTO_PROFILE_FIXED_SIZE + 16, 5.0);
     s_refused (&f, NULL, PROTO_E_VALUE, "fixed part exceeds");
     //  Threads 0.
     f = s_bytes_of (s_profile_msg (3));
@@ -205,7 +205,7 @@ Test (proto_plan, malformed_probe_and_plan_refused)
     proto_probe_t probe = { .probe_id = 1, .reply_bytes = 10 };
     proto_msg_set_probe (m, &probe, 64);
     s_frames_t f = s_bytes_of (m);
-    proto_le_put_u32 (f.data[1] + 4, PROTO_PROBE_MAX_BYTES + 1);
+    pl_le_put_u32 (f.data[1] + 4, PROTO_PROBE_MAX_BYTES + 1);
     s_refused (&f, NULL, PROTO_E_VALUE, "reply_bytes");
     //  A payload bigger than the receiver's frame limit.
     m = proto_msg_new (PROTO_MSG_PROBE);
@@ -228,19 +228,19 @@ Test (proto_plan, malformed_probe_and_plan_refused)
     s_refused (&f, NULL, PROTO_E_FRAMES, "expected 3");
     //  PLAN: micro-batches beyond the batch, a short frame.
     m = proto_msg_new (PROTO_MSG_PLAN);
-    proto_plan_t plan = s_plan ();
-    proto_msg_set_plan (m, &plan);
+    proto_assign_t plan = s_plan ();
+    proto_msg_set_assign (m, &plan);
     f = s_bytes_of (m);
-    proto_le_put_u32 (f.data[1] + 8, 101);
+    pl_le_put_u32 (f.data[1] + 8, 101);
     s_refused (&f, NULL, PROTO_E_VALUE, "PLAN: micro_batches 101");
     m = proto_msg_new (PROTO_MSG_PLAN);
-    proto_msg_set_plan (m, &plan);
+    proto_msg_set_assign (m, &plan);
     f = s_bytes_of (m);
     f.size[1] = 40;
     s_refused (&f, NULL, PROTO_E_SIZE, "PLAN: payload 40 bytes");
     //  The PROFILE flag is WELCOME's alone.
     m = proto_msg_new (PROTO_MSG_PLAN);
-    proto_msg_set_plan (m, &plan);
+    proto_msg_set_assign (m, &plan);
     f = s_bytes_of (m);
     f.data[0][8] |= PROTO_FLAG_PROFILE;
     s_refused (&f, NULL, PROTO_E_VALUE, "flag PROFILE set on a non-WELCOME");
@@ -248,7 +248,7 @@ Test (proto_plan, malformed_probe_and_plan_refused)
 
 Test (proto_plan, state_machine_places_planning)
 {
-    const proto_mode_t pl = PROTO_MODE_PIPELEARN, fl = PROTO_MODE_FL;
+    const pl_mode_t pl = PL_MODE_PIPELEARN, fl = PL_MODE_FL;
     //  Joined: PROFILE up, PROBE both ways, PLAN down; split modes only.
     cr_assert (proto_type_allowed (pl, PROTO_STATE_JOINED, PROTO_MSG_PROFILE, PROTO_UP));
     cr_assert_not (proto_type_allowed (pl, PROTO_STATE_JOINED, PROTO_MSG_PROFILE, PROTO_DOWN));

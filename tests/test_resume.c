@@ -4,9 +4,22 @@
     corrupted one is skipped) and the final model equals an uninterrupted
     run's. sfl, momentum 0: devices restart with fresh processes and keep no
     optimiser state, so with momentum the two runs would differ by design. */
-#define TMP_TEMPLATE "/tmp/pl_test_resume_XXXXXX"
-#include "testdir.h"
-#include "daemonrun.h"
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "nn_checkpoint.h"
+#include "pl_timeline.h"
+#include "pltest.h"
+#include "runcmd.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -45,10 +58,10 @@ typedef struct {
 static s_tl_t
 s_timeline (const char *dir, const char *sub)
 {
-    s_csv_t csv = s_load_csv (dir, sub);
+    pltest_csv_t csv = pltest_load_csv (dir, sub);
     s_tl_t tl = { { 0 }, { 1e300, 1e300, 1e300, 1e300 }, { 0 } };
     for (int i = 0; i < csv.count; i++) {
-        const s_row_t *r = &csv.rows[i];
+        const pltest_row_t *r = &csv.rows[i];
         cr_assert (r->epoch >= 1 && r->epoch <= 3, "%s/timeline.csv row %d: epoch %d", sub,
                    i + 1, r->epoch);
         tl.rows[r->epoch] += strcmp (r->stage, "wait") != 0;
@@ -60,28 +73,28 @@ s_timeline (const char *dir, const char *sub)
 }
 
 static void
-s_full_run (s_run_t *run, const char *sub)
+s_full_run (pltest_run_t *run, const char *sub)
 {
     char endpoint[256];
-    pid_t server = s_start_server (run, sub, RESUME_CONFIG, endpoint, sizeof endpoint);
-    pid_t c0 = s_start_client (run, 0, endpoint), c1 = s_start_client (run, 1, endpoint);
-    s_expect_exit (run, server, 0, "server");
-    s_expect_exit (run, c0, 0, "client 0");
-    s_expect_exit (run, c1, 0, "client 1");
+    pid_t server = pltest_start_server (run, sub, RESUME_CONFIG, endpoint, sizeof endpoint);
+    pid_t c0 = pltest_start_client (run, 0, endpoint), c1 = pltest_start_client (run, 1, endpoint);
+    pltest_expect_exit (run, server, 0, "server");
+    pltest_expect_exit (run, c0, 0, "client 0");
+    pltest_expect_exit (run, c1, 0, "client 1");
 }
 
 //  --resume on DIR/sub (bound to bind; NULL: any port) with two fresh
 //  devices, all three to exit 0.
 static void
-s_resume_run (s_run_t *run, const char *sub, const char *config_json, const char *bind)
+s_resume_run (pltest_run_t *run, const char *sub, const char *config_json, const char *bind)
 {
     char endpoint[256];
-    pid_t server = s_start_server_full (run, sub, config_json, endpoint, sizeof endpoint,
+    pid_t server = pltest_start_server_full (run, sub, config_json, endpoint, sizeof endpoint,
                                         NULL, NULL, bind, true);
-    pid_t c0 = s_start_client (run, 0, endpoint), c1 = s_start_client (run, 1, endpoint);
-    s_expect_exit (run, server, 0, "resumed server");
-    s_expect_exit (run, c0, 0, "client 0 after the resume");
-    s_expect_exit (run, c1, 0, "client 1 after the resume");
+    pid_t c0 = pltest_start_client (run, 0, endpoint), c1 = pltest_start_client (run, 1, endpoint);
+    pltest_expect_exit (run, server, 0, "resumed server");
+    pltest_expect_exit (run, c0, 0, "client 0 after the resume");
+    pltest_expect_exit (run, c1, 0, "client 1 after the resume");
 }
 
 //  Kill the server in epoch 2, optionally corrupt the newest checkpoint,
@@ -89,17 +102,17 @@ s_resume_run (s_run_t *run, const char *sub, const char *config_json, const char
 static void
 s_crash_and_resume (bool corrupt)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "resume");
     s_full_run (&run, "whole");
 
     char bind[64], endpoint[256], summary[4096];
     snprintf (bind, sizeof bind, "tcp://127.0.0.1:%d", s_free_port ());
-    s_path (summary, run.dir, "crash/summary.json");
-    pid_t server = s_start_server_full (&run, "crash", RESUME_CONFIG, endpoint,
+    pltest_path (summary, run.dir, "crash/summary.json");
+    pid_t server = pltest_start_server_full (&run, "crash", RESUME_CONFIG, endpoint,
                                         sizeof endpoint, NULL, NULL, bind, false);
-    pid_t c0 = s_start_client_sec (&run, 0, endpoint, NULL, NULL, "3");
-    pid_t c1 = s_start_client_sec (&run, 1, endpoint, NULL, NULL, "3");
+    pid_t c0 = pltest_start_client_sec (&run, 0, endpoint, NULL, NULL, "3");
+    pid_t c1 = pltest_start_client_sec (&run, 1, endpoint, NULL, NULL, "3");
     //  summary.json appears when epoch 1 ends: then kill it mid epoch 2.
     double deadline = pl_monotonic () + 120;
     while (access (summary, F_OK) != 0 && pl_monotonic () < deadline)
@@ -107,13 +120,13 @@ s_crash_and_resume (bool corrupt)
     cr_assert_eq (access (summary, F_OK), 0, "epoch 1 never ended");
     usleep (300000);
     cr_assert_eq (kill (server, SIGKILL), 0);
-    s_wait (&run, server, pl_monotonic () + 5);
+    pltest_wait (&run, server, pl_monotonic () + 5);
     //  The devices give up on the dead server with an error.
-    s_expect_exit (&run, c0, 1, "client 0 after the crash");
-    s_expect_exit (&run, c1, 1, "client 1 after the crash");
+    pltest_expect_exit (&run, c0, 1, "client 0 after the crash");
+    pltest_expect_exit (&run, c1, 1, "client 1 after the crash");
 
     char ckdir[4096];
-    s_path (ckdir, run.dir, "crash/checkpoints/round-000002-000000");
+    pltest_path (ckdir, run.dir, "crash/checkpoints/round-000002-000000");
     cr_assert_eq (access (ckdir, F_OK), 0, "no checkpoint at the start of epoch 2");
     if (corrupt) {
         char file[4200];
@@ -122,19 +135,19 @@ s_crash_and_resume (bool corrupt)
     }
     s_resume_run (&run, "crash", RESUME_CONFIG, bind);
     if (corrupt) {
-        cr_assert (s_log_has (&run, "server.log", "skipping checkpoint round-000002-000000"),
+        cr_assert (pltest_log_has (&run, "server.log", "skipping checkpoint round-000002-000000"),
                    "the corrupt checkpoint was not reported");
-        cr_assert (s_log_has (&run, "server.log", "round-000001-000000: epoch 1"));
+        cr_assert (pltest_log_has (&run, "server.log", "round-000001-000000: epoch 1"));
     }
     else
-        cr_assert (s_log_has (&run, "server.log", "round-000002-000000: epoch 2"),
+        cr_assert (pltest_log_has (&run, "server.log", "round-000002-000000: epoch 2"),
                    "did not resume from the start of epoch 2");
 
-    nn_model_t *a = s_load_model (run.dir, "whole", "vgg5");
-    nn_model_t *b = s_load_model (run.dir, "crash", "vgg5");
-    double d = s_max_rel_diff (a, b);
+    nn_model_t *a = pltest_load_model (run.dir, "whole", "vgg5");
+    nn_model_t *b = pltest_load_model (run.dir, "crash", "vgg5");
+    double d = pltest_max_rel_diff (a, b);
     cr_expect (d < 1e-5, "resumed model differs from the uninterrupted one by %g", d);
-    cJSON *s = s_summary (run.dir, "crash");
+    cJSON *s = pltest_summary (run.dir, "crash");
     cr_expect_eq (cJSON_GetArraySize (cJSON_GetObjectItemCaseSensitive (s, "epochs")), 3,
                   "the resumed summary has not the 3 epochs");
     cJSON_Delete (s);
@@ -151,8 +164,8 @@ s_crash_and_resume (bool corrupt)
                    "epoch 1 ended at %.3f s: not one time base", tl.first[2], tl.last[1]);
     nn_model_destroy (&a);
     nn_model_destroy (&b);
-    s_kill_all (&run);
-    s_rmtree (run.dir);
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
 }
 
 //  A planned stop (SIGTERM: "server stopping; it can resume the run") in
@@ -163,51 +176,51 @@ s_crash_and_resume (bool corrupt)
 //  uninterrupted run's model and its 3 epochs.
 Test (resume, planned_stop_devices_wait_and_rejoin_by_themselves, .timeout = 400)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "resume");
     s_full_run (&run, "whole");
 
     char bind[64], endpoint[256], summary[4096];
     snprintf (bind, sizeof bind, "tcp://127.0.0.1:%d", s_free_port ());
-    s_path (summary, run.dir, "stop/summary.json");
-    pid_t server = s_start_server_full (&run, "stop", RESUME_CONFIG, endpoint,
+    pltest_path (summary, run.dir, "stop/summary.json");
+    pid_t server = pltest_start_server_full (&run, "stop", RESUME_CONFIG, endpoint,
                                         sizeof endpoint, NULL, NULL, bind, false);
     //  --timeout 3: a try that gets no answer ends after 3 s, and the next
     //  comes after the back-off (1 s, 2 s, 4 s, ...).
-    pid_t c0 = s_start_client_sec (&run, 0, endpoint, NULL, NULL, "3");
-    pid_t c1 = s_start_client_sec (&run, 1, endpoint, NULL, NULL, "3");
+    pid_t c0 = pltest_start_client_sec (&run, 0, endpoint, NULL, NULL, "3");
+    pid_t c1 = pltest_start_client_sec (&run, 1, endpoint, NULL, NULL, "3");
     double deadline = pl_monotonic () + 120;
     while (access (summary, F_OK) != 0 && pl_monotonic () < deadline)
         usleep (10000);
     cr_assert_eq (access (summary, F_OK), 0, "epoch 1 never ended");
     usleep (300000);
     cr_assert_eq (kill (server, SIGTERM), 0);
-    s_expect_exit (&run, server, 0, "server stopped by SIGTERM");
+    pltest_expect_exit (&run, server, 0, "server stopped by SIGTERM");
     //  Away for longer than the devices' --timeout: they try again.
-    cr_assert (s_wait_log (&run, "client0.log", "joining again in 2 s", 20),
+    cr_assert (pltest_wait_log (&run, "client0.log", "joining again in 2 s", 20),
                "device 0 did not try again after a silent try");
     cr_assert_eq (waitpid (c0, NULL, WNOHANG), 0, "device 0 exited while the server was away");
     cr_assert_eq (waitpid (c1, NULL, WNOHANG), 0, "device 1 exited while the server was away");
-    server = s_start_server_full (&run, "stop", RESUME_CONFIG, endpoint, sizeof endpoint,
+    server = pltest_start_server_full (&run, "stop", RESUME_CONFIG, endpoint, sizeof endpoint,
                                   NULL, NULL, bind, true);
-    s_expect_exit (&run, server, 0, "resumed server");
-    s_expect_exit (&run, c0, 0, "device 0, rejoined by itself");
-    s_expect_exit (&run, c1, 0, "device 1, rejoined by itself");
-    cr_assert (s_log_has (&run, "server.log", "round-000002-000000: epoch 2"),
+    pltest_expect_exit (&run, server, 0, "resumed server");
+    pltest_expect_exit (&run, c0, 0, "device 0, rejoined by itself");
+    pltest_expect_exit (&run, c1, 0, "device 1, rejoined by itself");
+    cr_assert (pltest_log_has (&run, "server.log", "round-000002-000000: epoch 2"),
                "did not resume from the start of epoch 2");
-    nn_model_t *a = s_load_model (run.dir, "whole", "vgg5");
-    nn_model_t *b = s_load_model (run.dir, "stop", "vgg5");
-    double d = s_max_rel_diff (a, b);
+    nn_model_t *a = pltest_load_model (run.dir, "whole", "vgg5");
+    nn_model_t *b = pltest_load_model (run.dir, "stop", "vgg5");
+    double d = pltest_max_rel_diff (a, b);
     if (d >= 1e-5)
-        s_dump_logs (&run);
+        pltest_dump_logs (&run);
     cr_expect (d < 1e-5, "the model after the planned stop differs from the uninterrupted "
                "one by %g", d);
     nn_model_destroy (&a);
     nn_model_destroy (&b);
-    cJSON *s = s_summary (run.dir, "stop");
+    cJSON *s = pltest_summary (run.dir, "stop");
     cr_expect_eq (cJSON_GetArraySize (cJSON_GetObjectItemCaseSensitive (s, "epochs")), 3);
     cJSON_Delete (s);
-    s_rmtree (run.dir);
+    pltest_rmtree (run.dir);
 }
 
 Test (resume, killed_server_resumes_to_the_same_model, .timeout = 400)
@@ -232,37 +245,37 @@ Test (resume, corrupt_checkpoint_is_skipped_for_the_previous_one, .timeout = 400
 
 Test (resume, planned_run_resumes_with_its_split, .timeout = 400)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "resume");
     char bind[64], endpoint[256], summary[4096];
     snprintf (bind, sizeof bind, "tcp://127.0.0.1:%d", s_free_port ());
-    s_path (summary, run.dir, "auto/summary.json");
-    pid_t server = s_start_server_full (&run, "auto", AUTO_CONFIG, endpoint, sizeof endpoint,
+    pltest_path (summary, run.dir, "auto/summary.json");
+    pid_t server = pltest_start_server_full (&run, "auto", AUTO_CONFIG, endpoint, sizeof endpoint,
                                         NULL, NULL, bind, false);
-    pid_t c0 = s_start_client_sec (&run, 0, endpoint, NULL, NULL, "3");
-    pid_t c1 = s_start_client_sec (&run, 1, endpoint, NULL, NULL, "3");
+    pid_t c0 = pltest_start_client_sec (&run, 0, endpoint, NULL, NULL, "3");
+    pid_t c1 = pltest_start_client_sec (&run, 1, endpoint, NULL, NULL, "3");
     double deadline = pl_monotonic () + 120;
     while (access (summary, F_OK) != 0 && pl_monotonic () < deadline)
         usleep (10000);
     cr_assert_eq (access (summary, F_OK), 0, "epoch 1 never ended");
-    cJSON *s = s_summary (run.dir, "auto");
-    int split = (int) s_num (cJSON_GetObjectItemCaseSensitive (s, "plan"), "split_point");
+    cJSON *s = pltest_summary (run.dir, "auto");
+    int split = (int) pltest_num (cJSON_GetObjectItemCaseSensitive (s, "plan"), "split_point");
     cJSON_Delete (s);
     usleep (300000);
     cr_assert_eq (kill (server, SIGKILL), 0);
-    s_wait (&run, server, pl_monotonic () + 5);
-    s_expect_exit (&run, c0, 1, "client 0 after the crash");
-    s_expect_exit (&run, c1, 1, "client 1 after the crash");
+    pltest_wait (&run, server, pl_monotonic () + 5);
+    pltest_expect_exit (&run, c0, 1, "client 0 after the crash");
+    pltest_expect_exit (&run, c1, 1, "client 1 after the crash");
     s_resume_run (&run, "auto", AUTO_CONFIG, bind);
-    cr_assert (s_log_has (&run, "server.log", "resuming from"), "did not resume");
-    s = s_summary (run.dir, "auto");
+    cr_assert (pltest_log_has (&run, "server.log", "resuming from"), "did not resume");
+    s = pltest_summary (run.dir, "auto");
     cr_expect_eq (cJSON_GetArraySize (cJSON_GetObjectItemCaseSensitive (s, "epochs")), 3);
-    int split2 = (int) s_num (cJSON_GetObjectItemCaseSensitive (s, "plan"), "split_point");
+    int split2 = (int) pltest_num (cJSON_GetObjectItemCaseSensitive (s, "plan"), "split_point");
     cr_expect (split2 >= 1 && split2 <= 4, "split point %d after the resume", split2);
     cr_expect (split >= 1 && split <= 4);
     cJSON_Delete (s);
-    s_kill_all (&run);
-    s_rmtree (run.dir);
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
 }
 
 //  ---------------------------------------------------------------------
@@ -277,30 +290,30 @@ Test (resume, planned_run_resumes_with_its_split, .timeout = 400)
 
 //  pipelearn-server on DIR/sub bound to bind, with flag (may be NULL).
 static pid_t
-s_spawn_server (s_run_t *run, const char *sub, const char *config_json, const char *bind,
+s_spawn_server (pltest_run_t *run, const char *sub, const char *config_json, const char *bind,
                 const char *flag)
 {
     char cfg[4096], res[4096], bin[4096], name[64];
     snprintf (name, sizeof name, "%s.json", sub);
-    s_path (cfg, run->dir, name);
-    s_write (cfg, config_json);
-    s_path (res, run->dir, sub);
+    pltest_path (cfg, run->dir, name);
+    pltest_write (cfg, config_json);
+    pltest_path (res, run->dir, sub);
     built ("server/pipelearn-server", bin, sizeof bin);
     char *argv[] = { bin, "--config", cfg, "--bind", (char *) bind, "--results", res,
                      "--quiet", "--insecure", (char *) flag, NULL };
-    return s_spawn (run, "server.log", argv);
+    return pltest_spawn (run, "server.log", argv);
 }
 
 //  The server alone (no devices) to its exit: its status, -1 if it is still
 //  running after 60 s (waiting for devices: it took the run as unfinished).
 static int
-s_server_alone (s_run_t *run, const char *sub, const char *config_json, const char *flag)
+s_server_alone (pltest_run_t *run, const char *sub, const char *config_json, const char *flag)
 {
     pid_t pid = s_spawn_server (run, sub, config_json, "tcp://127.0.0.1:*", flag);
-    int rc = s_wait (run, pid, pl_monotonic () + 60);
+    int rc = pltest_wait (run, pid, pl_monotonic () + 60);
     if (rc == -1) {
-        s_dump_logs (run);
-        s_kill_all (run);
+        pltest_dump_logs (run);
+        pltest_kill_all (run);
     }
     return rc;
 }
@@ -311,31 +324,31 @@ s_server_alone (s_run_t *run, const char *sub, const char *config_json, const ch
 //  last round again with the devices and writes the model.
 Test (resume, failed_final_write_is_not_a_complete_run, .timeout = 400)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "resume");
     char results[4096], model[4096], endpoint[256];
-    s_path (results, run.dir, "fail");
-    s_path (model, run.dir, "fail/model.ckpt");
+    pltest_path (results, run.dir, "fail");
+    pltest_path (model, run.dir, "fail/model.ckpt");
     cr_assert_eq (mkdir (results, 0755), 0);
     cr_assert_eq (mkdir (model, 0755), 0);
-    pid_t server = s_start_server (&run, "fail", SMALL_CONFIG (5), endpoint, sizeof endpoint);
-    pid_t c0 = s_start_client (&run, 0, endpoint), c1 = s_start_client (&run, 1, endpoint);
-    s_expect_exit (&run, server, 1, "server that cannot write model.ckpt");
-    s_wait (&run, c0, pl_monotonic () + 30);
-    s_wait (&run, c1, pl_monotonic () + 30);
-    bool said = s_log_has (&run, "server.log", "not marked complete");
+    pid_t server = pltest_start_server (&run, "fail", SMALL_CONFIG (5), endpoint, sizeof endpoint);
+    pid_t c0 = pltest_start_client (&run, 0, endpoint), c1 = pltest_start_client (&run, 1, endpoint);
+    pltest_expect_exit (&run, server, 1, "server that cannot write model.ckpt");
+    pltest_wait (&run, c0, pl_monotonic () + 30);
+    pltest_wait (&run, c1, pl_monotonic () + 30);
+    bool said = pltest_log_has (&run, "server.log", "not marked complete");
 
     cr_assert_eq (rmdir (model), 0);
     s_resume_run (&run, "fail", SMALL_CONFIG (5), NULL);
-    cr_assert (!s_log_has (&run, "server.log", "nothing to do"), "called complete");
-    nn_model_t *m = s_load_model (run.dir, "fail", "vgg5");
+    cr_assert (!pltest_log_has (&run, "server.log", "nothing to do"), "called complete");
+    nn_model_t *m = pltest_load_model (run.dir, "fail", "vgg5");
     nn_model_destroy (&m);
-    cJSON *s = s_summary (run.dir, "fail");
+    cJSON *s = pltest_summary (run.dir, "fail");
     cr_expect_eq (cJSON_GetArraySize (cJSON_GetObjectItemCaseSensitive (s, "epochs")), 1);
     cJSON_Delete (s);
     cr_assert (said, "the failed run's log has no word on the incomplete results");
-    s_kill_all (&run);
-    s_rmtree (run.dir);
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
 }
 
 //  A complete run whose model.ckpt was lost: --resume writes it again from
@@ -345,20 +358,20 @@ Test (resume, failed_final_write_is_not_a_complete_run, .timeout = 400)
 //  old higher rounds); with --force it replaces the old run entirely.
 Test (resume, finished_run_keeps_its_model_and_refuses_a_fresh_run, .timeout = 400)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
-    s_run_daemons (&run, "done", SMALL_CONFIG (5), 2);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "resume");
+    pltest_run_daemons (&run, "done", SMALL_CONFIG (5), 2);
     char model[4096], summary[4096];
-    s_path (model, run.dir, "done/model.ckpt");
-    s_path (summary, run.dir, "done/summary.json");
-    nn_model_t *a = s_load_model (run.dir, "done", "vgg5");
+    pltest_path (model, run.dir, "done/model.ckpt");
+    pltest_path (summary, run.dir, "done/summary.json");
+    nn_model_t *a = pltest_load_model (run.dir, "done", "vgg5");
 
     cr_assert_eq (unlink (model), 0);
     cr_assert_eq (s_server_alone (&run, "done", SMALL_CONFIG (5), "--resume"), 0);
-    nn_model_t *b = s_load_model (run.dir, "done", "vgg5");
-    cr_assert_eq (s_max_rel_diff (a, b), 0.0, "the rebuilt model is not the run's");
+    nn_model_t *b = pltest_load_model (run.dir, "done", "vgg5");
+    cr_assert_eq (pltest_max_rel_diff (a, b), 0.0, "the rebuilt model is not the run's");
     nn_model_destroy (&b);
-    cr_assert (s_log_has (&run, "server.log", "writing it from the final checkpoint"));
+    cr_assert (pltest_log_has (&run, "server.log", "writing it from the final checkpoint"));
 
     cr_assert_eq (unlink (model), 0);
     cr_assert_eq (mkdir (model, 0755), 0);
@@ -367,19 +380,19 @@ Test (resume, finished_run_keeps_its_model_and_refuses_a_fresh_run, .timeout = 4
     cr_assert_eq (rmdir (model), 0);
     cr_assert_eq (s_server_alone (&run, "done", SMALL_CONFIG (5), "--resume"), 0);
 
-    char *before = s_read (summary);
+    char *before = pltest_read (summary);
     cr_assert_not_null (before);
     cr_assert_eq (s_server_alone (&run, "done", SMALL_CONFIG (6), NULL), 1,
                   "a fresh run started over a finished one");
-    cr_assert (s_log_has (&run, "server.log", "holds checkpoints of a complete run of 1 "
-                          "epoch(s)") && s_log_has (&run, "server.log", "--force"),
+    cr_assert (pltest_log_has (&run, "server.log", "holds checkpoints of a complete run of 1 "
+                          "epoch(s)") && pltest_log_has (&run, "server.log", "--force"),
                "unclear refusal");
-    char *after = s_read (summary);
+    char *after = pltest_read (summary);
     cr_assert_str_eq (after, before, "the refused run changed summary.json");
     free (after);
     free (before);
-    b = s_load_model (run.dir, "done", "vgg5");
-    cr_assert_eq (s_max_rel_diff (a, b), 0.0, "the refused run changed model.ckpt");
+    b = pltest_load_model (run.dir, "done", "vgg5");
+    cr_assert_eq (pltest_max_rel_diff (a, b), 0.0, "the refused run changed model.ckpt");
     nn_model_destroy (&b);
 
     //  --force: another seed's run replaces it; none of the old run's
@@ -387,18 +400,18 @@ Test (resume, finished_run_keeps_its_model_and_refuses_a_fresh_run, .timeout = 4
     char bind[64];
     snprintf (bind, sizeof bind, "tcp://127.0.0.1:%d", s_free_port ());
     pid_t server = s_spawn_server (&run, "done", SMALL_CONFIG (6), bind, "--force");
-    pid_t c0 = s_start_client (&run, 0, bind), c1 = s_start_client (&run, 1, bind);
-    s_expect_exit (&run, server, 0, "server with --force");
-    s_expect_exit (&run, c0, 0, "client 0");
-    s_expect_exit (&run, c1, 0, "client 1");
+    pid_t c0 = pltest_start_client (&run, 0, bind), c1 = pltest_start_client (&run, 1, bind);
+    pltest_expect_exit (&run, server, 0, "server with --force");
+    pltest_expect_exit (&run, c0, 0, "client 0");
+    pltest_expect_exit (&run, c1, 0, "client 1");
     cr_assert_eq (s_server_alone (&run, "done", SMALL_CONFIG (6), "--resume"), 0);
-    cr_assert (s_log_has (&run, "server.log", "is complete"), "the new run is not complete");
-    b = s_load_model (run.dir, "done", "vgg5");
-    cr_assert_gt (s_max_rel_diff (a, b), 0.0, "--force kept the old model");
+    cr_assert (pltest_log_has (&run, "server.log", "is complete"), "the new run is not complete");
+    b = pltest_load_model (run.dir, "done", "vgg5");
+    cr_assert_gt (pltest_max_rel_diff (a, b), 0.0, "--force kept the old model");
     nn_model_destroy (&b);
     nn_model_destroy (&a);
-    s_kill_all (&run);
-    s_rmtree (run.dir);
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
 }
 
 //  Every DIR/checkpoints/round-*/state.json of a run: paths into paths.
@@ -468,7 +481,7 @@ s_edit_states (char paths[][4096], char **orig, int n, bool (*edit) (cJSON *))
         cJSON *state = cJSON_Parse (orig[i]);
         cr_assert_not_null (state, "%s", paths[i]);
         char *text = edit (state) ? s_print_with_checksum (state) : cJSON_Print (state);
-        s_write (paths[i], text);
+        pltest_write (paths[i], text);
         free (text);
         cJSON_Delete (state);
     }
@@ -480,16 +493,16 @@ s_edit_states (char paths[][4096], char **orig, int n, bool (*edit) (cJSON *))
 //  "epoch 1e300" as epoch -2147483648 and waited for devices.
 Test (resume, damaged_state_json_is_refused, .timeout = 400)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
-    s_run_daemons (&run, "st", SMALL_CONFIG (5), 2);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "resume");
+    pltest_run_daemons (&run, "st", SMALL_CONFIG (5), 2);
     char results[4096], paths[8][4096];
-    s_path (results, run.dir, "st");
+    pltest_path (results, run.dir, "st");
     int n = s_states (results, paths, 8);
     cr_assert_geq (n, 2, "%d checkpoints", n);
     char *orig[8];
     for (int i = 0; i < n; i++)
-        orig[i] = s_read (paths[i]);
+        orig[i] = pltest_read (paths[i]);
 
     //  The epoch edited in the text: the checksum no longer matches.
     for (int i = 0; i < n; i++) {
@@ -501,31 +514,31 @@ Test (resume, damaged_state_json_is_refused, .timeout = 400)
         char *at = strstr (text, from);
         cr_assert_not_null (at, "%s lacks %s", paths[i], from);
         memcpy (at + 9, "9", 1);
-        s_write (paths[i], text);
+        pltest_write (paths[i], text);
         free (text);
     }
     cr_assert_eq (s_server_alone (&run, "st", SMALL_CONFIG (5), "--resume"), 1);
-    cr_assert (s_log_has (&run, "server.log", "checksum mismatch"), "no checksum error");
+    cr_assert (pltest_log_has (&run, "server.log", "checksum mismatch"), "no checksum error");
 
     //  Format 1 (no checksum) with epoch 1e300: the range check.
     s_edit_states (paths, orig, n, s_format1_huge_epoch);
     cr_assert_eq (s_server_alone (&run, "st", SMALL_CONFIG (5), "--resume"), 1);
-    cr_assert (s_log_has (&run, "server.log", "epoch 1e+300 out of range"),
+    cr_assert (pltest_log_has (&run, "server.log", "epoch 1e+300 out of range"),
                "no range error for the epoch");
 
     //  A right checksum over a round_iter past the epoch's batches.
     s_edit_states (paths, orig, n, s_huge_round_iter);
     cr_assert_eq (s_server_alone (&run, "st", SMALL_CONFIG (5), "--resume"), 1);
-    cr_assert (s_log_has (&run, "server.log", "round_iter 4.29497e+09 out of range"),
+    cr_assert (pltest_log_has (&run, "server.log", "round_iter 4.29497e+09 out of range"),
                "no range error for round_iter");
 
     //  The files as written: the run is complete again.
     for (int i = 0; i < n; i++) {
-        s_write (paths[i], orig[i]);
+        pltest_write (paths[i], orig[i]);
         free (orig[i]);
     }
     cr_assert_eq (s_server_alone (&run, "st", SMALL_CONFIG (5), "--resume"), 0);
-    cr_assert (s_log_has (&run, "server.log", "is complete"));
-    s_kill_all (&run);
-    s_rmtree (run.dir);
+    cr_assert (pltest_log_has (&run, "server.log", "is complete"));
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
 }

@@ -12,9 +12,21 @@
 
     The binaries run as child processes on tcp://127.0.0.1:* (the server
     writes its endpoint to a file); the synthetic dataset keeps runs short. */
-#define TMP_TEMPLATE "/tmp/pl_test_rogue_XXXXXX"
-#include "testdir.h"
-#include "daemonrun.h"
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "nn_checkpoint.h"
+#include "pl_timeline.h"
+#include "pltest.h"
 #include "runcmd.h"
 
 #include "nn_checkpoint.h"
@@ -48,27 +60,27 @@
 
 //  Wait until the server log says every device joined (training started).
 static void
-s_wait_started (s_run_t *run, pid_t server)
+s_wait_started (pltest_run_t *run, pid_t server)
 {
     char path[4096];
-    s_path (path, run->dir, "server.log");
+    pltest_path (path, run->dir, "server.log");
     double deadline = pl_monotonic () + 60;
     while (pl_monotonic () < deadline) {
-        char *text = s_read (path);
+        char *text = pltest_read (path);
         bool started = text && strstr (text, "device(s) joined; training");
         free (text);
         if (started)
             return;
         int st;
         if (waitpid (server, &st, WNOHANG) != 0) {
-            s_dump_logs (run);
-            s_kill_all (run);
+            pltest_dump_logs (run);
+            pltest_kill_all (run);
             cr_assert_fail ("the server exited before training started");
         }
         usleep (20000);
     }
-    s_dump_logs (run);
-    s_kill_all (run);
+    pltest_dump_logs (run);
+    pltest_kill_all (run);
     cr_assert_fail ("the devices did not join within 60 s");
 }
 
@@ -284,11 +296,11 @@ s_raw_claim (int port, uint64_t claim, int timeout_ms, size_t *received_out)
 
 Test (rogue, malformed_and_flooding_peers_do_not_disturb_the_run, .timeout = 600)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "rogue");
     char endpoint[256];
-    pid_t server = s_start_server (&run, "run", ROGUE_CONFIG, endpoint, sizeof endpoint);
-    pid_t clients[2] = { s_start_client (&run, 0, endpoint), s_start_client (&run, 1, endpoint) };
+    pid_t server = pltest_start_server (&run, "run", ROGUE_CONFIG, endpoint, sizeof endpoint);
+    pid_t clients[2] = { pltest_start_client (&run, 0, endpoint), pltest_start_client (&run, 1, endpoint) };
     s_wait_started (&run, server);
     double rogue_start = pl_monotonic ();
 
@@ -363,7 +375,7 @@ Test (rogue, malformed_and_flooding_peers_do_not_disturb_the_run, .timeout = 600
     cr_log_info ("flood: %d of %d HELLOs answered before the rate limit", answered,
                  FLOOD_HELLOS);
     cr_expect (answered > 0 && answered < 64, "%d HELLOs answered: no rate limit", answered);
-    cr_expect (s_log_has (&run, "server.log", "rate-limiting 127.0.0.1"),
+    cr_expect (pltest_log_has (&run, "server.log", "rate-limiting 127.0.0.1"),
                "the rate limit was not logged");
     bool alive = s_alive (server);
     cr_log_info ("rogue phase %.2f s (flood of %d HELLOs %.2f s); server alive after: %s",
@@ -372,23 +384,23 @@ Test (rogue, malformed_and_flooding_peers_do_not_disturb_the_run, .timeout = 600
     zmq_close (rogue);
     zmq_ctx_term (ctx);
 
-    s_finish_run (&run, "run", server, clients, 2);
-    cJSON *s = s_summary (run.dir, "run");
+    pltest_finish_run (&run, "run", server, clients, 2);
+    cJSON *s = pltest_summary (run.dir, "run");
     cr_expect_eq (cJSON_GetArraySize (cJSON_GetObjectItemCaseSensitive (s, "epochs")), 6);
-    double acc = s_num (s_last_epoch (s), "test_acc");
+    double acc = pltest_num (pltest_last_epoch (s), "test_acc");
     cr_expect (acc > 0.5, "test accuracy %.3f with a rogue peer (want > 0.5)", acc);
-    double rss_kb = s_num (s, "peak_rss_kb");
+    double rss_kb = pltest_num (s, "peak_rss_kb");
     cr_log_info ("server peak RSS %.0f KiB", rss_kb);
-    cr_expect (RUN_UNDER_ASAN || rss_kb < SERVER_RSS_LIMIT_KB, "server peak RSS %.0f KiB (limit %ld KiB)",
+    cr_expect (PLTEST_UNDER_ASAN || rss_kb < SERVER_RSS_LIMIT_KB, "server peak RSS %.0f KiB (limit %ld KiB)",
                rss_kb, SERVER_RSS_LIMIT_KB);
-    const cJSON *devs = cJSON_GetObjectItemCaseSensitive (s_last_epoch (s), "devices");
+    const cJSON *devs = cJSON_GetObjectItemCaseSensitive (pltest_last_epoch (s), "devices");
     cr_expect_eq (cJSON_GetArraySize (devs), 2, "the summary lists a device the rogue added");
     cJSON_Delete (s);
 
     //  Not disturbed: the same run without the rogue ends with the same model.
-    s_run_daemons (&run, "clean", ROGUE_CONFIG, 2);
-    nn_model_t *a = s_load_model (run.dir, "run", "vgg5-nobn");
-    nn_model_t *b = s_load_model (run.dir, "clean", "vgg5-nobn");
+    pltest_run_daemons (&run, "clean", ROGUE_CONFIG, 2);
+    nn_model_t *a = pltest_load_model (run.dir, "run", "vgg5-nobn");
+    nn_model_t *b = pltest_load_model (run.dir, "clean", "vgg5-nobn");
     const float *wa = nn_model_weights_const (a), *wb = nn_model_weights_const (b);
     double worst = 0.0;
     for (size_t i = 0; i < nn_model_weights_count (a); i++) {
@@ -400,7 +412,7 @@ Test (rogue, malformed_and_flooding_peers_do_not_disturb_the_run, .timeout = 600
                worst);
     nn_model_destroy (&a);
     nn_model_destroy (&b);
-    s_rmtree (run.dir);
+    pltest_rmtree (run.dir);
 }
 
 //  ---------------------------------------------------------------------
@@ -428,7 +440,7 @@ s_fake_join (s_fake_t *self, void *ctx, const char *endpoint, int id, uint64_t s
     proto_msg_t *msg = s_recv (self->sock, "WELCOME");
     cr_assert_eq (proto_msg_type (msg), PROTO_MSG_WELCOME, "got %s, want WELCOME",
                   proto_type_name (proto_msg_type (msg)));
-    self->id = proto_msg_plan (msg)->device_id;
+    self->id = proto_msg_assign (msg)->device_id;
     cr_assert_eq (self->id, (uint32_t) id);
     proto_msg_destroy (&msg);
 }
@@ -481,10 +493,10 @@ s_fake_end_epoch (s_fake_t *self, const float *w, uint64_t samples)
 //  by far more than the tolerance.
 Test (fedavg, weights_are_proportional_to_samples, .timeout = 600)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "rogue");
     char endpoint[256];
-    pid_t server = s_start_server (&run, "fedavg",
+    pid_t server = pltest_start_server (&run, "fedavg",
                                    "{\"model\": \"vgg5-nobn\", \"dataset\": \"synthetic\", "
                                    "\"samples\": 400, \"test_samples\": 100, "
                                    "\"batch_size\": 20, \"epochs\": 1, \"seed\": 5, "
@@ -517,15 +529,15 @@ Test (fedavg, weights_are_proportional_to_samples, .timeout = 600)
                 break;
             cr_assert_eq (type, PROTO_MSG_HEARTBEAT, "got %s, want BYE", proto_type_name (type));
         }
-    int src = s_wait (&run, server, pl_monotonic () + 60);
+    int src = pltest_wait (&run, server, pl_monotonic () + 60);
     if (src != 0)
-        s_dump_logs (&run);
+        pltest_dump_logs (&run);
     cr_assert_eq (src, 0, "server exit status %d", src);
     for (int i = 0; i < 2; i++)
         zmq_close (fake[i].sock);
     zmq_ctx_term (ctx);
 
-    nn_model_t *m = s_load_model (run.dir, "fedavg", "vgg5-nobn");
+    nn_model_t *m = pltest_load_model (run.dir, "fedavg", "vgg5-nobn");
     cr_assert_eq (nn_model_weights_count (m), n);
     const float *w = nn_model_weights_const (m);
     double worst = 0.0, unweighted_gap = 0.0;
@@ -544,18 +556,18 @@ Test (fedavg, weights_are_proportional_to_samples, .timeout = 600)
     cr_assert (unweighted_gap > 1e-3, "the two slabs are too close to tell the weights apart");
     cr_expect (worst < 1e-6, "model.ckpt is not the 150:50 sample-weighted average "
                "(max relative error %g)", worst);
-    cJSON *s = s_summary (run.dir, "fedavg");
-    const cJSON *devs = cJSON_GetObjectItemCaseSensitive (s_last_epoch (s), "devices");
+    cJSON *s = pltest_summary (run.dir, "fedavg");
+    const cJSON *devs = cJSON_GetObjectItemCaseSensitive (pltest_last_epoch (s), "devices");
     cr_assert_eq (cJSON_GetArraySize (devs), 2);
     for (int i = 0; i < 2; i++)
-        cr_expect_eq (s_num (cJSON_GetArrayItem (devs, i), "samples"), (double) samples[i],
+        cr_expect_eq (pltest_num (cJSON_GetArrayItem (devs, i), "samples"), (double) samples[i],
                       "summary devices[%d].samples", i);
     cJSON_Delete (s);
     nn_model_destroy (&m);
     free (init);
     free (a);
     free (b);
-    s_rmtree (run.dir);
+    pltest_rmtree (run.dir);
 }
 
 //  Real clients on a skewed Dirichlet partition: the run completes and the
@@ -563,26 +575,26 @@ Test (fedavg, weights_are_proportional_to_samples, .timeout = 600)
 static void
 s_dirichlet_run (const char *mode)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "rogue");
     char config[1024];
     snprintf (config, sizeof config,
               "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 1000, "
               "\"test_samples\": 200, \"batch_size\": 20, \"epochs\": 1, \"seed\": 7, "
               "\"split_point\": 2, \"partition\": \"dirichlet\", \"dirichlet_alpha\": 0.3, "
               "\"devices\": 2, \"mode\": \"%s\", \"micro_batches\": 1}", mode);
-    s_run_daemons (&run, "run", config, 2);
-    cJSON *s = s_summary (run.dir, "run");
-    const cJSON *devs = cJSON_GetObjectItemCaseSensitive (s_last_epoch (s), "devices");
+    pltest_run_daemons (&run, "run", config, 2);
+    cJSON *s = pltest_summary (run.dir, "run");
+    const cJSON *devs = cJSON_GetObjectItemCaseSensitive (pltest_last_epoch (s), "devices");
     cr_assert_eq (cJSON_GetArraySize (devs), 2);
-    double n0 = s_num (cJSON_GetArrayItem (devs, 0), "samples");
-    double n1 = s_num (cJSON_GetArrayItem (devs, 1), "samples");
+    double n0 = pltest_num (cJSON_GetArrayItem (devs, 0), "samples");
+    double n1 = pltest_num (cJSON_GetArrayItem (devs, 1), "samples");
     cr_log_info ("%s, dirichlet 0.3: shards of %.0f and %.0f samples", mode, n0, n1);
     cr_expect (n0 >= 1 && n1 >= 1, "%s: an empty shard (%g, %g)", mode, n0, n1);
     cr_expect (n0 != n1, "%s: dirichlet shards are equal (%g)", mode, n0);
     cr_expect_eq (n0 + n1, 1000.0, "%s: shards sum to %g, want 1000", mode, n0 + n1);
     cJSON_Delete (s);
-    s_rmtree (run.dir);
+    pltest_rmtree (run.dir);
 }
 
 Test (fedavg, dirichlet_shards_fl, .timeout = 600) { s_dirichlet_run ("fl"); }
@@ -638,10 +650,10 @@ s_next_probe (void *sock)
 
 Test (rogue, planning_peers_are_dropped_and_the_run_goes_on, .timeout = 600)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "rogue");
     char endpoint[256];
-    pid_t server = s_start_server (&run, "", PLAN_CONFIG, endpoint, sizeof endpoint);
+    pid_t server = pltest_start_server (&run, "", PLAN_CONFIG, endpoint, sizeof endpoint);
     void *ctx = zmq_ctx_new ();
 
     //  A profile of the wrong model (3 units; vgg5 has 5).
@@ -684,10 +696,10 @@ Test (rogue, planning_peers_are_dropped_and_the_run_goes_on, .timeout = 600)
 
     //  The slot is free again: a real client joins, profiles, is probed and
     //  the run completes.
-    pid_t client = s_start_client (&run, 0, endpoint);
-    s_expect_exit (&run, server, 0, "server");
-    s_expect_exit (&run, client, 0, "client");
-    cr_expect (s_log_has (&run, "server.log", "device 0 link: uplink"));
-    s_kill_all (&run);
-    s_rmtree (run.dir);
+    pid_t client = pltest_start_client (&run, 0, endpoint);
+    pltest_expect_exit (&run, server, 0, "server");
+    pltest_expect_exit (&run, client, 0, "client");
+    cr_expect (pltest_log_has (&run, "server.log", "device 0 link: uplink"));
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
 }

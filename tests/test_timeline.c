@@ -22,9 +22,21 @@
     A hand-driven device checks the plan's origin and that the server
     refuses EVENTS that do not fit the run.
 */
-#define TMP_TEMPLATE "/tmp/pl_test_timeline_XXXXXX"
-#include "testdir.h"
-#include "daemonrun.h"
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "nn_checkpoint.h"
+#include "pl_timeline.h"
+#include "pltest.h"
 #include "runcmd.h"
 
 #include "proto_msg.h"
@@ -52,13 +64,13 @@
 //  timeline.csv
 
 static bool
-s_is (const s_row_t *r, const char *who, const char *stage)
+s_is (const pltest_row_t *r, const char *who, const char *stage)
 {
     return strcmp (r->who, who) == 0 && strcmp (r->stage, stage) == 0;
 }
 
 static double
-s_overlap (const s_row_t *a, const s_row_t *b)
+s_overlap (const pltest_row_t *a, const pltest_row_t *b)
 {
     double lo = a->start_s > b->start_s ? a->start_s : b->start_s;
     double hi = a->end_s < b->end_s ? a->end_s : b->end_s;
@@ -67,12 +79,12 @@ s_overlap (const s_row_t *a, const s_row_t *b)
 
 //  The one row of who/stage for (iteration, micro_batch), asserting there
 //  is exactly one.
-static const s_row_t *
-s_find (const s_csv_t *csv, const char *who, const char *stage, int iteration, int micro)
+static const pltest_row_t *
+s_find (const pltest_csv_t *csv, const char *who, const char *stage, int iteration, int micro)
 {
-    const s_row_t *found = NULL;
+    const pltest_row_t *found = NULL;
     for (int i = 0; i < csv->count; i++) {
-        const s_row_t *r = &csv->rows[i];
+        const pltest_row_t *r = &csv->rows[i];
         if (s_is (r, who, stage) && r->iteration == iteration && r->micro_batch == micro) {
             cr_assert_null (found, "%s %s iteration %d micro-batch %d appears twice", who,
                             stage, iteration, micro);
@@ -89,15 +101,15 @@ s_find (const s_csv_t *csv, const char *who, const char *stage, int iteration, i
 //  forward or backward, over both devices, and in *link_overlap the
 //  largest with device d's transfers.
 static double
-s_check_timeline (const s_csv_t *csv, const char *mode, int iterations, int micro,
+s_check_timeline (const pltest_csv_t *csv, const char *mode, int iterations, int micro,
                   double *link_overlap)
 {
     cr_assert_gt (csv->count, 0, "%s: empty timeline", mode);
     double last_end = 0.0;
     for (int i = 0; i < csv->count; i++) {
-        const s_row_t *r = &csv->rows[i];
+        const pltest_row_t *r = &csv->rows[i];
         cr_assert (isfinite (r->start_s) && r->start_s >= 0 && r->end_s >= r->start_s
-                   && r->end_s - r->start_s < RUN_TIMEOUT_S,
+                   && r->end_s - r->start_s < PLTEST_RUN_TIMEOUT_S,
                    "%s: row %d (%s %s) has times %.6f..%.6f", mode, i, r->who, r->stage,
                    r->start_s, r->end_s);
         if (i > 0)
@@ -106,7 +118,7 @@ s_check_timeline (const s_csv_t *csv, const char *mode, int iterations, int micr
         if (r->end_s > last_end)
             last_end = r->end_s;
     }
-    cr_assert_lt (last_end, RUN_TIMEOUT_S, "%s: times are not relative to the run", mode);
+    cr_assert_lt (last_end, PLTEST_RUN_TIMEOUT_S, "%s: times are not relative to the run", mode);
 
     double best = -INFINITY;
     *link_overlap = -INFINITY;
@@ -117,7 +129,7 @@ s_check_timeline (const s_csv_t *csv, const char *mode, int iterations, int micr
         snprintf (link, sizeof link, "link:d%d", d);
         int forward = 0, backward = 0, update = 0, wait = 0, compute = 0;
         for (int i = 0; i < csv->count; i++) {
-            const s_row_t *r = &csv->rows[i];
+            const pltest_row_t *r = &csv->rows[i];
             if (strcmp (r->who, srv) == 0 && strcmp (r->stage, "compute") == 0)
                 compute++;
             if (strcmp (r->who, dev) != 0)
@@ -158,17 +170,17 @@ s_check_timeline (const s_csv_t *csv, const char *mode, int iterations, int micr
         //  One time axis: forward -> server compute -> backward, per micro-batch.
         for (int it = 0; it < iterations; it++)
             for (int m = 0; m < micro; m++) {
-                const s_row_t *f = s_find (csv, dev, "forward", it, m);
-                const s_row_t *s = s_find (csv, srv, "compute", it, m);
-                const s_row_t *b = s_find (csv, dev, "backward", it, m);
+                const pltest_row_t *f = s_find (csv, dev, "forward", it, m);
+                const pltest_row_t *s = s_find (csv, srv, "compute", it, m);
+                const pltest_row_t *b = s_find (csv, dev, "backward", it, m);
                 cr_assert_leq (f->end_s, s->start_s + EPS_S, "%s: %s iteration %d micro %d: "
                                "server compute starts at %.6f, before the forward ends at "
                                "%.6f", mode, dev, it, m, s->start_s, f->end_s);
                 cr_assert_leq (s->end_s, b->start_s + EPS_S, "%s: %s iteration %d micro %d: "
                                "backward starts at %.6f, before the server compute ends at "
                                "%.6f", mode, dev, it, m, b->start_s, s->end_s);
-                const s_row_t *up = s_find (csv, link, "uplink", it, m);
-                const s_row_t *down = s_find (csv, link, "downlink", it, m);
+                const pltest_row_t *up = s_find (csv, link, "uplink", it, m);
+                const pltest_row_t *down = s_find (csv, link, "downlink", it, m);
                 cr_assert (fabs (up->start_s - f->end_s) <= EPS_S
                            && up->end_s <= s->start_s + EPS_S, "%s: %s iteration %d micro "
                            "%d: uplink %.6f..%.6f, forward ends %.6f, compute starts %.6f",
@@ -181,11 +193,11 @@ s_check_timeline (const s_csv_t *csv, const char *mode, int iterations, int micr
             }
 
         for (int i = 0; i < csv->count; i++) {
-            const s_row_t *s = &csv->rows[i];
+            const pltest_row_t *s = &csv->rows[i];
             if (!s_is (s, srv, "compute"))
                 continue;
             for (int j = 0; j < csv->count; j++) {
-                const s_row_t *r = &csv->rows[j];
+                const pltest_row_t *r = &csv->rows[j];
                 if (s_is (r, dev, "forward") || s_is (r, dev, "backward")) {
                     double o = s_overlap (s, r);
                     if (o > best)
@@ -215,12 +227,12 @@ s_check_timeline (const s_csv_t *csv, const char *mode, int iterations, int micr
 
 Test (timeline, pipelearn_server_overlaps_device, .timeout = 600)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
-    s_run_daemons (&run, "pipe", CONFIG "\"devices\": 2, \"mode\": \"pipelearn\", "
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "timeline");
+    pltest_run_daemons (&run, "pipe", CONFIG "\"devices\": 2, \"mode\": \"pipelearn\", "
                    "\"micro_batches\": 4}",
                    DEVICES);
-    s_csv_t csv = s_load_csv (run.dir, "pipe");
+    pltest_csv_t csv = pltest_load_csv (run.dir, "pipe");
     double links;
     double overlap = s_check_timeline (&csv, "pipelearn", ITERATIONS, 4, &links);
     cr_log_info ("pipelearn: largest server/device overlap %.6f s, server/transfer %.6f s",
@@ -241,7 +253,7 @@ Test (timeline, pipelearn_server_overlaps_device, .timeout = 600)
         first = csv.rows[i].start_s < first ? csv.rows[i].start_s : first;
         last = csv.rows[i].end_s > last ? csv.rows[i].end_s : last;
     }
-    cJSON *summary = s_summary (run.dir, "pipe");
+    cJSON *summary = pltest_summary (run.dir, "pipe");
     cJSON *epochs = cJSON_GetObjectItemCaseSensitive (summary, "epochs");
     double wall = cJSON_GetObjectItemCaseSensitive (cJSON_GetArrayItem (epochs, 0),
                                                     "wall_s")->valuedouble;
@@ -251,16 +263,16 @@ Test (timeline, pipelearn_server_overlaps_device, .timeout = 600)
                last - first);
     cJSON_Delete (summary);
     free (csv.rows);
-    s_rmtree (run.dir);
+    pltest_rmtree (run.dir);
 }
 
 Test (timeline, sfl_server_never_overlaps_device, .timeout = 600)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
-    s_run_daemons (&run, "sfl", CONFIG "\"devices\": 2, \"mode\": \"sfl\", "
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "timeline");
+    pltest_run_daemons (&run, "sfl", CONFIG "\"devices\": 2, \"mode\": \"sfl\", "
                    "\"micro_batches\": 1}", DEVICES);
-    s_csv_t csv = s_load_csv (run.dir, "sfl");
+    pltest_csv_t csv = pltest_load_csv (run.dir, "sfl");
     double links;
     double overlap = s_check_timeline (&csv, "sfl", ITERATIONS, 1, &links);
     cr_log_info ("sfl: largest server/device overlap %.6f s, server/transfer %.6f s",
@@ -270,29 +282,29 @@ Test (timeline, sfl_server_never_overlaps_device, .timeout = 600)
     cr_expect_leq (links, EPS_S, "sfl: the server compute for a device overlaps that "
                    "device's transfers by %.6f s", links);
     free (csv.rows);
-    s_rmtree (run.dir);
+    pltest_rmtree (run.dir);
 }
 
 //  Written at every epoch end: one header, every epoch's rows (transfers
 //  too), epochs in order, each sorted by start.
 Test (timeline, epochs_are_appended_as_they_end, .timeout = 600)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
-    s_run_daemons (&run, "two", "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", "
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "timeline");
+    pltest_run_daemons (&run, "two", "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", "
                    "\"samples\": 160, \"test_samples\": 40, \"batch_size\": 40, "
                    "\"seed\": 5, \"epochs\": 2, \"split_point\": 2, \"threads\": 1, "
                    "\"devices\": 2, \"mode\": \"pipelearn\", \"micro_batches\": 2}", DEVICES);
-    s_csv_t csv = s_load_csv (run.dir, "two");
+    pltest_csv_t csv = pltest_load_csv (run.dir, "two");
     int rows[3] = { 0 }, links[3] = { 0 };
     for (int i = 0; i < csv.count; i++) {
-        const s_row_t *r = &csv.rows[i];
+        const pltest_row_t *r = &csv.rows[i];
         cr_assert (r->epoch == 1 || r->epoch == 2, "row %d: epoch %d", i, r->epoch);
         rows[r->epoch]++;
         if (strncmp (r->who, "link:d", 6) == 0)
             links[r->epoch]++;
         if (i > 0) {
-            const s_row_t *p = &csv.rows[i - 1];
+            const pltest_row_t *p = &csv.rows[i - 1];
             cr_assert (r->epoch > p->epoch || (r->epoch == p->epoch
                                                 && r->start_s >= p->start_s),
                        "row %d (epoch %d, %.6f) after row %d (epoch %d, %.6f)", i, r->epoch,
@@ -304,7 +316,7 @@ Test (timeline, epochs_are_appended_as_they_end, .timeout = 600)
     cr_assert_eq (links[2], 16, "epoch 2: %d transfer rows", links[2]);
     cr_assert (rows[1] > links[1] && rows[2] > links[2]);
     free (csv.rows);
-    s_rmtree (run.dir);
+    pltest_rmtree (run.dir);
 }
 
 //  ---------------------------------------------------------------------
@@ -333,10 +345,10 @@ s_recv_msg (void *sock, int type)
 static void
 s_bad_events (uint32_t epoch, proto_event_t event, const char *needle)
 {
-    s_run_t run = { 0 };
-    s_mkdtemp (run.dir);
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "timeline");
     char endpoint[256];
-    pid_t server = s_start_server (&run, "run", CONFIG "\"mode\": \"sfl\", "
+    pid_t server = pltest_start_server (&run, "run", CONFIG "\"mode\": \"sfl\", "
                                    "\"micro_batches\": 1, \"devices\": 1}",
                                    endpoint, sizeof endpoint);
     double before = (double) time (NULL);
@@ -353,7 +365,7 @@ s_bad_events (uint32_t epoch, proto_event_t event, const char *needle)
     cr_assert_eq (proto_msg_send (&msg, dev), 0);
 
     msg = s_recv_msg (dev, PROTO_MSG_WELCOME);
-    double origin = proto_msg_plan (msg)->origin_s;
+    double origin = proto_msg_assign (msg)->origin_s;
     cr_assert (origin > before - 60 && origin <= (double) time (NULL) + 1,
                "WELCOME: plan origin_s %.6f is not the server's start (now %.0f)", origin,
                before);
@@ -372,15 +384,15 @@ s_bad_events (uint32_t epoch, proto_event_t event, const char *needle)
                         "ERROR text \"%s\" lacks \"%s\"", proto_msg_error_text (msg),
                         needle);
     proto_msg_destroy (&msg);
-    int rc = s_wait (&run, server, pl_monotonic () + 30);
+    int rc = pltest_wait (&run, server, pl_monotonic () + 30);
     if (rc <= 0) {
-        s_dump_logs (&run);
-        s_kill_all (&run);
+        pltest_dump_logs (&run);
+        pltest_kill_all (&run);
     }
     zmq_close (dev);
     zmq_ctx_term (ctx);
     cr_expect_gt (rc, 0, "the server should give up the run (exit status %d)", rc);
-    s_rmtree (run.dir);
+    pltest_rmtree (run.dir);
 }
 
 Test (timeline, server_refuses_events_that_do_not_fit, .timeout = 600)
@@ -401,9 +413,9 @@ Test (timeline, server_refuses_events_that_do_not_fit, .timeout = 600)
 //  over-long lines, a last line cut short) is dropped, never trusted.
 Test (timeline, resume_keeps_the_earlier_epochs_only)
 {
-    char dir[] = TMP_TEMPLATE, path[4096], err[256];
+    char dir[] = "/tmp/pl_test_timeline_XXXXXX", path[4096], err[256];
     cr_assert_not_null (mkdtemp (dir));
-    s_path (path, dir, "timeline.csv");
+    pltest_path (path, dir, "timeline.csv");
     cr_assert_eq (pl_timeline_csv_keep_before (path, 2, err, sizeof err), 0,
                   "no file: nothing kept, a new file to start");
     char longrow[2000];
@@ -421,12 +433,12 @@ Test (timeline, resume_keeps_the_earlier_epochs_only)
               "device1,backward,1,0,0,0.500000,0.600000\n"
               "device1,update,3,0,-1,9.0,9.1\n"
               "device1,update,1,0,-1,0.7,0.8", longrow);
-    s_write (path, text);
+    pltest_write (path, text);
     cr_assert_eq (pl_timeline_csv_keep_before (path, 2, err, sizeof err), 1, "%s", err);
-    char *kept = s_read (path);
+    char *kept = pltest_read (path);
     cr_assert_str_eq (kept, "who,stage,epoch,iteration,micro_batch,start_s,end_s\n"
                             "device0,forward,1,0,0,0.100000,0.200000\n"
                             "device1,backward,1,0,0,0.500000,0.600000\n");
     free (kept);
-    s_rmtree (dir);
+    pltest_rmtree (dir);
 }

@@ -8,10 +8,9 @@
     to a PULL socket in the same process, each frame copied into a heap
     buffer and handed to libzmq without a copy, each received one read in
     place from libzmq's buffer. Call pl_memory_setup first, as the daemons
-    do: their buffers then come back from glibc's heap already mapped.
-    Fresh pages per frame cost 8-17x more on the development VM (1.2
-    Gbit/s per core against 10-21): before pl_memory_setup kept them, page
-    faults were most of the daemons' loopback overhead. The bytes are
+    do: their buffers then come back from glibc's heap already mapped
+    (fresh pages per frame cost several times more: docs/architecture.md,
+    "Measurements"). The bytes are
     divided by the CPU time the process used (getrusage, all threads:
     both ends, libzmq's I/O threads, the kernel's copies). The result is
     bytes per core-second.

@@ -1,6 +1,7 @@
-/*  nn_dataset.c: named datasets, the synthetic dataset, sharding across
-    devices and batch assembly. File formats live in nn_dataset_idx.c and
-    nn_dataset_cifar.c.
+/*  nn_dataset.c: named datasets, per-dataset transforms (padding, default
+    augmentation), the synthetic dataset, sharding across devices and batch
+    assembly. File formats live in nn_dataset_idx.c, nn_dataset_cifar.c and
+    nn_dataset_svhn.c (over nn_dataset_mat.c).
 */
 #include "nn_dataset.h"
 
@@ -19,13 +20,15 @@
 //  Debian's dataset-* packages install under this root; it is used when
 //  nn_dataset_load_named is given no directory.
 #define DS_DEFAULT_ROOT   "/usr/share/datasets"
-#define DS_VALID_NAMES    "mnist, fashion-mnist, cifar10, synthetic"
+#define DS_VALID_NAMES    "mnist, fashion-mnist, cifar10, svhn, synthetic"
 #define DS_CIFAR_SUBDIR   "cifar-10-batches-bin"
 #define DS_CIFAR_BATCHES  5
 #define DS_SYNTH_TRAIN    2000
 #define DS_SYNTH_TEST     500
 #define DS_SYNTH_MAX      1000000         //  784 MB of pixels
 #define DS_SYNTH_SEED     0x5eed7a1aULL
+#define DS_PAD_MAX        1024
+#define DS_CROP_PAD       4               //  the reference's RandomCrop padding
 
 void
 nn_dataset_destroy (nn_dataset_t **self_p)
@@ -206,6 +209,14 @@ nn_dataset_load_named_select (const char *name, const char *dir, bool train, int
     if (strcmp (name, "cifar10") == 0)
         ds = s_load_cifar_named (dir, train, limit, err, err_size);
     else
+    if (strcmp (name, "svhn") == 0) {
+        char path[DS_PATH_MAX];
+        if (s_join (path, dir, NULL, train ? "train_32x32" : "test_32x32", ".mat", err,
+                    err_size))
+            return NULL;
+        ds = nn_dataset_load_svhn (path, limit, err, err_size);
+    }
+    else
     if (strcmp (name, "synthetic") == 0) {
         int count = limit > 0 ? limit : train ? DS_SYNTH_TRAIN : DS_SYNTH_TEST;
         //  Generated, not read: no file bounds it, so a bound of its own
@@ -225,6 +236,55 @@ nn_dataset_load_named_select (const char *name, const char *dir, bool train, int
     if (ds && select && s_select (ds, select, arg, err, err_size))
         nn_dataset_destroy (&ds);
     return ds;
+}
+
+nn_augment_t
+nn_dataset_augment_default (const char *name)
+{
+    assert (name);
+    bool cifar = strcmp (name, "cifar10") == 0;
+    bool svhn = strcmp (name, "svhn") == 0;
+    return (nn_augment_t) { .augment = cifar || svhn, .crop_pad = DS_CROP_PAD,
+                            .flip = cifar };
+}
+
+int
+nn_dataset_shape (const char *name, int *h, int *w, int *c)
+{
+    assert (name && h && w && c);
+    bool colour = strcmp (name, "cifar10") == 0 || strcmp (name, "svhn") == 0;
+    bool grey = strcmp (name, "mnist") == 0 || strcmp (name, "fashion-mnist") == 0
+             || strcmp (name, "synthetic") == 0;
+    if (!colour && !grey)
+        return -1;
+    *h = *w = colour ? 32 : 28;
+    *c = colour ? 3 : 1;
+    return 0;
+}
+
+int
+nn_dataset_pad (nn_dataset_t *self, int side, char *err, size_t err_size)
+{
+    assert (self && self->pixels);
+    if (side < self->h || side < self->w || side > DS_PAD_MAX)
+        return nn_errf (err, err_size, "dataset: pad_to %d: must be at least the image "
+                        "side (%dx%d) and at most %d", side, self->h, self->w, DS_PAD_MAX);
+    if (side == self->h && side == self->w)
+        return 0;
+    int top = (side - self->h) / 2, left = (side - self->w) / 2;
+    size_t row = (size_t) self->w * self->c;
+    size_t image = (size_t) side * side * self->c;
+    uint8_t *pixels = nn_calloc ((size_t) (self->count > 0 ? self->count : 1), image);
+    for (int i = 0; i < self->count; i++) {
+        const uint8_t *src = self->pixels + (size_t) i * self->h * row;
+        uint8_t *dst = pixels + (size_t) i * image;
+        for (int y = 0; y < self->h; y++)
+            memcpy (dst + ((size_t) (top + y) * side + left) * self->c, src + y * row, row);
+    }
+    nn_free (self->pixels);
+    self->pixels = pixels;
+    self->h = self->w = side;
+    return 0;
 }
 
 //  ---------------------------------------------------------------------

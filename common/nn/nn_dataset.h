@@ -64,11 +64,21 @@ nn_dataset_t *nn_dataset_load_idx_select (const char *images_path,
 nn_dataset_t *nn_dataset_load_cifar10 (const char *const *paths, int paths_count,
                                        int limit, char *err, size_t err_size);
 
+//  SVHN cropped digits: one MATLAB level-5 MAT file (train_32x32.mat or
+//  test_32x32.mat as shipped, compressed or not) holding X, uint8
+//  H x W x C x N in MATLAB's column-major order, and y, N x 1 labels
+//  1..10 (double or uint8; 10 is the digit 0, stored as label 0). Images
+//  come out NHWC. limit > 0 keeps the first `limit` samples. Every size in
+//  the file is checked against the file before anything is allocated.
+nn_dataset_t *nn_dataset_load_svhn (const char *path, int limit,
+                                    char *err, size_t err_size);
+
 //  Named dataset from a directory: "fashion-mnist" and "mnist" read
 //  {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]; "cifar10" reads
-//  data_batch_1..5.bin / test_batch.bin (also under cifar-10-batches-bin/).
+//  data_batch_1..5.bin / test_batch.bin (also under cifar-10-batches-bin/);
+//  "svhn" reads train_32x32.mat / test_32x32.mat.
 //  train selects the training or test split. Sets mean/std to the dataset's
-//  published values.
+//  published values (SVHN: the reference's, ImageNet's statistics).
 nn_dataset_t *nn_dataset_load_named (const char *name, const char *dir,
                                      bool train, int limit,
                                      char *err, size_t err_size);
@@ -102,11 +112,33 @@ int *nn_dataset_shard (const nn_dataset_t *ds, nn_partition_t kind,
                        const nn_rng_t *rng, int *count_out,
                        char *err, size_t err_size);
 
+//  Pads every image in place to side x side (side >= h and >= w), centred
+//  (an odd margin puts the extra row or column at the bottom or right),
+//  with pixel value 0: black, before normalisation, as torchvision's Pad
+//  ahead of ToTensor/Normalize, and the background of MNIST and
+//  Fashion-MNIST. Lets every model take 28x28 digits as 32x32 (VGG11's
+//  five 2x2 pools need 32). -1 with a message if side is smaller than the
+//  images or larger than 1024.
+int nn_dataset_pad (nn_dataset_t *self, int side, char *err, size_t err_size);
+
 typedef struct {
     bool augment;           //  random crop with padding (+ flip if set)
     int crop_pad;           //  4 in the reference
     bool flip;              //  random horizontal flip
 } nn_augment_t;
+
+//  The training transform pipelearn uses for a named dataset when the
+//  config leaves it to the dataset: CIFAR-10 random crop (4-pixel padding)
+//  and horizontal flip, as the reference; SVHN the crop without the flip (a
+//  mirrored digit is another glyph); MNIST, Fashion-MNIST and synthetic
+//  none (docs/datasets.md gives the measurements behind this). crop_pad is
+//  4 for every name; an unknown name gives no augmentation.
+nn_augment_t nn_dataset_augment_default (const char *name);
+
+//  The image shape a named dataset's files hold (before any padding):
+//  28x28x1 for "mnist", "fashion-mnist" and "synthetic", 32x32x3 for
+//  "cifar10" and "svhn". -1 for an unknown name.
+int nn_dataset_shape (const char *name, int *h, int *w, int *c);
 
 //  Assemble n samples ds[indices[i]] into x (n, h, w, c) float, normalised
 //  ((p/255 - mean) / std), with augmentation drawn from rng when

@@ -22,18 +22,25 @@ typedef struct {
     int k, r, s;        //  output channels, kernel height, width
     int stride, pad;
     int p, q;           //  output height, width
+    int groups;         //  0 or 1: dense; g: c/g input channels per output
+                        //  channel (g == c == k: depthwise)
 } nn_conv_shape_t;
 
-//  Fill p, q from the rest; -1 if the kernel does not fit.
+//  Fill p, q from the rest and make groups 0 into 1; -1 if the kernel does
+//  not fit or groups does not divide c and k.
 int nn_conv_shape_finish (nn_conv_shape_t *s);
 
 //  Floats of scratch nn_conv2d_forward/backward need for a batch of n.
 size_t nn_conv2d_scratch_count (const nn_conv_shape_t *s);
 
-//  in (n,h,w,c), w (k,r,s,c), b (k) or NULL -> out (n,p,q,k).
+//  Weights are w (k,r,s,c/groups): output channel j is in group
+//  i = j / (k/groups) and sees input channels [i*c/groups, (i+1)*c/groups).
+//  A 1x1 stride-1 unpadded convolution is one GEMM on the input itself
+//  (no im2col); depthwise ones (groups == c == k) run a direct kernel.
+//  in (n,h,w,c), w (k,r,s,c/groups), b (k) or NULL -> out (n,p,q,k).
 void nn_conv2d_forward (float *out, const float *in, const float *w,
                         const float *b, const nn_conv_shape_t *s, float *scratch);
-//  dout (n,p,q,k), in (n,h,w,c) -> dw += (k,r,s,c), db += (k) (if not NULL),
+//  dout (n,p,q,k), in (n,h,w,c) -> dw += (k,r,s,c/groups), db += (k) (if not NULL),
 //  din = (n,h,w,c) (if not NULL).
 void nn_conv2d_backward (float *din, float *dw, float *db, const float *dout,
                          const float *in, const float *w,
@@ -135,6 +142,36 @@ void nn_batchnorm_backward (float *din, float *dgamma, float *dbeta,
 void nn_relu_forward (float *out, const float *in, size_t count);
 void nn_relu_backward (float *din, const float *dout, const float *out,
                        size_t count);
+
+//  PyTorch's Hardswish, x * relu6 (x + 3) / 6, and Hardsigmoid,
+//  relu6 (x + 3) / 6, elementwise over count floats. out may alias in.
+//  Backward reads the forward input and overwrites din (may alias dout);
+//  at the kinks it takes PyTorch's values: hardswish' is x/3 + 1/2 on
+//  [-3, 3] (so -1/2 at -3 and 3/2 at 3), 0 below, 1 above; hardsigmoid'
+//  is 1/6 on (-3, 3) and 0 elsewhere, the kinks included.
+void nn_hswish_forward (float *out, const float *in, size_t count);
+void nn_hswish_backward (float *din, const float *dout, const float *in, size_t count);
+void nn_hsigmoid_forward (float *out, const float *in, size_t count);
+void nn_hsigmoid_backward (float *din, const float *dout, const float *in, size_t count);
+void nn_hswish_forward_naive (float *out, const float *in, size_t count);
+void nn_hswish_backward_naive (float *din, const float *dout, const float *in,
+                               size_t count);
+void nn_hsigmoid_forward_naive (float *out, const float *in, size_t count);
+void nn_hsigmoid_backward_naive (float *din, const float *dout, const float *in,
+                                 size_t count);
+
+//  Channel-wise multiply (squeeze-excite): x (n,hw,c), s (n,c) ->
+//  out (n,hw,c) = x * s. out may alias x.
+void nn_channel_scale_forward (float *out, const float *x, const float *s, int n, int hw,
+                               int c);
+//  dout (n,hw,c) -> dx (n,hw,c) = dout * s, ds (n,c) = sum over hw of
+//  dout * x; both overwritten, either may be NULL (dx may alias dout).
+void nn_channel_scale_backward (float *dx, float *ds, const float *dout, const float *x,
+                                const float *s, int n, int hw, int c);
+void nn_channel_scale_forward_naive (float *out, const float *x, const float *s, int n,
+                                     int hw, int c);
+void nn_channel_scale_backward_naive (float *dx, float *ds, const float *dout,
+                                      const float *x, const float *s, int n, int hw, int c);
 
 typedef struct {
     int n, h, w, c;

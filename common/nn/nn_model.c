@@ -9,6 +9,30 @@
 #include <stdio.h>
 #include <string.h>
 
+//  Where a gradient lives during backward (see s_plan_backward).
+typedef enum {
+    S_G_NONE = 0,           //  not computed (dx NULL)
+    S_G_DOUT,               //  the caller's dout
+    S_G_DX,                 //  the caller's dx
+    S_G_SLOT,               //  a slot of the gradient slab
+    S_G_SAVED               //  a chained BN's x-hat (its input gradient)
+} s_gkind_t;
+
+typedef struct {
+    s_gkind_t kind;
+    int index;              //  slot, or layer for S_G_SAVED
+} s_gref_t;
+
+//  One layer's backward: where its output gradient is read, where it
+//  writes each input's gradient, and where that must be added (when the
+//  input has several consumers and another wrote its gradient first).
+typedef struct {
+    s_gref_t dout;
+    s_gref_t write[2];
+    s_gref_t add_to[2];     //  kind S_G_NONE: write is the gradient itself
+    size_t count[2];        //  floats per sample of input j
+} s_bstep_t;
+
 struct _nn_model_t {
     nn_model_spec_t spec;
     int unit_begin, unit_end, max_batch;
@@ -17,7 +41,10 @@ struct _nn_model_t {
     float *weights, *grads, *optim;
     size_t params_count, weights_count;
     float *acts;                //  activation slab (layer outputs, saved state)
-    float *grad_a, *grad_b;     //  ping-pong input-gradient buffers
+    s_bstep_t *bsteps;          //  per layer, the backward wiring
+    float *gslab;               //  gradient slots
+    size_t *slot_at;            //  each slot's offset in gslab
+    int slots_count;
     float *scratch;             //  threads x scratch_stride floats
     size_t scratch_stride;
     float *grad_parts;          //  per-thread partial parameter gradients
@@ -43,11 +70,8 @@ s_tensor (nn_model_t *self, const nn_layer_t *layer, const char *what, size_t of
           size_t count, bool trainable, int dims_count, const int *dims)
 {
     nn_tensor_info_t *t = &self->tensors[self->tensors_count++];
-    int unit = 0, local = layer->index;
-    //  Recover (unit, layer-in-unit) from the global index.
-    while (local >= self->spec.units[unit].layers_count)
-        local -= self->spec.units[unit++].layers_count;
-    snprintf (t->name, sizeof t->name, "u%d.l%d.%s.%s", unit, local, layer->ops->name, what);
+    snprintf (t->name, sizeof t->name, "u%d.l%d.%s.%s", layer->unit, layer->local,
+              layer->ops->name, what);
     t->offset = offset;
     t->count = count;
     t->trainable = trainable;
@@ -56,77 +80,83 @@ s_tensor (nn_model_t *self, const nn_layer_t *layer, const char *what, size_t of
         t->dims[i] = i < dims_count ? dims[i] : 0;
 }
 
-//  Lay parameters out in the slabs and record the tensor table.
+//  Lay parameters out in the slabs (trainable ones first, then buffers)
+//  and record the tensor table.
 static void
 s_place_params (nn_model_t *self)
 {
     size_t at = 0;
     for (int i = 0; i < self->layers_count; i++) {
         nn_layer_t *l = &self->layers[i];
-        size_t buffers;
-        nn_layer_param_counts (&l->spec, l->ishape, &l->w_count, &l->b_count, &buffers);
-        if (l->w_count) {
+        int dims[4] = { 0 }, nd = 0;
+        size_t w = 0, b = 0, buf = 0;
+        if (l->ops->params)
+            l->ops->params (&l->spec, l->ishape, &w, &b, &buf, dims, &nd);
+        l->w_count = w, l->b_count = b, l->buf_count = buf;
+        l->w = l->dw = l->b = l->db = NULL;
+        if (w) {
             l->w = self->weights + at;
             l->dw = self->grads + at;
-            int dims[4], nd;
-            if (l->spec.kind == NN_LAYER_CONV) {
-                nd = 4;
-                dims[0] = l->spec.out_channels, dims[1] = dims[2] = l->spec.kernel;
-                dims[3] = l->ishape.c;
-            }
-            else if (l->spec.kind == NN_LAYER_DENSE) {
-                nd = 2;
-                dims[0] = l->spec.out_channels, dims[1] = (int) nn_shape_size (l->ishape);
-            }
-            else {
-                nd = 1;
-                dims[0] = (int) l->w_count;
-            }
-            s_tensor (self, l, "w", at, l->w_count, true, nd, dims);
-            at += l->w_count;
+            s_tensor (self, l, "w", at, w, true, nd, dims);
+            at += w;
         }
-        if (l->b_count) {
+        if (b) {
             l->b = self->weights + at;
             l->db = self->grads + at;
-            int dims[1] = { (int) l->b_count };
-            s_tensor (self, l, "b", at, l->b_count, true, 1, dims);
-            at += l->b_count;
+            int bd[1] = { (int) b };
+            s_tensor (self, l, "b", at, b, true, 1, bd);
+            at += b;
         }
     }
     assert (at == self->params_count);
     for (int i = 0; i < self->layers_count; i++) {
         nn_layer_t *l = &self->layers[i];
-        if (l->spec.kind != NN_LAYER_BATCHNORM)
+        if (!l->buf_count)
             continue;
-        int dims[1] = { l->ishape.c };
-        l->running_mean = self->weights + at;
-        s_tensor (self, l, "running_mean", at, (size_t) l->ishape.c, false, 1, dims);
-        at += (size_t) l->ishape.c;
-        l->running_var = self->weights + at;
-        s_tensor (self, l, "running_var", at, (size_t) l->ishape.c, false, 1, dims);
-        at += (size_t) l->ishape.c;
+        size_t part = l->buf_count / 2;
+        int dims[1] = { (int) part };
+        for (int k = 0; k < 2; k++) {
+            l->buf[k] = self->weights + at;
+            s_tensor (self, l, l->ops->buffer_names[k], at, part, false, 1, dims);
+            at += part;
+        }
     }
     assert (at == self->weights_count);
 }
 
+static nn_layer_t *
+s_src (nn_model_t *self, const nn_layer_t *l, int j)
+{
+    return l->src[j] >= 0 ? &self->layers[l->src[j]] : NULL;
+}
+
 //  Which layers run in place (output over input): those whose kind allows
-//  it, when the input is a buffer of ours that its producer's backward
-//  does not read.
+//  it, when the input is a buffer of ours that nothing else reads -- its
+//  one consumer is this layer and its producer's backward does not read
+//  it. Flatten always relabels its input.
 static void
 s_plan_inplace (nn_model_t *self)
 {
-    bool prev_owned = false;            //  is the previous output ours to overwrite?
+    bool *owned = nn_calloc ((size_t) self->layers_count + 1, sizeof (bool));
+    bool *kept = nn_calloc ((size_t) self->layers_count + 1, sizeof (bool));
     for (int i = 0; i < self->layers_count; i++) {
         nn_layer_t *l = &self->layers[i];
-        bool prev_needs_output = i > 0 && self->layers[i - 1].ops->needs_output;
-        l->inplace = l->ops->can_inplace && prev_owned && !prev_needs_output
-                     && l->spec.kind != NN_LAYER_FLATTEN;
-        bool owns_out = !l->inplace && l->spec.kind != NN_LAYER_FLATTEN;
-        prev_owned = owns_out || (prev_owned && (l->inplace || l->spec.kind == NN_LAYER_FLATTEN));
+        nn_layer_t *p = s_src (self, l, 0);
+        bool p_owned = p && owned[p - self->layers];
+        bool p_kept = p && kept[p - self->layers];
+        l->inplace = l->ops->can_inplace && !l->ops->aliases && p_owned && !p_kept
+                     && p->consumers == 1;
+        bool relabels = l->inplace || l->ops->aliases;
+        owned[i] = relabels ? p_owned : true;
+        //  Storage whose content a backward still needs, through relabels.
+        kept[i] = l->ops->needs_output || (l->ops->aliases && p_kept);
     }
+    nn_free (owned);
+    nn_free (kept);
 }
 
-//  Fusions that save passes over (and memory for) the largest tensors:
+//  Fusions that save passes over (and memory for) the largest tensors,
+//  each only where the tensors between the fused layers have one consumer:
 //  - BN -> ReLU: the BN clamps its own output; the ReLU forward is a no-op.
 //  - ReLU -> max-pool: the pool records, per output, whether its winner
 //    was positive, and its backward routes gradient only there; the ReLU
@@ -142,32 +172,34 @@ static void
 s_fuse (nn_model_t *self)
 {
     for (int i = 1; i < self->layers_count; i++) {
-        nn_layer_t *prev = &self->layers[i - 1], *l = &self->layers[i];
+        nn_layer_t *l = &self->layers[i];
+        nn_layer_t *prev = s_src (self, l, 0);
         if (l->spec.kind != NN_LAYER_RELU || !l->inplace)
             continue;
+        nn_layer_t *next = i + 1 < self->layers_count ? &self->layers[i + 1] : NULL;
         bool bn = prev->spec.kind == NN_LAYER_BATCHNORM;
-        bool pool = i + 1 < self->layers_count
-                    && self->layers[i + 1].spec.kind == NN_LAYER_MAXPOOL;
+        bool pool = next && next->spec.kind == NN_LAYER_MAXPOOL && next->src[0] == i
+                    && l->consumers == 1;
         if (bn) {
             prev->bn_relu = true;
             l->relu_fwd_fused = true;
         }
         if (pool) {
             l->relu_bwd_fused = true;
-            self->layers[i + 1].pool_mask_input = true;
+            next->pool_mask_input = true;
         }
-        if (bn && pool && prev->inplace) {
+        if (bn && pool && prev->inplace && prev == l - 1) {
             prev->bn_transient = true;
-            prev->bn_pool = &self->layers[i + 1];
+            prev->bn_pool = next;
             prev->inplace = false;
             l->in_bn_chain = true;
-            self->layers[i + 1].in_bn_chain = true;
+            next->in_bn_chain = true;
         }
     }
 }
 
-//  Carve the activation slab: outputs of layers that own one, BN x-hat
-//  and statistics, dropout masks and max-pool winners.
+//  Carve the activation slab: outputs of layers that own one, and what
+//  each kind keeps for backward (its ops' carve).
 static void
 s_carve (nn_model_t *self)
 {
@@ -177,32 +209,17 @@ s_carve (nn_model_t *self)
         for (int i = 0; i < self->layers_count; i++) {
             nn_layer_t *l = &self->layers[i];
             size_t out_count = s_align ((size_t) self->max_batch * nn_shape_size (l->oshape));
-            if (!l->inplace && !l->bn_transient && l->spec.kind != NN_LAYER_FLATTEN) {
+            //  A chained BN's output is a chunk at a time in scratch.
+            if (!l->inplace && !l->bn_transient && !l->ops->aliases) {
                 if (pass)
                     l->out = self->acts + at;
                 at += out_count;
             }
-            if (l->bn_transient) {
-                //  Output a chunk at a time in scratch; x-hat over the input.
-                if (pass)
-                    l->out = NULL;
-            }
-            else if (l->spec.kind == NN_LAYER_BATCHNORM || l->spec.kind == NN_LAYER_DROPOUT) {
-                if (pass)
-                    l->saved = self->acts + at;
-                at += out_count;
-            }
-            if (l->spec.kind == NN_LAYER_BATCHNORM) {
-                if (pass)
-                    l->stats = self->acts + at;
-                at += s_align (2 * (size_t) l->ishape.c);
-            }
-            if (l->spec.kind == NN_LAYER_MAXPOOL) {
-                //  One byte a winner.
-                if (pass)
-                    l->argmax = (uint8_t *) (self->acts + at);
-                at += s_align ((out_count + sizeof (float) - 1) / sizeof (float));
-            }
+            else if (pass)
+                l->out = NULL;
+            if (l->ops->carve)
+                at += l->ops->carve (l, pass ? self->acts + at : NULL, self->max_batch,
+                                     s_align);
         }
         total = at;
         if (pass == 0)
@@ -210,31 +227,108 @@ s_carve (nn_model_t *self)
     }
 }
 
-//  Input gradients alternate between two buffers (layers that can work in
-//  place keep theirs); each is sized to the largest gradient it will hold,
-//  found by walking the backward pass once as nn_model_backward does. A
-//  chained BN writes its input gradient over its x-hat, in the activation
-//  slab, and the ReLU and max-pool of its chain pass their dout to it.
-static void
-s_place_grad_buffers (nn_model_t *self)
+//  The backward pass walks the layers in reverse. A layer reads its output
+//  gradient and writes its inputs' gradients; an output read by several
+//  layers gets the sum of their gradients: the first to run (in backward
+//  order) writes it, the others write a temporary and add. Gradients live
+//  in slots of one slab, each slot reused once its gradient is consumed
+//  (two slots for a chain, as ping-pong buffers); a layer that can work in
+//  place writes its input gradient over its output gradient. A chained BN
+//  reads its max-pool's output gradient and writes its input gradient over
+//  its x-hat; the ReLU and max-pool of its chain have no step of their own.
+typedef struct {
+    size_t *size;           //  per slot, floats
+    bool *busy;
+    int count;
+} s_slots_t;
+
+static int
+s_slot_take (s_slots_t *s, size_t floats)
 {
-    size_t need[2] = { 0, 0 };
-    int g = -1;                         //  -1: not one of ours (dout, x-hat)
-    for (int i = self->layers_count - 1; i >= 1; i--) {
-        const nn_layer_t *l = &self->layers[i];
+    int best = -1;
+    for (int k = 0; k < s->count; k++)
+        if (!s->busy[k] && (best < 0 || (s->size[k] >= floats) > (s->size[best] >= floats)))
+            best = k;
+    if (best < 0)
+        best = s->count++;
+    s->busy[best] = true;
+    s->size[best] = s->size[best] > floats ? s->size[best] : floats;
+    return best;
+}
+
+static void
+s_plan_backward (nn_model_t *self)
+{
+    int L = self->layers_count;
+    //  grad[i + 1]: where layer i's output gradient is (grad[0]: the input's).
+    s_gref_t *grad = nn_calloc ((size_t) L + 1, sizeof (s_gref_t));
+    s_slots_t slots = { nn_calloc (2 * (size_t) L + 2, sizeof (size_t)),
+                        nn_calloc (2 * (size_t) L + 2, sizeof (bool)), 0 };
+    self->bsteps = nn_calloc ((size_t) L, sizeof (s_bstep_t));
+    grad[L] = (s_gref_t) { S_G_DOUT, 0 };
+    for (int i = L - 1; i >= 0; i--) {
+        nn_layer_t *l = &self->layers[i];
+        s_bstep_t *st = &self->bsteps[i];
         if (l->in_bn_chain)
             continue;
-        if (l->bn_transient) {
-            g = -1;
-            continue;
+        st->dout = grad[(l->bn_transient ? (int) (l->bn_pool - self->layers) : i) + 1];
+        bool dout_kept = false;         //  its slot became an input's gradient
+        int temps[2] = { -1, -1 };
+        for (int j = 0; j < l->ops->inputs; j++) {
+            int t = l->src[j] + 1;
+            size_t floats = (size_t) self->max_batch
+                            * nn_shape_size (j ? l->ishape2 : l->ishape);
+            st->count[j] = floats / (size_t) self->max_batch;
+            s_gref_t here;
+            //  The part's input gradient always ends in the caller's dx.
+            bool in_place = j == 0 && t > 0 && l->ops->can_inplace
+                            && st->dout.kind == S_G_SLOT;
+            bool fresh = false;
+            if (l->bn_transient && j == 0)
+                here = (s_gref_t) { S_G_SAVED, i };
+            else if (in_place) {
+                here = st->dout;
+                if (slots.size[here.index] < floats)
+                    slots.size[here.index] = floats;
+            }
+            else if (t == 0 && grad[0].kind == S_G_NONE)
+                here = (s_gref_t) { S_G_DX, 0 };
+            else {
+                here = (s_gref_t) { S_G_SLOT, s_slot_take (&slots, floats) };
+                fresh = true;
+            }
+            if (grad[t].kind == S_G_NONE) {
+                grad[t] = here;
+                st->write[j] = here;
+                dout_kept |= in_place;
+                continue;
+            }
+            if (here.kind == S_G_DX) {
+                here = (s_gref_t) { S_G_SLOT, s_slot_take (&slots, floats) };
+                fresh = true;
+            }
+            st->write[j] = here;
+            st->add_to[j] = grad[t];
+            if (fresh)
+                temps[j] = here.index;
         }
-        int din = (l->ops->can_inplace && g >= 0) ? g : (g == 0 ? 1 : 0);
-        size_t count = (size_t) self->max_batch * nn_shape_size (l->ishape);
-        need[din] = need[din] > count ? need[din] : count;
-        g = din;
+        if (st->dout.kind == S_G_SLOT && !dout_kept)
+            slots.busy[st->dout.index] = false;
+        for (int j = 0; j < 2; j++)
+            if (temps[j] >= 0)
+                slots.busy[temps[j]] = false;
     }
-    self->grad_a = nn_alloc_aligned (sizeof (float) * s_align (need[0] + 1));
-    self->grad_b = nn_alloc_aligned (sizeof (float) * s_align (need[1] + 1));
+    self->slots_count = slots.count;
+    self->slot_at = nn_calloc ((size_t) slots.count + 1, sizeof (size_t));
+    size_t total = 0;
+    for (int k = 0; k < slots.count; k++) {
+        self->slot_at[k] = total;
+        total += s_align (slots.size[k]);
+    }
+    self->gslab = nn_alloc_aligned (sizeof (float) * (total + 16));
+    nn_free (slots.size);
+    nn_free (slots.busy);
+    nn_free (grad);
 }
 
 //  Point self's layers at owner's per-thread buffers (owner: self, or
@@ -253,8 +347,8 @@ s_point_thread_buffers (nn_model_t *self, const nn_model_t *owner)
         l->grad_parts = owner->grad_parts + at;
         at += s_align (l->w_count + l->b_count) * (size_t) (threads - 1);
         l->bn_parts = owner->bn_parts + bn_at;
-        if (l->spec.kind == NN_LAYER_BATCHNORM)
-            bn_at += 2 * (size_t) l->ishape.c * (size_t) threads;
+        if (l->ops->sums)
+            bn_at += l->ops->sums (l) * (size_t) threads;
     }
 }
 
@@ -275,11 +369,11 @@ s_place_thread_buffers (nn_model_t *self, int threads)
     size_t stride = 0, parts = 0, bn = 0;
     for (int i = 0; i < self->layers_count; i++) {
         nn_layer_t *l = &self->layers[i];
-        size_t sc = s_align (nn_layer_scratch_count (l, self->max_batch));
+        size_t sc = s_align (l->ops->scratch ? l->ops->scratch (l, self->max_batch) : 0);
         stride = stride > sc ? stride : sc;
         parts += s_align (l->w_count + l->b_count) * (size_t) (threads - 1);
-        if (l->spec.kind == NN_LAYER_BATCHNORM)
-            bn += 2 * (size_t) l->ishape.c * (size_t) threads;
+        if (l->ops->sums)
+            bn += l->ops->sums (l) * (size_t) threads;
     }
     self->scratch = nn_alloc_aligned (sizeof (float) * (stride * (size_t) threads + 16));
     self->scratch_stride = stride;
@@ -329,25 +423,46 @@ nn_model_new (const nn_model_spec_t *spec, int unit_begin, int unit_end, int max
         self->layers_count += spec->units[u].layers_count;
     self->layers = nn_calloc ((size_t) self->layers_count, sizeof (nn_layer_t));
 
+    //  Wire the units' DAGs into one list: a unit's input is the previous
+    //  unit's last layer, or the part's input (-1).
     nn_shape_t shape = unit_begin ? nn_model_spec_unit_output (spec, unit_begin - 1)
                                   : nn_model_spec_input (spec);
     size_t params = 0, buffers = 0;
-    int i = 0;
-    for (int u = unit_begin; u < unit_end; u++)
-        for (int k = 0; k < spec->units[u].layers_count; k++, i++) {
+    int i = 0, unit_in = -1;
+    for (int u = unit_begin; u < unit_end; u++) {
+        const nn_unit_spec_t *unit = &spec->units[u];
+        nn_shape_t out[NN_MAX_UNIT_LAYERS];
+        nn_unit_shapes (unit, shape, out, NULL, 0);
+        int base = i;
+        for (int k = 0; k < unit->layers_count; k++, i++) {
             nn_layer_t *l = &self->layers[i];
-            l->spec = spec->units[u].layers[k];
+            l->spec = unit->layers[k];
             l->ops = nn_layer_ops (l->spec.kind);
             l->index = first + i;
-            l->ishape = shape;
-            nn_layer_output_shape (&l->spec, shape, &l->oshape, NULL, 0);
-            shape = l->oshape;
-            size_t w, b, buf;
-            nn_layer_param_counts (&l->spec, l->ishape, &w, &b, &buf);
+            l->unit = u;
+            l->local = k;
+            int src[2];
+            int count = nn_unit_layer_inputs (unit, k, src);
+            for (int j = 0; j < 2; j++) {
+                l->src[j] = j >= count ? -2 : src[j] < 0 ? unit_in : base + src[j];
+                if (j < count && l->src[j] >= 0)
+                    self->layers[l->src[j]].consumers++;
+            }
+            l->ishape = src[0] < 0 ? shape : out[src[0]];
+            if (count > 1)
+                l->ishape2 = src[1] < 0 ? shape : out[src[1]];
+            l->oshape = out[k];
+            size_t w = 0, b = 0, buf = 0;
+            int dims[4], nd;
+            if (l->ops->params)
+                l->ops->params (&l->spec, l->ishape, &w, &b, &buf, dims, &nd);
             params += w + b;
             buffers += buf;
             self->tensors_count += (w > 0) + (b > 0) + (buf > 0 ? 2 : 0);
         }
+        unit_in = i - 1;
+        shape = out[unit->layers_count - 1];
+    }
     self->params_count = params;
     self->weights_count = params + buffers;
     self->weights = nn_alloc_aligned (sizeof (float) * (self->weights_count + 1));
@@ -359,7 +474,7 @@ nn_model_new (const nn_model_spec_t *spec, int unit_begin, int unit_end, int max
     s_plan_inplace (self);
     s_fuse (self);
     s_carve (self);
-    s_place_grad_buffers (self);
+    s_plan_backward (self);
     s_place_thread_buffers (self, 1);
     return self;
 }
@@ -426,8 +541,9 @@ nn_model_destroy (nn_model_t **self_p)
         nn_free (self->optim);
     }
     nn_free (self->acts);
-    nn_free (self->grad_a);
-    nn_free (self->grad_b);
+    nn_free (self->bsteps);
+    nn_free (self->gslab);
+    nn_free (self->slot_at);
     nn_free (self->scratch);
     nn_free (self->grad_parts);
     nn_free (self->bn_parts);
@@ -436,39 +552,25 @@ nn_model_destroy (nn_model_t **self_p)
     *self_p = NULL;
 }
 
-static void
-s_xavier (float *w, size_t count, double fan_in, double fan_out, nn_rng_t *rng)
-{
-    double bound = sqrt (6.0 / (fan_in + fan_out));
-    for (size_t i = 0; i < count; i++)
-        w[i] = (float) ((2.0 * nn_rng_uniform_double (rng) - 1.0) * bound);
-}
-
 void
 nn_model_init (nn_model_t *self, const nn_rng_t *rng)
 {
+    //  Zero biases and buffers; each kind sets what differs from zero.
+    memset (self->weights, 0, sizeof (float) * self->weights_count);
     for (int i = 0; i < self->layers_count; i++) {
         nn_layer_t *l = &self->layers[i];
         nn_rng_t stream = nn_rng_split (rng, (uint64_t) l->index);
-        if (l->spec.kind == NN_LAYER_CONV) {
-            double rs = (double) l->spec.kernel * l->spec.kernel;
-            s_xavier (l->w, l->w_count, rs * l->ishape.c, rs * l->spec.out_channels, &stream);
-        }
-        else if (l->spec.kind == NN_LAYER_DENSE)
-            s_xavier (l->w, l->w_count, (double) nn_shape_size (l->ishape),
-                      l->spec.out_channels, &stream);
-        else if (l->spec.kind == NN_LAYER_BATCHNORM) {
-            for (int c = 0; c < l->ishape.c; c++) {
-                l->w[c] = 1.0f;
-                l->running_mean[c] = 0.0f;
-                l->running_var[c] = 1.0f;
-            }
-        }
-        if (l->b)
-            memset (l->b, 0, sizeof (float) * l->b_count);
+        if (l->ops->init)
+            l->ops->init (l, &stream);
     }
     memset (self->optim, 0, sizeof (float) * self->params_count);
     nn_model_zero_grad (self);
+}
+
+static const float *
+s_input (nn_model_t *self, int src, const float *x)
+{
+    return src < 0 ? x : self->layers[src].out;
 }
 
 const float *
@@ -477,16 +579,30 @@ nn_model_forward (nn_model_t *self, const float *x, int n, bool train, nn_rng_t 
     assert (n >= 1 && n <= self->max_batch);
     if (self->base)
         s_point_thread_buffers (self, self->base);  //  it may have changed threads
-    const float *cur = x;
     for (int i = 0; i < self->layers_count; i++) {
         nn_layer_t *l = &self->layers[i];
+        const float *in = s_input (self, l->src[0], x);
         if (l->inplace)
-            l->out = (float *) cur;
-        l->ops->forward (l, cur, n, train, rng);
-        cur = l->out;
+            l->out = (float *) in;
+        if (l->ops->inputs > 1)
+            l->in2 = s_input (self, l->src[1], x);
+        l->ops->forward (l, in, n, train, rng);
     }
     self->last_n = n;
-    return cur;
+    return self->layers[self->layers_count - 1].out;
+}
+
+static float *
+s_gptr (nn_model_t *self, s_gref_t g, const float *dout, float *dx)
+{
+    switch (g.kind) {
+        case S_G_NONE: return NULL;
+        case S_G_DOUT: return (float *) dout;
+        case S_G_DX: return dx;
+        case S_G_SLOT: return self->gslab + self->slot_at[g.index];
+        case S_G_SAVED: return self->layers[g.index].saved;
+    }
+    return NULL;
 }
 
 void
@@ -494,23 +610,28 @@ nn_model_backward (nn_model_t *self, const float *dout, float *dx)
 {
     if (self->base)
         s_point_thread_buffers (self, self->base);
-    const float *g = dout;
+    int n = self->last_n;
     for (int i = self->layers_count - 1; i >= 0; i--) {
         nn_layer_t *l = &self->layers[i];
+        const s_bstep_t *st = &self->bsteps[i];
         if (l->in_bn_chain)
-            continue;                   //  the chain's BN takes g as is
-        bool ours = g == self->grad_a || g == self->grad_b;
-        float *din;
-        if (i == 0)
-            din = dx;
-        else if (l->bn_transient)
-            din = l->saved;             //  over x-hat, element for element
-        else if (l->ops->can_inplace && ours)
-            din = (float *) g;
-        else
-            din = g == self->grad_a ? self->grad_b : self->grad_a;
-        l->ops->backward (l, g, din);
-        g = din;
+            continue;                   //  the chain's BN takes its dout as is
+        float *din[2] = { NULL, NULL };
+        for (int j = 0; j < l->ops->inputs; j++) {
+            //  No input gradient wanted: nothing to write or add.
+            bool wanted = !(st->write[j].kind == S_G_DX || st->add_to[j].kind == S_G_DX) || dx;
+            din[j] = wanted ? s_gptr (self, st->write[j], dout, dx) : NULL;
+        }
+        l->din2 = din[1];
+        l->ops->backward (l, s_gptr (self, st->dout, dout, dx), din[0]);
+        for (int j = 0; j < l->ops->inputs; j++) {
+            float *sum = s_gptr (self, st->add_to[j], dout, dx);
+            if (!sum || !din[j])
+                continue;
+            size_t count = (size_t) n * st->count[j];
+            for (size_t k = 0; k < count; k++)
+                sum[k] += din[j][k];
+        }
     }
 }
 

@@ -26,20 +26,35 @@
 #include "nn_rng.h"
 
 #define NN_MAX_UNITS 32
-#define NN_MAX_UNIT_LAYERS 8
+//  Layers of one unit: an inverted-residual block with squeeze-excite takes
+//  15; the spec is a value type (copied whole), so the bound is fixed.
+#define NN_MAX_UNIT_LAYERS 24
 #define NN_NAME_SIZE 32
 #define NN_SPEC_HASH_SIZE 32
 
+//  Kinds keep their numbers: a spec's hash (and so a checkpoint's) names
+//  them. New kinds go at the end.
 typedef enum {
-    NN_LAYER_CONV = 1,      //  out_channels, kernel, stride, pad, bias
+    NN_LAYER_CONV = 1,      //  out_channels, kernel, stride, pad, bias, groups
     NN_LAYER_BATCHNORM,     //  2d over channels (NHWC last axis)
     NN_LAYER_RELU,
     NN_LAYER_MAXPOOL,       //  kernel, stride, pad
     NN_LAYER_AVGPOOL,       //  kernel, stride, pad; kernel 0 = global
     NN_LAYER_DENSE,         //  out_channels = units, bias
     NN_LAYER_FLATTEN,
-    NN_LAYER_DROPOUT        //  p
+    NN_LAYER_DROPOUT,       //  p
+    NN_LAYER_ADD,           //  two inputs of one shape: residual sum
+    NN_LAYER_MUL,           //  x (h, w, c) times s (1, 1, c): squeeze-excite
+    NN_LAYER_HSWISH,        //  x * relu6 (x + 3) / 6
+    NN_LAYER_HSIGMOID,      //  relu6 (x + 3) / 6
+    NN_LAYER_KINDS_END
 } nn_layer_kind_t;
+
+//  A layer's inputs inside its unit (nn_layer_spec_t.from). 0 is the
+//  default: for the first input the previous layer's output (the unit's
+//  input for layer 0), for the second none.
+#define NN_FROM_INPUT (-1)              //  the unit's input
+#define NN_FROM_LAYER(l) ((l) + 1)      //  the output of the unit's layer l
 
 typedef struct {
     nn_layer_kind_t kind;
@@ -47,8 +62,13 @@ typedef struct {
     int kernel, stride, pad;
     bool bias;
     float p;
+    int groups;             //  conv: 0 or 1 dense; in channels = depthwise
+    int from[2];            //  inputs, see NN_FROM_*; ADD and MUL take two
 } nn_layer_spec_t;
 
+//  A unit is a small DAG: each layer reads the unit's input or earlier
+//  layers' outputs; the unit's output is its last layer's, and only that
+//  crosses into the next unit.
 typedef struct {
     char name[NN_NAME_SIZE];
     int layers_count;
@@ -56,7 +76,7 @@ typedef struct {
 } nn_unit_spec_t;
 
 typedef struct {
-    char name[NN_NAME_SIZE];        //  "vgg5", "vgg5-nobn"
+    char name[NN_NAME_SIZE];        //  a registry name: "vgg5", "resnet18"
     int in_c, in_h, in_w;           //  input sample shape
     int classes;
     int units_count;
@@ -74,15 +94,41 @@ nn_shape_size (nn_shape_t s)
     return (size_t) s.h * s.w * s.c;
 }
 
-//  Fill spec with the named model for inputs of (in_h, in_w, in_c) and
-//  `classes` outputs. Names: "vgg5", "vgg5-nobn". Returns -1 with a message
-//  for an unknown name or a shape the model cannot take.
+//  The model registry: every model pipelearn builds, by name. The config
+//  checker, the planner, the tools' --list-models and their error messages
+//  all read it.
+typedef struct {
+    const char *name;               //  canonical: "mobilenetv3-small"
+    const char *aliases;            //  other spellings, space separated
+    const char *summary;            //  one line for --list-models
+    //  Fill spec for (side x side x in_c) inputs and `classes` outputs.
+    //  -1 with a message for an input the model cannot take.
+    int (*build) (nn_model_spec_t *spec, int in_c, int side, int classes,
+                  char *err, size_t err_size);
+} nn_model_entry_t;
+
+int nn_model_registry_count (void);
+const nn_model_entry_t *nn_model_registry_entry (int index);
+//  The entry whose name or alias matches `name` ignoring case, '-', '_'
+//  and ' ' ("ResNet18", "mobilenet_v3_small"); NULL if none.
+const nn_model_entry_t *nn_model_registry_find (const char *name);
+//  "vgg5, vgg5-nobn, ..." into buf (truncated to size); returns buf.
+char *nn_model_registry_names (char *buf, size_t size);
+//  Split units of the named model (independent of the input shape); -1
+//  for an unknown name.
+int nn_model_registry_units (const char *name);
+
+//  Fill spec with the named model (any registry spelling) for inputs of
+//  (in_h, in_w, in_c) and `classes` outputs. Returns -1 with a message for
+//  an unknown name or a shape the model cannot take.
 int nn_model_spec_by_name (nn_model_spec_t *spec, const char *name,
                            int in_c, int in_h, int in_w, int classes,
                            char *err, size_t err_size);
 //  VGG5 as the reference lays it out; batchnorm false drops the BN layers.
 void nn_model_spec_vgg5 (nn_model_spec_t *spec, int in_c, int side, int classes,
                          bool batchnorm);
+//  Parameters (trainable floats) of units [unit_begin, unit_end).
+size_t nn_model_spec_params (const nn_model_spec_t *spec, int unit_begin, int unit_end);
 //  Validate a spec (shapes propagate, kernels fit). -1 with a message.
 int nn_model_spec_check (const nn_model_spec_t *spec, char *err, size_t err_size);
 //  Output shape of unit `unit` (the boundary activation after it).

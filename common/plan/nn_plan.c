@@ -21,6 +21,7 @@
 struct _nn_plan_t {
     nn_plan_input_t in;                 //  devices points at our copy
     nn_plan_device_t *devices;
+    nn_plan_codec_t *codecs;            //  in.codecs points here (NULL: none)
     int per_device;                     //  candidates per device
     nn_plan_candidate_t *cand;          //  devices_count * per_device
     int *chosen;                        //  index into a device's candidates
@@ -53,6 +54,64 @@ s_check_costs (const nn_plan_costs_t *c, int units, const char *who,
             return nn_errf (err, err_size, "plan: %s: unit %d: a per-call (fixed) time "
                             "exceeds the whole batch's time", who, u);
     }
+    return 0;
+}
+
+static int
+s_check_speed (const nn_plan_codec_speed_t *sp, const char *who, char *err, size_t err_size)
+{
+    for (int c = 0; c < NN_CODEC_COUNT; c++)
+        if (!s_time_ok (sp->encode_Bps[c]) || !s_time_ok (sp->decode_Bps[c]))
+            return nn_errf (err, err_size, "plan: %s: %s codec speeds must be finite and >= 0 "
+                            "bytes/s (0 = not measured)", who, nn_codec_name (c));
+    return 0;
+}
+
+//  auto weighs a codec's bytes against its CPU: without measured speeds
+//  int8 would always look free and win.
+static int
+s_check_auto_speeds (const nn_plan_codec_speed_t *sp, const char *who, char *err,
+                     size_t err_size)
+{
+    for (int c = NN_CODEC_FP16; c <= NN_CODEC_INT8; c++)
+        if (!(sp->encode_Bps[c] > 0.0 && sp->decode_Bps[c] > 0.0))
+            return nn_errf (err, err_size, "plan: %s: codec auto needs measured %s encode and "
+                            "decode speeds (nn_profile_codecs)", who, nn_codec_name (c));
+    return 0;
+}
+
+static int
+s_check_codecs (const nn_plan_input_t *in, char *err, size_t err_size)
+{
+    if (s_check_speed (&in->server_codec, "server", err, err_size))
+        return -1;
+    if (!in->codecs)
+        return 0;
+    bool any_auto = false;
+    for (int d = 0; d < in->devices_count; d++) {
+        const nn_plan_codec_t *k = &in->codecs[d];
+        char who[32];
+        snprintf (who, sizeof who, "device %d", d);
+        if (k->up != NN_PLAN_CODEC_AUTO && (k->up < NN_CODEC_NONE || k->up > NN_CODEC_INT8))
+            return nn_errf (err, err_size, "plan: %s: codec up must be none, fp16, int8 or "
+                            "auto (topk is for gradients), got id %d", who, k->up);
+        if (k->down != NN_PLAN_CODEC_AUTO
+        &&  (k->down < NN_CODEC_NONE || k->down >= NN_CODEC_COUNT))
+            return nn_errf (err, err_size, "plan: %s: unknown codec id %d down", who, k->down);
+        if (k->down == NN_CODEC_TOPK
+        &&  !(k->topk_fraction > 0.0 && k->topk_fraction <= 1.0))
+            return nn_errf (err, err_size, "plan: %s: topk fraction must be in (0, 1], got %g",
+                            who, k->topk_fraction);
+        if (s_check_speed (&k->speed, who, err, err_size))
+            return -1;
+        if (k->up == NN_PLAN_CODEC_AUTO || k->down == NN_PLAN_CODEC_AUTO) {
+            if (s_check_auto_speeds (&k->speed, who, err, err_size))
+                return -1;
+            any_auto = true;
+        }
+    }
+    if (any_auto && s_check_auto_speeds (&in->server_codec, "server", err, err_size))
+        return -1;
     return 0;
 }
 
@@ -111,6 +170,8 @@ nn_plan_check (const nn_plan_input_t *in, char *err, size_t err_size)
         if (!s_time_ok (dv->rtt_s))
             return nn_errf (err, err_size, "plan: %s: rtt must be finite and >= 0", who);
     }
+    if (s_check_codecs (in, err, err_size))
+        return -1;
     if (in->host_cores < 0)
         return nn_errf (err, err_size, "plan: host_cores must be >= 0 (0 = devices on "
                         "their own hardware), got %d", in->host_cores);
@@ -175,14 +236,57 @@ typedef struct {
     double srv, srv_upd;            //  server, share applied
     double up_tx, down_tx, lat;     //  links
     double bytes_up, bytes_down;    //  per micro-batch
+    double codec;                   //  codec CPU in the above, per micro-batch
 } s_micro_t;
 
+//  The device's pinned codecs (none for auto).
 static void
-s_micro (const nn_plan_input_t *in, int device, int p, int n, double share, s_micro_t *m)
+s_pinned (const nn_plan_input_t *in, int device, int *up, int *down)
+{
+    *up = *down = NN_CODEC_NONE;
+    if (in->codecs) {
+        if (in->codecs[device].up != NN_PLAN_CODEC_AUTO)
+            *up = in->codecs[device].up;
+        if (in->codecs[device].down != NN_PLAN_CODEC_AUTO)
+            *down = in->codecs[device].down;
+    }
+}
+
+//  Wire bytes of f32 tensor bytes under a codec: none is the f32 tensor
+//  itself (proto's data frame, no codec header).
+static double
+s_wire (const nn_plan_input_t *in, int device, int codec, double f32_bytes, int channels)
+{
+    if (codec == NN_CODEC_NONE)
+        return f32_bytes;
+    uint64_t count = (uint64_t) ceil (f32_bytes / 4.0);
+    if (count < 1)
+        count = 1;
+    uint32_t c = channels > 0 ? (uint32_t) channels : 1;
+    uint32_t k = 0;
+    if (codec == NN_CODEC_TOPK)
+        k = nn_codec_topk_k (count > UINT32_MAX ? UINT32_MAX : count,
+                             in->codecs[device].topk_fraction);
+    return (double) nn_codec_wire_bytes ((nn_codec_id_t) codec, count, c, k);
+}
+
+//  Seconds to encode or decode f32_bytes at a speed (0: not measured, free).
+static double
+s_codec_s (int codec, double f32_bytes, double Bps)
+{
+    return codec == NN_CODEC_NONE || Bps <= 0.0 ? 0.0 : f32_bytes / Bps;
+}
+
+static void
+s_micro (const nn_plan_input_t *in, int device, int p, int n, double share, int up,
+         int down, s_micro_t *m)
 {
     const nn_plan_device_t *dv = &in->devices[device];
     int units = in->model.units_count;
     assert (p >= 1 && p < units && n >= 1);
+    assert (up >= NN_CODEC_NONE && up <= NN_CODEC_INT8);
+    assert (down >= NN_CODEC_NONE && down < NN_CODEC_COUNT);
+    assert ((up == NN_CODEC_NONE && down == NN_CODEC_NONE) || in->codecs);
     memset (m, 0, sizeof *m);
     for (int u = 0; u < p; u++) {
         const nn_plan_unit_cost_t *k = &dv->costs.unit[u];
@@ -195,10 +299,23 @@ s_micro (const nn_plan_input_t *in, int device, int p, int n, double share, s_mi
         m->srv += s_part (k->fwd_s, k->fwd_fixed_s, n) + s_part (k->bwd_s, k->bwd_fixed_s, n);
         m->srv_upd += k->upd_s;
     }
+    double f32 = in->model.out_bytes[p - 1] / (double) n;
+    int channels = in->model.out_channels[p - 1];
+    if (in->codecs) {
+        const nn_plan_codec_speed_t *ds = &in->codecs[device].speed, *ss = &in->server_codec;
+        double enc_up = s_codec_s (up, f32, ds->encode_Bps[up]);
+        double dec_down = s_codec_s (down, f32, ds->decode_Bps[down]);
+        double srv = s_codec_s (up, f32, ss->decode_Bps[up])
+                   + s_codec_s (down, f32, ss->encode_Bps[down]);
+        m->fwd += enc_up;
+        m->bwd += dec_down;
+        m->srv += srv;      //  shared below with the rest of the step
+        m->codec = enc_up + dec_down + srv * share;
+    }
     m->srv *= share;
     m->srv_upd *= share;
-    m->bytes_up = (in->model.out_bytes[p - 1] + in->model.label_bytes) / (double) n;
-    m->bytes_down = in->model.out_bytes[p - 1] / (double) n;
+    m->bytes_up = s_wire (in, device, up, f32, channels) + in->model.label_bytes / (double) n;
+    m->bytes_down = s_wire (in, device, down, f32, channels);
     m->up_tx = m->bytes_up / dv->uplink_Bps;
     m->down_tx = m->bytes_down / dv->downlink_Bps;
     m->lat = dv->rtt_s / 2.0;
@@ -212,9 +329,21 @@ nn_plan_estimate (const nn_plan_input_t *in, int device, int split_point,
                   int micro_batches, double server_share, nn_plan_stages_t *stages)
 {
     assert (in && device >= 0 && device < in->devices_count);
+    int up, down;
+    s_pinned (in, device, &up, &down);
+    return nn_plan_estimate_codecs (in, device, split_point, micro_batches, server_share,
+                                    up, down, stages);
+}
+
+double
+nn_plan_estimate_codecs (const nn_plan_input_t *in, int device, int split_point,
+                         int micro_batches, double server_share, int codec_up,
+                         int codec_down, nn_plan_stages_t *stages)
+{
+    assert (in && device >= 0 && device < in->devices_count);
     int n = micro_batches;
     s_micro_t m;
-    s_micro (in, device, split_point, n, server_share, &m);
+    s_micro (in, device, split_point, n, server_share, codec_up, codec_down, &m);
     //  Every chain after the device is FIFO and starts in index order, so
     //  gradients come back in index order and micro-batch i's arrival is
     //  known as soon as its forward ends: a running max per resource.
@@ -258,6 +387,7 @@ nn_plan_estimate (const nn_plan_input_t *in, int device, int split_point,
         stages->latency_s = 2.0 * m.lat;
         stages->bytes_up = m.bytes_up * n;
         stages->bytes_down = m.bytes_down * n;
+        stages->codec_s = m.codec * n;
     }
     return dev_end > srv_end ? dev_end : srv_end;
 }
@@ -272,8 +402,22 @@ nn_plan_estimate_fl (const nn_plan_input_t *in, int device)
     return t;
 }
 
+//  The host floor with the devices' pinned codecs; an auto direction
+//  takes up/down (a candidate's pair is taken as every auto device's, as
+//  its (P, N) is), or none when up is -1.
+static double
+s_host_floor (const nn_plan_input_t *in, int split_point, int micro_batches, int up,
+              int down);
+
 double
 nn_plan_host_floor (const nn_plan_input_t *in, int split_point, int micro_batches)
+{
+    return s_host_floor (in, split_point, micro_batches, -1, -1);
+}
+
+static double
+s_host_floor (const nn_plan_input_t *in, int split_point, int micro_batches, int up,
+              int down)
 {
     assert (in && micro_batches >= 1);
     if (in->host_cores <= 0)
@@ -285,8 +429,14 @@ nn_plan_host_floor (const nn_plan_input_t *in, int split_point, int micro_batche
             work += nn_plan_estimate_fl (in, d);
             continue;
         }
+        int u, w;
+        s_pinned (in, d, &u, &w);
+        if (in->codecs && in->codecs[d].up == NN_PLAN_CODEC_AUTO && up >= 0)
+            u = up;
+        if (in->codecs && in->codecs[d].down == NN_PLAN_CODEC_AUTO && down >= 0)
+            w = down;
         s_micro_t m;
-        s_micro (in, d, split_point, n, 1.0, &m);
+        s_micro (in, d, split_point, n, 1.0, u, w, &m);
         work += n * (m.fwd + m.bwd) + m.dev_upd + n * m.srv + m.srv_upd;
         if (in->host_copy_Bps > 0.0)
             work += n * (m.bytes_up + m.bytes_down) / in->host_copy_Bps;
@@ -557,7 +707,9 @@ s_simulate (const nn_plan_input_t *in, const int *dev_index, int devs, int worke
         int d = dev_index[k];
         s_simdev_t *v = &s.dev[k];
         v->n = micro_batches[d];
-        s_micro (in, d, split_points[d], v->n, share, &v->m);
+        int up, down;
+        s_pinned (in, d, &up, &down);
+        s_micro (in, d, split_points[d], v->n, share, up, down, &v->m);
         v->grad_here = nn_calloc ((size_t) v->n, sizeof (bool));
         v->up.items = nn_calloc ((size_t) v->n, sizeof (int));
         v->down.items = nn_calloc ((size_t) v->n, sizeof (int));
@@ -641,18 +793,68 @@ s_better (const nn_plan_candidate_t *a, const nn_plan_candidate_t *b)
     return a->split_point < b->split_point;
 }
 
+//  with_floor: apply the one-host floor (not for SL, which runs one device at
+//  a time).
 static void
-s_fill (const nn_plan_input_t *in, int device, int p, int n, double share,
-        nn_plan_candidate_t *c)
+s_fill_pair (const nn_plan_input_t *in, int device, int p, int n, double share, int up,
+             int down, bool with_floor, nn_plan_candidate_t *c)
 {
     c->split_point = p;
     c->micro_batches = n;
-    c->iteration_s = nn_plan_estimate (in, device, p, n, share, &c->stages);
-    c->host_floor_s = nn_plan_host_floor (in, p, n);
+    c->codec_up = up;
+    c->codec_down = down;
+    c->iteration_s = nn_plan_estimate_codecs (in, device, p, n, share, up, down, &c->stages);
+    c->host_floor_s = with_floor ? s_host_floor (in, p, n, up, down) : 0.0;
     if (c->host_floor_s > c->iteration_s)
         c->iteration_s = c->host_floor_s;
     c->aggregation_s = nn_plan_aggregation_s (in, device, p);
     c->epoch_s = in->iterations * c->iteration_s + nn_plan_rounds (in) * c->aggregation_s;
+}
+
+//  Lossiness of a pair, for auto's tie-break: the worse direction first,
+//  then the sum (ids are in lossiness order).
+static int
+s_lossiness (const nn_plan_candidate_t *c)
+{
+    int worst = c->codec_up > c->codec_down ? c->codec_up : c->codec_down;
+    return worst * NN_CODEC_COUNT * 2 + c->codec_up + c->codec_down;
+}
+
+//  The device's candidate at (P, N): its pinned codecs, or for an auto
+//  direction every codec auto may choose (none, fp16, int8), keeping the
+//  least lossy pair within near_best of the fastest.
+static void
+s_fill (const nn_plan_input_t *in, int device, int p, int n, double share, bool with_floor,
+        nn_plan_candidate_t *c)
+{
+    int up, down;
+    s_pinned (in, device, &up, &down);
+    bool auto_up = in->codecs && in->codecs[device].up == NN_PLAN_CODEC_AUTO;
+    bool auto_down = in->codecs && in->codecs[device].down == NN_PLAN_CODEC_AUTO;
+    if (!auto_up && !auto_down) {
+        s_fill_pair (in, device, p, n, share, up, down, with_floor, c);
+        return;
+    }
+    nn_plan_candidate_t pairs[(NN_CODEC_INT8 + 1) * (NN_CODEC_INT8 + 1)];
+    int count = 0;
+    double fastest = INFINITY;
+    for (int u = auto_up ? NN_CODEC_NONE : up; u <= (auto_up ? NN_CODEC_INT8 : up); u++)
+        for (int w = auto_down ? NN_CODEC_NONE : down; w <= (auto_down ? NN_CODEC_INT8 : down);
+             w++) {
+            s_fill_pair (in, device, p, n, share, u, w, with_floor, &pairs[count]);
+            if (pairs[count].epoch_s < fastest)
+                fastest = pairs[count].epoch_s;
+            count++;
+        }
+    double near = in->near_best > 0.0 ? in->near_best : S_DEFAULT_NEAR_BEST;
+    int best = -1;
+    for (int i = 0; i < count; i++) {
+        if (pairs[i].epoch_s > fastest * (1.0 + near))
+            continue;
+        if (best < 0 || s_lossiness (&pairs[i]) < s_lossiness (&pairs[best]))
+            best = i;
+    }
+    *c = pairs[best];
 }
 
 //  Epoch of devices that train in parallel with aggregation barriers: the
@@ -708,7 +910,7 @@ s_modes (nn_plan_t *self)
         for (int p = 1; p < units; p++) {
             if (in->split_point && p != in->split_point)
                 continue;
-            s_fill (in, d, p, 1, share, &c);
+            s_fill (in, d, p, 1, share, true, &c);
             if (best.split_point == 0 || s_better (&c, &best))
                 best = c;
         }
@@ -734,7 +936,9 @@ s_modes (nn_plan_t *self)
             continue;
         double total = 0.0, slowest = 0.0;
         for (int d = 0; d < devs; d++) {
-            double it = nn_plan_estimate (in, d, p, 1, 1.0, NULL);
+            nn_plan_candidate_t c;
+            s_fill (in, d, p, 1, 1.0, false, &c);
+            double it = c.iteration_s;
             total += in->iterations * it + nn_plan_aggregation_s (in, d, p);
             if (it > slowest)
                 slowest = it;
@@ -787,6 +991,11 @@ nn_plan_new (const nn_plan_input_t *in, char *err, size_t err_size)
     self->devices = nn_malloc (sizeof (nn_plan_device_t) * (size_t) in->devices_count);
     memcpy (self->devices, in->devices, sizeof (nn_plan_device_t) * (size_t) in->devices_count);
     self->in.devices = self->devices;
+    if (in->codecs) {
+        self->codecs = nn_malloc (sizeof (nn_plan_codec_t) * (size_t) in->devices_count);
+        memcpy (self->codecs, in->codecs, sizeof (nn_plan_codec_t) * (size_t) in->devices_count);
+        self->in.codecs = self->codecs;
+    }
 
     int units = in->model.units_count;
     int *ns = nn_malloc (sizeof (int) * (size_t) in->batch_size);
@@ -818,7 +1027,7 @@ nn_plan_new (const nn_plan_input_t *in, char *err, size_t err_size)
         for (int p = 1; p < units; p++)
             for (int k = 0; k < ncount; k++) {
                 int i = (p - 1) * ncount + k;
-                s_fill (&self->in, d, p, ns[k], share, &c[i]);
+                s_fill (&self->in, d, p, ns[k], share, true, &c[i]);
                 if (s_allowed (in, &c[i]) && c[i].epoch_s < fastest)
                     fastest = c[i].epoch_s;
             }
@@ -846,6 +1055,7 @@ nn_plan_destroy (nn_plan_t **self_p)
     if (!self)
         return;
     nn_free (self->devices);
+    nn_free (self->codecs);
     nn_free (self->cand);
     nn_free (self->chosen);
     nn_free (self);

@@ -45,6 +45,20 @@
       weights up and receives them back: bytes/uplink + bytes/downlink + RTT.
       Rounds are barriers: an epoch is the sum over rounds of the slowest
       device's round.
+    - Codecs (nn_codec.h), per device and direction, when the input has
+      codecs: a micro-batch's activations go up as the codec's wire bytes
+      (nn_codec_wire_bytes; none: the f32 tensor as today) and the
+      gradients come down likewise. Encoding and decoding cost CPU at the
+      measured speed of the side that does it (float32 bytes per second of
+      one thread): the device encodes after each forward and decodes
+      before each backward; the server decodes before and encodes after
+      each step (times the share factor, like its other work). With
+      NN_PLAN_CODEC_AUTO a device's codec for that direction is chosen per
+      candidate (P, N): the pair with the smallest epoch estimate, and
+      among pairs within near_best of it the least lossy (none, fp16,
+      int8 in that order). auto never chooses topk: what top-k costs in
+      accuracy depends on the fraction and the model, which the estimate
+      cannot weigh; name it to use it.
 */
 #ifndef NN_PLAN_H_INCLUDED
 #define NN_PLAN_H_INCLUDED
@@ -52,9 +66,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "nn_codec.h"
 #include "nn_model.h"
 
 #define NN_PLAN_MAX_DEVICES 64
+//  A device's codec for a direction is the planner's to choose.
+#define NN_PLAN_CODEC_AUTO (-1)
 
 //  One side's cost of one split unit, all in seconds.
 typedef struct {
@@ -77,6 +94,9 @@ typedef struct {
     int units_count;                    //  U >= 2
     double out_bytes[NN_MAX_UNITS];     //  unit u's output activation (float32)
     double param_bytes[NN_MAX_UNITS];   //  unit u's weights slab (what aggregation sends)
+    int out_channels[NN_MAX_UNITS];     //  channels of unit u's output (its last axis:
+                                        //  int8's per-channel parameters); 0 = unknown,
+                                        //  counted as 1
     double input_bytes;                 //  the model's input (not sent; for reference)
     double label_bytes;                 //  labels, sent with every activation
 } nn_plan_model_t;
@@ -87,6 +107,26 @@ typedef struct {
     double downlink_Bps;        //  bytes/s server -> device (> 0)
     double rtt_s;               //  round-trip time (>= 0)
 } nn_plan_device_t;
+
+//  Codec speeds of one side, one thread: float32 bytes per second it
+//  encodes and decodes, per codec id (nn_profile_codecs measures them;
+//  pipelearn-bench-codec prints them). none's entries are not used (none
+//  is the f32 tensor, whose copy the estimate does not count). 0 = not
+//  measured: that work is taken as free, which auto refuses (see
+//  nn_plan_check).
+typedef struct {
+    double encode_Bps[NN_CODEC_COUNT];
+    double decode_Bps[NN_CODEC_COUNT];
+} nn_plan_codec_speed_t;
+
+//  One device's codecs.
+typedef struct {
+    int up;                         //  activations: NN_CODEC_NONE, _FP16, _INT8 or
+                                    //  NN_PLAN_CODEC_AUTO
+    int down;                       //  gradients: the same or NN_CODEC_TOPK
+    double topk_fraction;           //  down = topk: share of elements sent, (0, 1]
+    nn_plan_codec_speed_t speed;    //  the device's own codec speeds
+} nn_plan_codec_t;
 
 typedef struct {
     nn_plan_model_t model;
@@ -109,6 +149,9 @@ typedef struct {
                                     //  this many cores; 0 = each on its own hardware
     double host_copy_Bps;           //  with host_cores: bytes/s one core moves through
                                     //  the host's network stack (0 = moving is free)
+    const nn_plan_codec_t *codecs;  //  devices_count entries, borrowed (copied by
+                                    //  nn_plan_new); NULL = none both ways
+    nn_plan_codec_speed_t server_codec; //  one server worker's codec speeds
 } nn_plan_input_t;
 
 //  Per-iteration totals of one candidate (sums over the N micro-batches).
@@ -121,13 +164,17 @@ typedef struct {
     double device_update_s;
     double server_update_s;     //  after the share factor
     double latency_s;           //  RTT/2 each way, paid once on the critical path
-    double bytes_up;            //  activations + labels
-    double bytes_down;          //  gradients
+    double bytes_up;            //  activations (as the codec sends them) + labels
+    double bytes_down;          //  gradients (as the codec sends them)
+    double codec_s;             //  encode + decode, device and server (server's after
+                                //  the share factor); included in the times above
 } nn_plan_stages_t;
 
 typedef struct {
     int split_point;            //  P: units [0, P) on the device
     int micro_batches;          //  N
+    int codec_up;               //  nn_codec_id_t of the activations (the pin or auto's choice)
+    int codec_down;             //  nn_codec_id_t of the gradients
     double iteration_s;         //  estimated time of one iteration
     double aggregation_s;       //  one round's parameter exchange for this device
     double epoch_s;             //  iterations * iteration_s + rounds * aggregation_s
@@ -207,10 +254,16 @@ int nn_plan_micro_batch_set (const nn_plan_input_t *in, int *ns, int cap);
 //  One device's iteration time at (P, N) under the model above, with
 //  every server duration multiplied by server_share. stages may be NULL.
 //  in must pass nn_plan_check; P in 1..U-1, N >= 1 (programmer errors
-//  otherwise).
+//  otherwise). Codecs: the device's pinned ones, none for an auto
+//  direction (nn_plan_estimate_codecs takes them explicitly).
 double nn_plan_estimate (const nn_plan_input_t *in, int device, int split_point,
                          int micro_batches, double server_share,
                          nn_plan_stages_t *stages);
+//  The same with the codecs given: up none/fp16/int8, down none..topk
+//  (topk with the device's topk_fraction, which must be set).
+double nn_plan_estimate_codecs (const nn_plan_input_t *in, int device, int split_point,
+                                int micro_batches, double server_share, int codec_up,
+                                int codec_down, nn_plan_stages_t *stages);
 
 //  One FL iteration of a device: the whole model, whole batch, plus update.
 double nn_plan_estimate_fl (const nn_plan_input_t *in, int device);
@@ -218,6 +271,7 @@ double nn_plan_estimate_fl (const nn_plan_input_t *in, int device);
 //  One host (host_cores > 0): the CPU work of one iteration of every device
 //  at (P, N), the server's share included, divided by host_cores; P = U is
 //  FL (no server, nothing moved per iteration). 0 when host_cores is 0.
+//  Codecs: each device's pinned ones (none for auto).
 double nn_plan_host_floor (const nn_plan_input_t *in, int split_point, int micro_batches);
 
 //  One aggregation round's exchange for a device whose part is units
@@ -231,7 +285,8 @@ double nn_plan_aggregation_s (const nn_plan_input_t *in, int device, int units);
 //  model; equal to nn_plan_estimate up to rounding). pooled true: all D
 //  devices start together against W real workers, a replica on at most one
 //  worker at a time, idle workers taking replicas round-robin (srv_main's
-//  dispatch), no share factor. Writes each device's iteration time.
+//  dispatch), no share factor. Codecs: each device's pinned ones (none
+//  for auto). Writes each device's iteration time.
 void nn_plan_simulate_events (const nn_plan_input_t *in, const int *split_points,
                               const int *micro_batches, bool pooled,
                               double *iteration_s);

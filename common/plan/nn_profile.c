@@ -7,6 +7,7 @@
 #include "nn_rng.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,7 +28,9 @@ nn_profile_model_bytes (const nn_model_spec_t *spec, int batch_size,
     model->units_count = spec->units_count;
     const double f32 = (double) sizeof (float) * batch_size;
     for (int u = 0; u < spec->units_count; u++) {
-        model->out_bytes[u] = f32 * (double) nn_shape_size (nn_model_spec_unit_output (spec, u));
+        nn_shape_t out = nn_model_spec_unit_output (spec, u);
+        model->out_bytes[u] = f32 * (double) nn_shape_size (out);
+        model->out_channels[u] = out.c;
         //  A batch-1 model of the unit is enough to count its weights.
         nn_model_t *m = nn_model_new (spec, u, u + 1, 1, err, err_size);
         if (!m)
@@ -256,4 +259,62 @@ nn_profile_run (const nn_model_spec_t *spec, const nn_profile_args_t *args,
         }
     }
     return 0;
+}
+
+int
+nn_profile_codecs (const nn_codec_shape_t *shape, const nn_profile_args_t *args,
+                   nn_plan_codec_speed_t *speed, char *err, size_t err_size)
+{
+    assert (shape && args && speed);
+    if (!args->now)
+        return nn_errf (err, err_size, "profile: a clock is required");
+    uint64_t count = nn_codec_shape_count (shape);
+    if (count == 0 || count > (1u << 28))
+        return nn_errf (err, err_size, "profile: codec tensor of %llu elements; need "
+                        "1..2^28", (unsigned long long) count);
+    int iterations = args->iterations > 0 ? args->iterations : 5;
+    int warmup = args->warmup > 0 ? args->warmup : 1;
+    //  Activations as a ReLU leaves them: half zeros, half in (0, 2).
+    nn_rng_t rng;
+    nn_rng_seed (&rng, args->seed);
+    float *x = nn_malloc (sizeof (float) * count), *y = nn_malloc (sizeof (float) * count);
+    for (uint64_t i = 0; i < count; i++)
+        x[i] = nn_rng_below (&rng, 2) ? 2.0f * nn_rng_uniform (&rng) : 0.0f;
+    memset (speed, 0, sizeof *speed);
+    int rc = 0;
+    for (int c = NN_CODEC_FP16; c < NN_CODEC_COUNT && rc == 0; c++) {
+        //  topk at the fraction a gradient codec would use; the selection
+        //  dominates and barely depends on it.
+        nn_codec_params_t params = { .id = (nn_codec_id_t) c, .topk_fraction = 0.01 };
+        nn_codec_encoder_t *enc = nn_codec_encoder_new (&params, shape, err, err_size);
+        if (!enc) {
+            rc = -1;
+            break;
+        }
+        size_t bytes = nn_codec_encoder_bytes (enc);
+        uint8_t *wire = nn_malloc (bytes);
+        double best_enc = INFINITY, best_dec = INFINITY;
+        for (int i = 0; i < warmup + iterations && rc == 0; i++) {
+            double t0 = args->now (args->now_arg);
+            rc = nn_codec_encode (enc, wire, bytes, x, &rng, err, err_size);
+            double t1 = args->now (args->now_arg);
+            if (rc == 0)
+                rc = nn_codec_decode (y, wire, bytes, (nn_codec_id_t) c, shape, err, err_size);
+            double t2 = args->now (args->now_arg);
+            if (i >= warmup) {
+                best_enc = t1 - t0 < best_enc ? t1 - t0 : best_enc;
+                best_dec = t2 - t1 < best_dec ? t2 - t1 : best_dec;
+            }
+        }
+        //  The fastest run, as for the units; a clock too coarse to see it
+        //  gives 0 (not measured) rather than infinity.
+        double f32 = 4.0 * (double) count;
+        speed->encode_Bps[c] = best_enc > 0.0 && isfinite (best_enc) ? f32 / best_enc : 0.0;
+        speed->decode_Bps[c] = best_dec > 0.0 && isfinite (best_dec) ? f32 / best_dec : 0.0;
+        nn_free (wire);
+        nn_codec_encoder_destroy (&enc);
+    }
+    nn_free (x);
+    nn_free (y);
+    return rc;
 }

@@ -51,7 +51,7 @@ typedef struct {
 } nn_profile_report_t;
 
 //  Fill model with spec's transfer sizes for batch B: out_bytes from
-//  nn_model_spec_unit_output (float32), param_bytes from each unit's
+//  nn_model_spec_unit_output (float32), out_channels its last axis, param_bytes from each unit's
 //  weights slab (what aggregation sends), input and label (int32) bytes.
 //  -1 with a message if the spec or B is invalid.
 int nn_profile_model_bytes (const nn_model_spec_t *spec, int batch_size,
@@ -62,5 +62,14 @@ int nn_profile_model_bytes (const nn_model_spec_t *spec, int batch_size,
 int nn_profile_run (const nn_model_spec_t *spec, const nn_profile_args_t *args,
                     nn_plan_costs_t *costs, nn_plan_model_t *model,
                     nn_profile_report_t *report, char *err, size_t err_size);
+
+//  Measure this host's codec speeds (one thread) on a tensor of shape
+//  (activations as a ReLU leaves them): for fp16, int8 and topk, the
+//  fastest of args->iterations encodes and decodes after args->warmup,
+//  as float32 bytes per second. none is left 0 (not a codec's work). Uses
+//  args->now, seed, warmup and iterations only. -1 with a message if the
+//  shape is empty or larger than 2^28 elements.
+int nn_profile_codecs (const nn_codec_shape_t *shape, const nn_profile_args_t *args,
+                       nn_plan_codec_speed_t *speed, char *err, size_t err_size);
 
 #endif

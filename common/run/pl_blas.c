@@ -52,7 +52,7 @@ pl_blas_corename (void)
 //  libgomp's default wait policy spins idle threads for a long time; on a
 //  host shared with other processes (a server and its devices, a client
 //  and its I/O threads) the spinning steals the core the working thread
-//  needs: 4x slower at batch 100 here. A bounded spin keeps the fast
+//  needs (docs/architecture.md, "Measurements"). A bounded spin keeps the fast
 //  hand-off without the theft. Like OPENBLAS_CORETYPE, it is read when the
 //  library loads, so it is set by re-executing.
 #define S_GOMP_SPINCOUNT "100000"

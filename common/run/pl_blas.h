@@ -1,8 +1,8 @@
 /*  pl_blas.h: make OpenBLAS use the right kernels and thread count.
 
     OpenBLAS 0.3.21 (Debian 12) does not recognise some newer CPUs and falls
-    back to SSE3 ("Prescott") kernels, 3-5x slower than the AVX2/AVX-512
-    ones the CPU runs fine. The core is chosen when the library loads, from
+    back to SSE3 ("Prescott") kernels, several times slower than the
+    AVX2/AVX-512 ones the CPU runs fine (docs/architecture.md). The core is chosen when the library loads, from
     OPENBLAS_CORETYPE, so the fix is to re-execute the program once with
     that variable set. A user's own OPENBLAS_CORETYPE is always respected.
 */

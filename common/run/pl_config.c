@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "nn_alloc.h"
+#include "nn_model.h"
 
 #define S_MAX_FILE_SIZE (1024 * 1024)
 #define S_SEED_MAX 9007199254740992.0   //  2^53: every integer up to it is exact in a JSON number
@@ -42,14 +43,16 @@
 #define S_TIMEOUT_MAX   604800.0        //  a week, in seconds
 #define S_MBPS_MAX      1e6             //  1 Tbit/s
 #define S_RTT_MAX       600000.0        //  10 minutes, in ms
+#define S_PAD_MAX       1024            //  nn_dataset_pad's bound
 
 typedef enum {
     S_STRING,       //  char[] field, free text
     S_NAME,         //  char[] field holding one of choices' canonical values
-    S_PARTITION,    //  nn_partition_t, named by choices
+    S_ENUM,         //  an enum field (nn_partition_t, pl_mode_t), named by choices
     S_INT,          //  int in [min, max]
     S_DOUBLE,       //  double in min..max (open or closed ends)
     S_BOOL,
+    S_SWITCH,       //  int: 1 (true), 0 (false) or PL_AUTO (the string "auto")
     S_SEED          //  uint64_t in [0, 2^53]
 } s_kind_t;
 
@@ -57,11 +60,12 @@ typedef enum {
 #define S_MINUS_ONE 2u      //  S_INT: -1 is allowed besides [min, max]
 #define S_NONEMPTY  4u      //  S_STRING: "" is not allowed
 #define S_ENDPOINT  8u      //  S_STRING: must look like "transport://address"
+#define S_REGISTRY  16u     //  S_NAME: a model of nn_model_registry first
 
 typedef struct {
     const char *spelling;   //  normalised: lowercase, no '-', '_' or ' '
     const char *value;      //  canonical value; NULL = known but refused
-    int code;               //  S_PARTITION: the enum value
+    int code;               //  S_ENUM: the enum value
     const char *note;       //  why a refused value is refused
 } s_choice_t;
 
@@ -73,7 +77,7 @@ typedef struct {
     unsigned flags;
     double min, max;            //  S_INT, S_DOUBLE bounds
     bool min_open, max_open;    //  S_DOUBLE: bound excluded
-    const s_choice_t *choices;  //  S_NAME, S_PARTITION; ends with spelling NULL
+    const s_choice_t *choices;  //  S_NAME, S_ENUM; ends with spelling NULL
     const char *expect;         //  "an integer > 0": the form errors ask for
 } s_field_t;
 
@@ -91,15 +95,12 @@ typedef struct {
 
 #define S_AT(member) offsetof (pl_config_t, member), sizeof (((pl_config_t *) 0)->member)
 
+//  The models pipelearn builds are nn_model_registry's (S_REGISTRY); these
+//  are the reference's others, refused with a reason.
 static const s_choice_t s_models[] = {
-    { "vgg5", "vgg5", 0, NULL },
-    { "vgg5nobn", "vgg5-nobn", 0, NULL },
     { "vgg8", NULL, 0, "a reference model pipelearn does not implement" },
-    { "vgg11", NULL, 0, "a reference model pipelearn does not implement" },
     { "vgg16", NULL, 0, "a reference model pipelearn does not implement" },
-    { "resnet18", NULL, 0, "a reference model pipelearn does not implement" },
     { "resnet50", NULL, 0, "a reference model pipelearn does not implement" },
-    { "mobilenetsmall", NULL, 0, "a reference model pipelearn does not implement" },
     { "mobilenetlarge", NULL, 0, "a reference model pipelearn does not implement" },
     { NULL, NULL, 0, NULL }
 };
@@ -112,7 +113,7 @@ static const s_choice_t s_datasets[] = {
     { "synthetic", "synthetic", 0, NULL },
     { "cifar100", NULL, 0, "a reference dataset pipelearn does not read" },
     { "imagenet", NULL, 0, "a reference dataset pipelearn does not read" },
-    { "svhn", NULL, 0, "a reference dataset pipelearn does not read" },
+    { "svhn", "svhn", 0, NULL },
     { "coco", NULL, 0, "a reference dataset pipelearn does not read" },
     { NULL, NULL, 0, NULL }
 };
@@ -125,10 +126,10 @@ static const s_choice_t s_aggregations[] = {
 };
 
 static const s_choice_t s_modes[] = {
-    { "pipelearn", "pipelearn", 0, NULL },
-    { "sfl", "sfl", 0, NULL },
-    { "sl", "sl", 0, NULL },
-    { "fl", "fl", 0, NULL },
+    { "pipelearn", "pipelearn", PL_MODE_PIPELEARN, NULL },
+    { "sfl", "sfl", PL_MODE_SFL, NULL },
+    { "sl", "sl", PL_MODE_SL, NULL },
+    { "fl", "fl", PL_MODE_FL, NULL },
     { NULL, NULL, 0, NULL }
 };
 
@@ -144,9 +145,10 @@ static const s_field_t s_fields[] = {
     { .key = "experiment_name", .kind = S_STRING, S_AT (experiment_name),
       .flags = S_NONEMPTY, .expect = "a non-empty string of at most 63 bytes" },
     { .key = "model", .kind = S_NAME, S_AT (model), .choices = s_models,
-      .expect = "one of \"vgg5\", \"vgg5-nobn\"" },
+      .flags = S_REGISTRY, .expect = "a model name (pipelearn-train --list-models)" },
     { .key = "dataset", .kind = S_NAME, S_AT (dataset), .choices = s_datasets,
-      .expect = "one of \"fashion-mnist\", \"mnist\", \"cifar10\", \"synthetic\"" },
+      .expect = "one of \"fashion-mnist\", \"mnist\", \"cifar10\", \"svhn\", "
+                "\"synthetic\"" },
     { .key = "data_dir", .kind = S_STRING, S_AT (data_dir),
       .expect = "a string of at most 511 bytes (\"\" = the dataset's default directory)" },
     { .key = "samples", .kind = S_INT, S_AT (samples), .min = 0, .max = S_SAMPLES_MAX,
@@ -170,14 +172,18 @@ static const s_field_t s_fields[] = {
       .expect = "an integer from 0 to 2^53" },
     { .key = "threads", .kind = S_INT, S_AT (threads), .min = 0, .max = S_THREADS_MAX,
       .expect = "an integer from 0 to 256 (0 = all cores)" },
-    { .key = "augment", .kind = S_BOOL, S_AT (augment), .expect = "true or false" },
-    { .key = "flip", .kind = S_BOOL, S_AT (flip), .expect = "true or false" },
-    { .key = "partition", .kind = S_PARTITION, S_AT (partition), .choices = s_partitions,
+    { .key = "augment", .kind = S_SWITCH, S_AT (augment_setting),
+      .expect = "true, false or \"auto\" (the dataset's default)" },
+    { .key = "flip", .kind = S_SWITCH, S_AT (flip_setting),
+      .expect = "true, false or \"auto\" (the dataset's default)" },
+    { .key = "pad_to", .kind = S_INT, S_AT (pad_to), .min = 0, .max = S_PAD_MAX,
+      .expect = "an integer from 0 to 1024 (0 = images as stored)" },
+    { .key = "partition", .kind = S_ENUM, S_AT (partition), .choices = s_partitions,
       .expect = "one of \"contiguous\", \"iid\", \"dirichlet\"" },
     { .key = "dirichlet_alpha", .kind = S_DOUBLE, S_AT (dirichlet_alpha),
       .min = 0, .max = INFINITY, .min_open = true, .max_open = true,
       .expect = "a number > 0" },
-    { .key = "mode", .kind = S_NAME, S_AT (mode), .choices = s_modes,
+    { .key = "mode", .kind = S_ENUM, S_AT (mode), .choices = s_modes,
       .expect = "one of \"pipelearn\", \"sfl\", \"sl\", \"fl\"" },
     { .key = "devices", .kind = S_INT, S_AT (devices), .min = 1, .max = S_DEVICES_MAX,
       .expect = "an integer from 1 to 1024" },
@@ -289,17 +295,6 @@ static const s_refused_t s_refused[] = {
 };
 #define S_REFUSED_COUNT (sizeof s_refused / sizeof s_refused[0])
 
-//  Split units per model, for the split_point check. nn_model_spec_by_name
-//  is the source of truth; this copy lets a config be checked without
-//  building a spec (dataset shape unknown here) and must agree with it.
-static const struct {
-    const char *model;
-    int units;
-} s_model_units[] = {
-    { "vgg5", 5 },
-    { "vgg5-nobn", 5 },
-};
-
 //  ---------------------------------------------------------------------
 //  Small helpers
 
@@ -399,6 +394,12 @@ s_value_error (const char *source, const s_field_t *f, const s_alias_t *alias,
     s_render (got, sizeof got, item);
     if (!note && alias)
         note = alias->note;
+    char names [256], known [272];
+    if (!note && (f->flags & S_REGISTRY)) {
+        snprintf (known, sizeof known, "known: %s",
+                  nn_model_registry_names (names, sizeof names));
+        note = known;
+    }
     return nn_errf (err, err_size, "%s: %s: expected %s, got %s%s%s%s",
                     source, label, f->expect, got,
                     note ? " (" : "", note ? note : "", note ? ")" : "");
@@ -566,9 +567,15 @@ s_apply (pl_config_t *self, const s_field_t *f, const s_alias_t *alias,
             return 0;
         }
         case S_NAME:
-        case S_PARTITION: {
+        case S_ENUM: {
             if (!cJSON_IsString (item))
                 return s_value_error (source, f, alias, item, NULL, err, err_size);
+            const nn_model_entry_t *model = (f->flags & S_REGISTRY)
+                                            ? nn_model_registry_find (item->valuestring) : NULL;
+            if (model) {
+                s_store_string (target, f->size, model->name);
+                return 0;
+            }
             const s_choice_t *choice = s_choice_find (f->choices, item->valuestring);
             if (!choice || !choice->value)
                 return s_value_error (source, f, alias, item,
@@ -576,7 +583,7 @@ s_apply (pl_config_t *self, const s_field_t *f, const s_alias_t *alias,
             if (f->kind == S_NAME)
                 s_store_string (target, f->size, choice->value);
             else
-                *(nn_partition_t *) target = (nn_partition_t) choice->code;
+                *(int *) target = choice->code;
             return 0;
         }
         case S_INT: {
@@ -609,6 +616,16 @@ s_apply (pl_config_t *self, const s_field_t *f, const s_alias_t *alias,
             *(bool *) target = cJSON_IsTrue (item);
             return 0;
         }
+        case S_SWITCH: {
+            if (cJSON_IsString (item) && strcasecmp (item->valuestring, "auto") == 0)
+                *(int *) target = PL_AUTO;
+            else
+            if (cJSON_IsBool (item))
+                *(int *) target = cJSON_IsTrue (item);
+            else
+                return s_value_error (source, f, alias, item, NULL, err, err_size);
+            return 0;
+        }
         case S_SEED: {
             if (!cJSON_IsNumber (item) || !s_is_integral (item->valuedouble)
             || item->valuedouble < 0 || item->valuedouble > S_SEED_MAX)
@@ -619,6 +636,19 @@ s_apply (pl_config_t *self, const s_field_t *f, const s_alias_t *alias,
     }
     assert (false);
     return -1;
+}
+
+//  The training transform in force: "auto" takes the dataset's default
+//  (nn_dataset_augment_default), so "dataset": "cifar10" alone gives the
+//  reference's crop and flip, and the transform follows the dataset
+//  whichever order the keys come in.
+static void
+s_derive_transforms (pl_config_t *self)
+{
+    nn_augment_t preset = nn_dataset_augment_default (self->dataset);
+    self->augment = self->augment_setting == PL_AUTO ? preset.augment
+                                                     : self->augment_setting != 0;
+    self->flip = self->flip_setting == PL_AUTO ? preset.flip : self->flip_setting != 0;
 }
 
 //  Overlay the members of root onto self; self is untouched on failure.
@@ -671,6 +701,7 @@ s_overlay (pl_config_t *self, const cJSON *root, const char *source,
         }
         seen [index] = item;
     }
+    s_derive_transforms (&work);
     *self = work;
     return 0;
 }
@@ -697,11 +728,12 @@ pl_config_defaults (pl_config_t *self)
     self->weight_decay = 0;
     self->seed = 1;
     self->threads = 0;
-    self->augment = false;
-    self->flip = false;
+    self->augment_setting = PL_AUTO;
+    self->flip_setting = PL_AUTO;
+    self->pad_to = 0;
     self->partition = NN_PARTITION_CONTIGUOUS;
     self->dirichlet_alpha = 0.5;
-    s_store_string (self->mode, sizeof self->mode, "pipelearn");
+    self->mode = PL_MODE_PIPELEARN;
     self->devices = 2;
     self->split_point = 1;
     self->micro_batches = 4;
@@ -726,6 +758,7 @@ pl_config_defaults (pl_config_t *self)
     self->host_copy_mbps = 0.0;
     s_store_string (self->bind, sizeof self->bind, "tcp://*:5555");
     s_store_string (self->results_dir, sizeof self->results_dir, "results");
+    s_derive_transforms (self);
 }
 
 int
@@ -858,7 +891,7 @@ pl_config_set (pl_config_t *self, const char *assignment, char *err, size_t err_
     bool wants_string = index >= 0
                      && (s_fields [index].kind == S_STRING
                       || s_fields [index].kind == S_NAME
-                      || s_fields [index].kind == S_PARTITION);
+                      || s_fields [index].kind == S_ENUM);
     if (!value || (wants_string && !cJSON_IsString (value))) {
         cJSON_Delete (value);
         value = cJSON_CreateString (raw);
@@ -899,6 +932,10 @@ s_check_field (const pl_config_t *self, const s_field_t *f, const char *source,
                 for (const s_choice_t *c = f->choices; c->spelling; c++)
                     if (c->value && strcmp (c->value, text) == 0)
                         ok = true;
+                const nn_model_entry_t *model = (f->flags & S_REGISTRY)
+                                                ? nn_model_registry_find (text) : NULL;
+                if (model && strcmp (model->name, text) == 0)
+                    ok = true;
             }
             if ((f->flags & S_NONEMPTY) && text [0] == 0)
                 ok = false;
@@ -912,8 +949,8 @@ s_check_field (const pl_config_t *self, const s_field_t *f, const char *source,
             }
             return 0;
         }
-        case S_PARTITION: {
-            int code = (int) *(const nn_partition_t *) value;
+        case S_ENUM: {
+            int code = *(const int *) value;
             for (const s_choice_t *c = f->choices; c->spelling; c++)
                 if (c->code == code)
                     return 0;
@@ -938,6 +975,13 @@ s_check_field (const pl_config_t *self, const s_field_t *f, const char *source,
         }
         case S_BOOL:
             return 0;
+        case S_SWITCH: {
+            int v = *(const int *) value;
+            if (v == 0 || v == 1 || v == PL_AUTO)
+                return 0;
+            return nn_errf (err, err_size, "%s: %s: expected %s, got %d",
+                            source, f->key, f->expect, v);
+        }
         case S_SEED: {
             uint64_t v = *(const uint64_t *) value;
             if (v <= (uint64_t) S_SEED_MAX)
@@ -947,15 +991,6 @@ s_check_field (const pl_config_t *self, const s_field_t *f, const char *source,
         }
     }
     assert (false);
-    return -1;
-}
-
-static int
-s_units_of (const char *model)
-{
-    for (size_t i = 0; i < sizeof s_model_units / sizeof s_model_units [0]; i++)
-        if (strcmp (s_model_units [i].model, model) == 0)
-            return s_model_units [i].units;
     return -1;
 }
 
@@ -971,8 +1006,8 @@ pl_config_check (const pl_config_t *self, const char *source,
 
     //  "auto": pipelearn-server's planner picks the value (docs/planner.md);
     //  the range checks below apply to numbers only.
-    bool pipelearn = strcmp (self->mode, "pipelearn") == 0;
-    bool splits = strcmp (self->mode, "fl") != 0;
+    bool pipelearn = self->mode == PL_MODE_PIPELEARN;
+    bool splits = self->mode != PL_MODE_FL;
 
     //  Micro-batches only exist in pipelearn mode; elsewhere the value is
     //  unused and must not stop a run.
@@ -997,15 +1032,23 @@ pl_config_check (const pl_config_t *self, const char *source,
                         "cannot go on with more devices than it has)",
                         source, self->min_devices, self->devices);
 
+    int h, w, c;
+    if (self->pad_to > 0 && nn_dataset_shape (self->dataset, &h, &w, &c) == 0
+    &&  (self->pad_to < h || self->pad_to < w))
+        return nn_errf (err, err_size,
+                        "%s: pad_to, dataset: %s's images are %dx%d, pad_to %d would "
+                        "crop them (need pad_to 0 or >= %d)", source, self->dataset, h, w,
+                        self->pad_to, h > w ? h : w);
+
     //  FL trains the whole model on each device: no split point.
     if (splits) {
-        int units = s_units_of (self->model);
-        assert (units > 1);     //  every model s_models accepts is in s_model_units
+        int units = nn_model_registry_units (self->model);
+        assert (units > 1);     //  the model field holds registry names only
         if (self->split_point != PL_AUTO && self->split_point > units - 1)
             return nn_errf (err, err_size,
                             "%s: split_point, model: %s has %d split units, so split_point "
                             "must be in 1..%d in mode %s, got %d",
-                            source, self->model, units, units - 1, self->mode,
+                            source, self->model, units, units - 1, pl_mode_name (self->mode),
                             self->split_point);
     }
     return 0;
@@ -1042,10 +1085,10 @@ pl_config_to_json (const pl_config_t *self)
             case S_NAME:
                 added = cJSON_AddStringToObject (json, f->key, value);
                 break;
-            case S_PARTITION: {
+            case S_ENUM: {
                 const char *name = NULL;
                 for (const s_choice_t *c = f->choices; c->spelling; c++)
-                    if (c->code == (int) *(const nn_partition_t *) value)
+                    if (c->code == *(const int *) value)
                         name = c->value;
                 assert (name);  //  an out-of-range enum is a programmer error
                 added = cJSON_AddStringToObject (json, f->key, name);
@@ -1065,6 +1108,12 @@ pl_config_to_json (const pl_config_t *self)
             case S_BOOL:
                 added = cJSON_AddBoolToObject (json, f->key, *(const bool *) value);
                 break;
+            case S_SWITCH: {
+                int v = *(const int *) value;
+                added = v == PL_AUTO ? cJSON_AddStringToObject (json, f->key, "auto")
+                                     : cJSON_AddBoolToObject (json, f->key, v != 0);
+                break;
+            }
             case S_SEED:
                 added = s_add_number (json, f->key, (double) *(const uint64_t *) value);
                 break;

@@ -17,13 +17,15 @@
 #include <cJSON.h>
 
 #include "nn_dataset.h"
+#include "pl_mode.h"
 
-#define PL_AUTO (-1)    //  split_point / micro_batches chosen by the planner
+#define PL_AUTO (-1)    //  split_point / micro_batches chosen by the planner;
+                        //  augment / flip chosen by the dataset
 
 typedef struct {
     char experiment_name[64];   //  "pipelearn"
     char model[32];             //  "vgg5" | "vgg5-nobn"
-    char dataset[32];           //  "fashion-mnist" | "mnist" | "cifar10" | "synthetic"
+    char dataset[32];           //  "fashion-mnist" | "mnist" | "cifar10" | "svhn" | "synthetic"
     char data_dir[512];         //  "" = dataset default (/usr/share/datasets/fashion-mnist)
     int samples;                //  training samples used in total; 0 = all
     int test_samples;           //  0 = all
@@ -34,12 +36,19 @@ typedef struct {
     double weight_decay;        //  0
     uint64_t seed;              //  1
     int threads;                //  0 = number of cores
-    bool augment;               //  false (random crop pad 4)
-    bool flip;                  //  false (horizontal flip when augmenting)
+    //  The "augment" and "flip" keys: 1, 0 or PL_AUTO (the default: the
+    //  dataset's choice, nn_dataset_augment_default).
+    int augment_setting;
+    int flip_setting;
+    //  In force, derived from the two above and dataset whenever the
+    //  config is overlaid: what a training loop reads.
+    bool augment;               //  random crop with 4-pixel padding
+    bool flip;                  //  horizontal flip when augmenting
+    int pad_to;                 //  0; > 0: images padded to pad_to x pad_to (nn_dataset_pad)
     nn_partition_t partition;   //  contiguous
     double dirichlet_alpha;     //  0.5
     //  Daemons (issue: server and client).
-    char mode[16];              //  "pipelearn" | "sfl" | "sl" | "fl"
+    pl_mode_t mode;             //  "pipelearn" | "sfl" | "sl" | "fl" in a file
     int devices;                //  2
     int split_point;            //  1, or PL_AUTO
     int micro_batches;          //  4, or PL_AUTO

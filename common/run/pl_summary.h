@@ -13,6 +13,10 @@
 #include <stddef.h>
 
 #include "pl_config.h"
+//  Results files (pl_write_file_atomic, pl_mkdirs) and the process's peak
+//  RSS, which summary.json reports, for the summary's users.
+#include "pl_files.h"
+#include "pl_proc.h"
 
 typedef struct {
     int epoch;                  //  1-based
@@ -48,30 +52,5 @@ int pl_summary_write (pl_summary_t *self, const char *dir, char *err, size_t err
 typedef void (pl_summary_listener_fn) (void *arg, const cJSON *root);
 void pl_summary_set_listener (pl_summary_t *self, pl_summary_listener_fn *fn, void *arg);
 
-//  Peak resident set size of this process, in KiB.
-long pl_peak_rss_kb (void);
-//  Keep message-sized buffers (0.1-8 MiB, one or two per message) in
-//  glibc's heap and reuse them: below 8 MiB nothing is mmapped, and up to
-//  32 MiB of free heap top is kept rather than trimmed. A fresh mapping per
-//  message page-faults on every page it touches: with a fixed 256 KiB
-//  threshold, loopback pipelearn (1 GB per epoch) spent 2.5x the trainer's
-//  epoch time, most of it in faults (11.0 -> 4.5 s per epoch with reuse).
-//  At most two arenas bound what the threads can hold. Call first in main.
-void pl_memory_setup (void);
-//  mkdir -p; 0 or -1 with a message.
-int pl_mkdirs (const char *path, char *err, size_t err_size);
-//  Longest a results write waits for a file descriptor (pl_fd_wait).
-#define PL_FD_WAIT_S 10.0
-//  After an open/mkstemp that failed: true when it failed for want of a
-//  file descriptor (EMFILE, ENFILE) and *deadline (a pl_monotonic second;
-//  0 sets it PL_FD_WAIT_S ahead) has not passed, after a short sleep: try
-//  again. Connections that never finish their handshake hold descriptors
-//  until libzmq closes them (ZMQ_HANDSHAKE_IVL); a result waits for that
-//  rather than being lost. errno is kept.
-bool pl_fd_wait (double *deadline);
-//  Write a whole file atomically (temporary file, fsync, rename); waits
-//  for a file descriptor as pl_fd_wait says.
-int pl_write_file_atomic (const char *path, const char *data, size_t size,
-                          char *err, size_t err_size);
 
 #endif

@@ -21,29 +21,6 @@ struct _pl_timeline_t {
     void *listener_arg;
 };
 
-double
-pl_wall_clock (void)
-{
-    struct timespec ts;
-    clock_gettime (CLOCK_REALTIME, &ts);
-    return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-double
-pl_monotonic_clock (void *arg)
-{
-    (void) arg;
-    return pl_monotonic ();
-}
-
-double
-pl_monotonic (void)
-{
-    struct timespec ts;
-    clock_gettime (CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 pl_timeline_t *
 pl_timeline_new (double origin)
 {

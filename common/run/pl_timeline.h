@@ -9,6 +9,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+//  The clocks (pl_wall_clock, pl_monotonic) live in common/base; included
+//  here for the timeline's users, who take its times from them.
+#include "pl_clock.h"
+
 typedef struct {
     char who[16];           //  "server", "device0", ...
     char stage[16];         //  "forward", "backward", "upload", "server", ...
@@ -47,11 +51,5 @@ int pl_timeline_write_csv (const pl_timeline_t *self, const char *path, bool app
 //  not parse are dropped. 1 when the file was there (append to it from now
 //  on), 0 when there is none, -1 with a message.
 int pl_timeline_csv_keep_before (const char *path, int epoch, char *err, size_t err_size);
-//  Seconds since the epoch on CLOCK_REALTIME.
-double pl_wall_clock (void);
-//  Seconds on CLOCK_MONOTONIC, for durations.
-double pl_monotonic (void);
-//  pl_monotonic as a clock callback (nn_profile_args_t.now); arg unused.
-double pl_monotonic_clock (void *arg);
 
 #endif

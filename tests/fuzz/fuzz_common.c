@@ -8,7 +8,6 @@
 
 #include "nn_alloc.h"
 #include "nn_rng.h"
-#include "proto_tensor.h"     //  proto_limits_frame_bytes, as srv_main.c uses it
 
 void
 fuzz_die (const char *fmt, ...)
@@ -31,7 +30,7 @@ fuzz_verbose (void)
     return verbose;
 }
 
-//  The default run of configs/pipelearn.json, as srv_main.c / cli_main.c
+//  The default run of configs/pipelearn.json, as srv_setup.c / cli_main.c
 //  derive their limits from it.
 #define S_BATCH 100
 #define S_MICRO 4

@@ -12,6 +12,9 @@
       model the file is loaded into (fuzz_ckpt_models), bit 2 asks the
       harness to rewrite the last 32 bytes as the correct BLAKE2b-256 of
       the rest, so mutations get past the checksum to the table parser.
+    fuzz_codec: [codec u8][n u8][h u8][w u8][c u8][payload]: the codec
+      the receiver expects (mod 4) and its expected shape, each dim
+      (byte mod 8) + 1; the rest is the codec payload (PROTOCOL.md Codecs).
     fuzz_config: the bytes are the config text, as pl_config_load reads a
       file (a NUL byte or more than 1 MiB is refused before parsing).
 
@@ -28,6 +31,9 @@
 
 #include "nn_model.h"
 #include "proto_msg.h"
+
+//  fuzz_codec's prefix: the expected codec and four dims.
+#define FUZZ_CODEC_PREFIX 5
 
 //  More than any message type has (PROTO_MAX_FRAMES), so "too many
 //  frames" is reachable.

@@ -45,7 +45,7 @@ s_other_base (pl_config_t *cfg)
         " \"data_dir\": \"/nowhere\", \"samples\": 7777, \"test_samples\": 333,"
         " \"batch_size\": 77, \"epochs\": 9, \"learning_rate\": 0.5, \"momentum\": 0.25,"
         " \"weight_decay\": 0.125, \"seed\": 99, \"threads\": 3, \"augment\": true,"
-        " \"flip\": true, \"partition\": \"dirichlet\", \"dirichlet_alpha\": 2.5,"
+        " \"flip\": true, \"pad_to\": 40, \"partition\": \"dirichlet\", \"dirichlet_alpha\": 2.5,"
         " \"mode\": \"sl\", \"devices\": 5, \"split_point\": 3, \"micro_batches\": 7,"
         " \"aggregation_frequency\": 11, \"min_devices\": 2, \"device_timeout_s\": 12.5,"
         " \"round_timeout_s\": 99, \"bind\": \"ipc://other\","

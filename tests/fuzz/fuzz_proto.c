@@ -19,7 +19,6 @@
 
 #include "fuzz_common.h"
 #include "proto_msg.h"
-#include "proto_tensor.h"     //  proto_limits_frame_bytes, as the daemons use it
 
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
 
@@ -131,10 +130,10 @@ s_touch (const proto_msg_t *msg)
     }
     if (type == PROTO_MSG_ERROR)
         isink += (unsigned) strlen (proto_msg_error_text (msg));
-    for (int mode = PROTO_MODE_FL; mode <= PROTO_MODE_PIPELEARN; mode++)
+    for (int mode = PL_MODE_FL; mode <= PL_MODE_PIPELEARN; mode++)
         for (int state = PROTO_STATE_CONNECTING; state <= PROTO_STATE_CLOSED; state++)
             for (int dir = PROTO_UP; dir <= PROTO_DOWN; dir++)
-                if (proto_msg_allowed ((proto_mode_t) mode, (proto_state_t) state, msg,
+                if (proto_msg_allowed ((pl_mode_t) mode, (proto_state_t) state, msg,
                                        (proto_dir_t) dir))
                     isink += (unsigned) proto_state_next ((proto_state_t) state, type,
                                                      (proto_dir_t) dir);

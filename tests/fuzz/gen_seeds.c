@@ -27,6 +27,7 @@
 #include "fuzz_common.h"
 #include "nn_alloc.h"
 #include "nn_checkpoint.h"
+#include "nn_codec.h"
 #include "pl_config.h"
 
 static const char *s_out;
@@ -143,11 +144,11 @@ s_proto_seeds (void)
     msg = proto_msg_new (PROTO_MSG_WELCOME);
     if (proto_msg_set_config (msg, text, strlen (text)))
         fuzz_die ("welcome config");
-    proto_plan_t plan = { .device_id = 1, .split_point = 1, .micro_batches = 4,
-                          .batch_size = 100, .devices = 2, .mode = PROTO_MODE_PIPELEARN,
+    proto_assign_t plan = { .device_id = 1, .split_point = 1, .micro_batches = 4,
+                          .batch_size = 100, .devices = 2, .mode = PL_MODE_PIPELEARN,
                           .shard_begin = 10000, .shard_count = 10000, .seed = 2,
                           .origin_s = 1700000000.5 };
-    proto_msg_set_plan (msg, &plan);
+    proto_msg_set_assign (msg, &plan);
     s_proto_seed ("welcome-client", FUZZ_PATH_CLIENT, FUZZ_PROFILE_NONE, NULL, msg);
     cJSON_free (text);
     cJSON_Delete (json);
@@ -218,7 +219,7 @@ s_proto_seeds (void)
     s_proto_seed ("probe-client", FUZZ_PATH_CLIENT, FUZZ_PROFILE_CLIENT, NULL, msg);
     msg = proto_msg_new (PROTO_MSG_PLAN);
     plan.micro_batches = 10;
-    proto_msg_set_plan (msg, &plan);
+    proto_msg_set_assign (msg, &plan);
     s_proto_seed ("plan-client", FUZZ_PATH_CLIENT, FUZZ_PROFILE_CLIENT, NULL, msg);
 
     msg = proto_msg_new (PROTO_MSG_ERROR);
@@ -327,6 +328,48 @@ s_checkpoint_seeds (void)
     rmdir (tmpdir);
 }
 
+//  One valid payload per codec for two shapes (fuzz_codec's layout:
+//  dims stored as dim - 1, which the harness maps back with mod 8 + 1).
+static void
+s_codec_seeds (void)
+{
+    s_mkdir ("codec");
+    nn_codec_shape_t shapes[2] = { { 2, 3, 3, 4 }, { 1, 1, 1, 8 } };
+    nn_codec_params_t params[5] = { { .id = NN_CODEC_NONE }, { .id = NN_CODEC_FP16 },
+                                    { .id = NN_CODEC_INT8 },
+                                    { .id = NN_CODEC_INT8, .stochastic = true },
+                                    { .id = NN_CODEC_TOPK, .topk_fraction = 0.25 } };
+    nn_rng_t rng;
+    nn_rng_seed (&rng, 3);
+    for (int s = 0; s < 2; s++)
+        for (int p = 0; p < 5; p++) {
+            char err[NN_ERR_SIZE];
+            nn_codec_encoder_t *enc = nn_codec_encoder_new (&params[p], &shapes[s], err,
+                                                            sizeof err);
+            if (!enc)
+                fuzz_die ("codec seed: %s", err);
+            size_t count = (size_t) nn_codec_shape_count (&shapes[s]);
+            float *x = s_floats (count, 3.0f);
+            size_t bytes = nn_codec_encoder_bytes (enc);
+            uint8_t *buf = nn_malloc (bytes);
+            if (nn_codec_encode (enc, buf, bytes, x, &rng, err, sizeof err))
+                fuzz_die ("codec seed: %s", err);
+            char name[64];
+            snprintf (name, sizeof name, "%s%s-%d", nn_codec_name (params[p].id),
+                      params[p].stochastic ? "-stochastic" : "", s);
+            FILE *f = s_open ("codec", name);
+            uint8_t prefix[FUZZ_CODEC_PREFIX] = {
+                (uint8_t) params[p].id, (uint8_t) (shapes[s].n - 1), (uint8_t) (shapes[s].h - 1),
+                (uint8_t) (shapes[s].w - 1), (uint8_t) (shapes[s].c - 1) };
+            fwrite (prefix, 1, sizeof prefix, f);
+            fwrite (buf, 1, bytes, f);
+            fclose (f);
+            nn_free (buf);
+            nn_free (x);
+            nn_codec_encoder_destroy (&enc);
+        }
+}
+
 int
 main (int argc, char **argv)
 {
@@ -340,5 +383,6 @@ main (int argc, char **argv)
     s_proto_seeds ();
     s_config_seeds (argv[2]);
     s_checkpoint_seeds ();
+    s_codec_seeds ();
     return 0;
 }

@@ -78,7 +78,8 @@ def timeline_rows(epochs, iterations, micro, server_s):
 
 
 def make_run(lab_dir, name, mode, profile, repeat, epochs=None, micro=4, split=1,
-             server_iter_s=(0.02, 0.02), iterations=10, failed=False, lab_extra=None):
+             server_iter_s=(0.02, 0.02), iterations=10, failed=False, lab_extra=None,
+             model=None):
     d = os.path.join(lab_dir, "runs", name)
     os.makedirs(d)
     up, down, delay, jitter, loss = PROFILES[profile]
@@ -95,6 +96,8 @@ def make_run(lab_dir, name, mode, profile, repeat, epochs=None, micro=4, split=1
     s = template_summary()
     s["config"] = copy.deepcopy(s["config"])
     s["config"].update(mode=mode, split_point=split, micro_batches=micro, epochs=len(epochs))
+    if model:
+        s["config"]["model"] = model
     s["epochs"] = epochs
     with open(os.path.join(d, "summary.json"), "w") as f:
         json.dump(s, f)
@@ -495,9 +498,102 @@ def t_png(ctx):
     return None
 
 
+def build_models(lab_dir):
+    """Two models, as the paper's figures: fl, sfl and pipelearn at 4g for
+    vgg5 and resnet18 (epochs 30/20/10 and 90/40/8 s), pipelearn at wifi
+    for resnet18 only, and a failed resnet18 sfl at wifi (its model only
+    in lab.json, as pipelearn-lab writes it)."""
+    MB = 1e6
+    devs = lambda idle: [device(0, 2.0, 1.5, 0.5, idle, 10 * MB, 20 * MB),  # noqa: E731
+                         device(1, 2.5, 2.0, 0.5, idle, 10 * MB, 20 * MB)]
+    for model, prefix, times in (("resnet18", "resnet18-", (90.0, 40.0, 8.0)),
+                                 ("vgg5", "vgg5-", (30.0, 20.0, 10.0))):
+        for (mode, micro, split, srv), wall, srv_idle in zip(
+                (("fl", 1, 5, ()), ("sfl", 1, 1, (0.2, 0.2)), ("pipelearn", 4, 1, (0.02, 0.02))),
+                times, (0.0, 6.0, 1.0)):
+            make_run(lab_dir, "%s%s-4g-r1" % (prefix, mode), mode, "4g", 1,
+                     [epoch(1, wall, 0.0 if mode == "fl" else 4.0, 0 if mode == "fl" else 2,
+                            srv_idle, devs(wall / 10))],
+                     micro=micro, split=split, server_iter_s=srv, model=model,
+                     lab_extra={"model": model})
+    make_run(lab_dir, "resnet18-pipelearn-wifi-r1", "pipelearn", "wifi", 1,
+             [epoch(1, 5.0, 4.0, 2, 0.5, devs(0.5))], model="resnet18",
+             lab_extra={"model": "resnet18"})
+    make_run(lab_dir, "resnet18-sfl-wifi-r1", "sfl", "wifi", 1, failed=True,
+             lab_extra={"model": "resnet18", "device_cpu_pct": [10, 50]})
+
+
+def t_models(ctx):
+    lab = ctx.lab + "-models"
+    build_models(lab)
+    rc, out, err = run_report(lab)
+    assert rc == 0, err
+    rows = read_csv(os.path.join(lab, "comparison.csv"))
+    keys = [(r["model"], r["mode"], r["profile"]) for r in rows]
+    assert keys == [("vgg5", "fl", "4g"), ("vgg5", "sfl", "4g"), ("vgg5", "pipelearn", "4g"),
+                    ("resnet18", "fl", "4g"), ("resnet18", "sfl", "4g"),
+                    ("resnet18", "pipelearn", "4g"), ("resnet18", "sfl", "wifi"),
+                    ("resnet18", "pipelearn", "wifi")], keys
+    by = {k: r for k, r in zip(keys, rows)}
+    # Speedups compare modes of the same model.
+    close(by[("vgg5", "pipelearn", "4g")]["speedup_vs_fl"], 3.0, "vgg5 vs fl")
+    close(by[("vgg5", "pipelearn", "4g")]["speedup_vs_sfl"], 2.0, "vgg5 vs sfl")
+    close(by[("resnet18", "pipelearn", "4g")]["speedup_vs_fl"], 90.0 / 8.0, "resnet18 vs fl")
+    close(by[("resnet18", "pipelearn", "4g")]["speedup_vs_sfl"], 5.0, "resnet18 vs sfl")
+    assert (by[("resnet18", "sfl", "wifi")]["runs_failed"]) == "1"
+    empty(by[("resnet18", "pipelearn", "wifi")]["speedup_vs_sfl"], "no sfl at wifi")
+    runs = {r["run"]: r for r in read_csv(os.path.join(lab, "runs.csv"))}
+    assert runs["resnet18-sfl-wifi-r1"]["model"] == "resnet18", runs["resnet18-sfl-wifi-r1"]
+
+    # Figure 2: one epoch-time panel per model, vgg5 first (the paper's order).
+    root = svg_root(os.path.join(lab, "epoch_time.svg"))
+    panels = find_all(root, "g", **{"class": "panel"})
+    assert [(p.get("data-model"), p.get("data-metric")) for p in panels] == \
+        [("vgg5", "epoch_s"), ("resnet18", "epoch_s")], panels
+    vals = [{(b.get("data-group"), b.get("data-mode")): float(b.get("data-value"))
+             for b in p.iter(SVG_NS + "rect") if b.get("class") == "bar"} for p in panels]
+    assert vals[0] == {("4g", "fl"): 30.0, ("4g", "sfl"): 20.0, ("4g", "pipelearn"): 10.0}, vals[0]
+    assert vals[1] == {("4g", "fl"): 90.0, ("4g", "sfl"): 40.0, ("4g", "pipelearn"): 8.0,
+                       ("wifi", "pipelearn"): 5.0}, vals[1]
+    titles = [t.text for t in root.iter(SVG_NS + "text")]
+    assert any(t and "resnet18" in t for t in titles), titles
+    missing = {(t.get("data-group"), t.get("data-mode"), t.text)
+               for t in panels[1].iter(SVG_NS + "text") if t.get("class") == "missing"}
+    assert ("wifi", "sfl", "failed") in missing, missing
+    # Panels do not overlap: the second starts below the first.
+    ys = [min(float(b.get("y")) for b in p.iter(SVG_NS + "rect") if b.get("class") == "bar")
+          for p in panels]
+    assert ys[1] > 390 > ys[0], ys
+
+    # Figure 3: server and device idle per model.
+    root = svg_root(os.path.join(lab, "idle.svg"))
+    panels = find_all(root, "g", **{"class": "panel"})
+    assert [(p.get("data-model"), p.get("data-metric")) for p in panels] == \
+        [("vgg5", "server_idle_s"), ("vgg5", "device_idle_s"),
+         ("resnet18", "server_idle_s"), ("resnet18", "device_idle_s")], panels
+    server = {b.get("data-mode"): float(b.get("data-value"))
+              for b in panels[2].iter(SVG_NS + "rect") if b.get("class") == "bar"
+              and b.get("data-group") == "4g"}
+    assert server == {"sfl": 6.0, "pipelearn": 1.0}, server
+    device_idle = {b.get("data-mode"): float(b.get("data-value"))
+                   for b in panels[3].iter(SVG_NS + "rect") if b.get("class") == "bar"
+                   and b.get("data-group") == "4g"}
+    assert device_idle == {"fl": 9.0, "sfl": 4.0, "pipelearn": 0.8}, device_idle
+
+    with open(os.path.join(lab, "comparison.md"), encoding="utf-8") as f:
+        md = f.read()
+    assert "| model | profile | mode |" in md, md[:800]
+    # Unequal devices' quotas, in device order, beside the equal ones.
+    assert "device CPU 25, 10/50% of a core" in md, md[:400]
+    assert "| resnet18 | 4g | pipelearn | 1 | 8.00 | 11.25x | 5.00x |" in md, md
+    assert "- resnet18 4g: **pipelearn** (8.00 s)" in md, md
+    assert "- vgg5 4g: **pipelearn** (10.00 s)" in md, md
+    return None
+
+
 TESTS = [t_exit_and_outputs, t_csv_rows, t_csv_pipelearn_4g, t_csv_other_rows,
          t_runs_csv_and_md_failed, t_epoch_time_svg, t_idle_svg, t_gantt_default,
-         t_gantt_options, t_real_timeline, t_demo_if_present, t_robustness, t_png]
+         t_gantt_options, t_real_timeline, t_demo_if_present, t_robustness, t_png, t_models]
 
 
 def main():

@@ -1,5 +1,6 @@
 """The report's SVG charts: epoch time and idle time as grouped bars (one
-group per profile, one bar per mode), and a pipeline timeline (Gantt) of
+group per profile, one bar per mode, one panel per model: the paper's
+Figures 2 and 3), and a pipeline timeline (Gantt) of
 one run, drawn from its timeline.csv like Figure 1 of the PipeLearn paper.
 
 Elements carry class and data-* attributes (bar, lane, data-mode,
@@ -149,61 +150,88 @@ def _chart_width(groups, series):
     return int(max(640, 110 + len(groups) * (len(series) * 62 + 40)))
 
 
+def _models(rows):
+    """The rows' models in row order (aggregate sorts them as the paper does)."""
+    return list(dict.fromkeys(r.get("model") or "unknown" for r in rows)) or ["unknown"]
+
+
+def _model_title(model, models):
+    """': vgg5' after a panel's title, unless the model is unknown and alone."""
+    return "" if model == "unknown" and len(models) == 1 else ": " + model
+
+
 def epoch_time_svg(rows, groups, series, profile_notes):
-    by = {(r["profile"], r["mode"]): r for r in rows}
+    """Figure 2 of the paper: epoch time per mode (bars) per profile (groups),
+    one panel per model, stacked."""
+    models = _models(rows)
     colours = colour_map(series, MODE_COLOURS)
     width = _chart_width(groups, series)
-    svg = Svg(width, 440, title="Epoch time per mode and profile")
+    panel_h = 390
+    height = panel_h * len(models) + 50
+    svg = Svg(width, height, title="Epoch time per mode and profile")
+    for i, model in enumerate(models):
+        by = {(r["profile"], r["mode"]): r for r in rows if (r.get("model") or "unknown") == model}
 
-    def get(g, s, k):
-        r = by.get((g, s))
-        return r.get(k) if r else None
+        def get(g, s, k, by=by):
+            r = by.get((g, s))
+            return r.get(k) if r else None
 
-    bar_panel(svg, (0, 0, width, 390), groups, series, colours,
-              lambda g, s: get(g, s, "epoch_s"),
-              "Epoch time per mode and network profile (median over repeats)",
-              "epoch time (s)",
-              spread=lambda g, s: (get(g, s, "epoch_s_min"), get(g, s, "epoch_s_max"))
-              if get(g, s, "runs_ok") and get(g, s, "runs_ok") > 1 else None,
-              mark=lambda g, s: get(g, s, "lower_bound_s"),
-              missing=lambda g, s: "failed" if get(g, s, "runs_failed") else None,
-              group_notes=profile_notes)
+        svg.open("g", class_="panel", data_metric="epoch_s", data_model=model)
+        bar_panel(svg, (0, i * panel_h, width, panel_h), groups, series, colours,
+                  lambda g, s, get=get: get(g, s, "epoch_s"),
+                  "Epoch time per mode and network profile%s (median over repeats)"
+                  % _model_title(model, models),
+                  "epoch time (s)",
+                  spread=lambda g, s, get=get: (get(g, s, "epoch_s_min"), get(g, s, "epoch_s_max"))
+                  if get(g, s, "runs_ok") and get(g, s, "runs_ok") > 1 else None,
+                  mark=lambda g, s, get=get: get(g, s, "lower_bound_s"),
+                  missing=lambda g, s, get=get: "failed" if get(g, s, "runs_failed") else None,
+                  group_notes=profile_notes)
+        svg.close("g")
     items = [(s, colours[s], "box") for s in series]
     items.append(("lower bound", "#000", "mark"))
     if any((r.get("runs_ok") or 0) > 1 for r in rows):
         items.append(("min-max over repeats", "#222", "whisker"))
-    _legend(svg, width / 2, 420, items)
+    _legend(svg, width / 2, height - 20, items)
     return svg.to_string()
 
 
 def idle_svg(rows, groups, series, profile_notes):
-    by = {(r["profile"], r["mode"]): r for r in rows}
+    """Figure 3 of the paper: server and device idle time per mode per
+    profile, one pair of panels (server above device) per model."""
+    models = _models(rows)
     colours = colour_map(series, MODE_COLOURS)
     width = _chart_width(groups, series)
-    svg = Svg(width, 740, title="Idle time per mode and profile")
+    pair_h = 700
+    height = pair_h * len(models) + 40
+    svg = Svg(width, height, title="Idle time per mode and profile")
+    for i, model in enumerate(models):
+        by = {(r["profile"], r["mode"]): r for r in rows if (r.get("model") or "unknown") == model}
+        y0 = i * pair_h
 
-    def get(g, s, k):
-        r = by.get((g, s))
-        return r.get(k) if r else None
+        def get(g, s, k, by=by):
+            r = by.get((g, s))
+            return r.get(k) if r else None
 
-    def failed(g, s):
-        if get(g, s, "runs_ok"):
-            return "n/a"        # e.g. fl's server: no compute workers
-        return "failed" if get(g, s, "runs_failed") else None
+        def failed(g, s, get=get):
+            if get(g, s, "runs_ok"):
+                return "n/a"        # e.g. fl's server: no compute workers
+            return "failed" if get(g, s, "runs_failed") else None
 
-    svg.open("g", class_="panel", data_metric="server_idle_s")
-    bar_panel(svg, (0, 0, width, 340), groups, series, colours,
-              lambda g, s: get(g, s, "server_idle_s"),
-              "Server idle per epoch (summed over the server's workers)",
-              "server idle (s)", missing=failed, group_notes=profile_notes)
-    svg.close("g")
-    svg.open("g", class_="panel", data_metric="device_idle_s")
-    bar_panel(svg, (0, 350, width, 340), groups, series, colours,
-              lambda g, s: get(g, s, "device_idle_s"),
-              "Device idle per epoch (mean over devices)",
-              "device idle (s)", missing=failed, group_notes=profile_notes)
-    svg.close("g")
-    _legend(svg, width / 2, 720, [(s, colours[s], "box") for s in series])
+        title = _model_title(model, models)
+        svg.open("g", class_="panel", data_metric="server_idle_s", data_model=model)
+        bar_panel(svg, (0, y0, width, 340), groups, series, colours,
+                  lambda g, s, get=get: get(g, s, "server_idle_s"),
+                  "Server idle per epoch%s (summed over the server's workers)" % title,
+                  "server idle (s)", missing=failed, group_notes=profile_notes)
+        svg.close("g")
+        svg.open("g", class_="panel", data_metric="device_idle_s", data_model=model)
+        bar_panel(svg, (0, y0 + 350, width, 340), groups, series, colours,
+                  lambda g, s, get=get: get(g, s, "device_idle_s"),
+                  "Device idle per epoch%s (mean over devices)" % title,
+                  "device idle (s)", missing=failed, group_notes=profile_notes)
+        svg.close("g")
+    _legend(svg, width / 2, height - 20, [(s, colours[s], "box") for s in series])
     return svg.to_string()
 
 

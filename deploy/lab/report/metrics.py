@@ -18,7 +18,7 @@ Conventions (docs/lab-report.md explains them for readers):
 
 import statistics
 
-from .runs import MODE_ORDER, PROFILE_ORDER, num, order_key, read_timeline
+from .runs import MODE_ORDER, MODEL_ORDER, PROFILE_ORDER, num, order_key, read_timeline
 
 LB_TARGET = 1.2         # pipelearn epoch time <= 1.2 x its lower bound
 IDEAL_TARGET = 0.8      # pipelearn speedup over sfl >= 80% of the ideal
@@ -103,8 +103,8 @@ def _server_by_device(run):
 def run_metrics(run, want_stages=False):
     """Numbers of one successful run (dict; None where not computable)."""
     epochs = run.summary["epochs"]
-    m = {"name": run.name, "mode": run.mode, "profile": run.profile, "epochs": len(epochs),
-         "notes": []}
+    m = {"name": run.name, "model": run.model, "mode": run.mode, "profile": run.profile,
+         "epochs": len(epochs), "notes": []}
     m["epoch_s"] = _mean(num(e.get("wall_s")) for e in epochs)
     m["server_idle_s"] = _mean(_server_idle_s(e) for e in epochs)
     m["device_idle_s"] = _mean(_mean(num(d.get("idle_s")) for d in _devices(e)) for e in epochs)
@@ -197,16 +197,21 @@ def _stages(run, epochs):
 
 
 def aggregate(runs):
-    """(rows, per_run): one row per (mode, profile) with any run, ordered by
-    profile then mode, and the per-run metrics of every successful run."""
+    """(rows, per_run): one row per (model, mode, profile) with any run,
+    ordered by model, profile, then mode, and the per-run metrics of every
+    successful run. Speedups compare modes of the same model and profile."""
     per_run = [run_metrics(r, want_stages=(r.mode == "sfl")) for r in runs if r.ok]
-    keys = sorted({(r.mode, r.profile) for r in runs},
-                  key=lambda k: (order_key(k[1], PROFILE_ORDER), order_key(k[0], MODE_ORDER)))
+    keys = sorted({(r.model, r.mode, r.profile) for r in runs},
+                  key=lambda k: (order_key(k[0], MODEL_ORDER), order_key(k[2], PROFILE_ORDER),
+                                 order_key(k[1], MODE_ORDER)))
     rows = []
-    for mode, profile in keys:
-        ms = [m for m in per_run if m["mode"] == mode and m["profile"] == profile]
-        failed = [r for r in runs if not r.ok and r.mode == mode and r.profile == profile]
-        row = {"mode": mode, "profile": profile, "runs_ok": len(ms), "runs_failed": len(failed)}
+    for model, mode, profile in keys:
+        ms = [m for m in per_run
+              if m["model"] == model and m["mode"] == mode and m["profile"] == profile]
+        failed = [r for r in runs if not r.ok and r.model == model and r.mode == mode
+                  and r.profile == profile]
+        row = {"model": model, "mode": mode, "profile": profile, "runs_ok": len(ms),
+               "runs_failed": len(failed)}
         for key in ("epoch_s", "server_idle_s", "device_idle_s", "bytes_up", "bytes_down",
                     "test_acc", "lower_bound_s", "lb_ratio", "ideal_speedup"):
             row[key] = median(m[key] for m in ms)
@@ -224,14 +229,16 @@ def aggregate(runs):
         row["notes"] = sorted({n for m in ms for n in m["notes"]})
         rows.append(row)
 
-    def find(mode, profile):
+    def find(model, mode, profile):
         for r in rows:
-            if r["mode"] == mode and r["profile"] == profile and r["epoch_s"] is not None:
+            if r["model"] == model and r["mode"] == mode and r["profile"] == profile \
+                    and r["epoch_s"] is not None:
                 return r
         return None
 
     for row in rows:
-        fl, sfl = find("fl", row["profile"]), find("sfl", row["profile"])
+        fl = find(row["model"], "fl", row["profile"])
+        sfl = find(row["model"], "sfl", row["profile"])
         row["speedup_vs_fl"] = _ratio(fl["epoch_s"], row["epoch_s"]) if fl else None
         row["speedup_vs_sfl"] = _ratio(sfl["epoch_s"], row["epoch_s"]) if sfl else None
         row["ideal_speedup_vs_sfl"] = None

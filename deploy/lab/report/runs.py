@@ -1,5 +1,5 @@
 """Reading a lab directory: DIR/runs/<mode>-<profile>-r<k>/{summary.json,
-timeline.csv, lab.json}.
+timeline.csv, lab.json} (with several models: <model>-<mode>-<profile>-r<k>).
 
 A run whose summary.json is missing, unreadable or has no epoch is kept as
 a failed run (with the reason) so the report can list it; nothing here
@@ -17,6 +17,9 @@ import re
 MODE_ORDER = ["fl", "sl", "sfl", "pipelearn"]
 # Profiles shipped in deploy/netem/profiles, slowest first.
 PROFILE_ORDER = ["4g", "4g-plus", "wifi"]
+# Models in the paper's order (its figures: VGG5, then ResNet18); others
+# follow, alphabetically.
+MODEL_ORDER = ["vgg5", "vgg11", "resnet18", "mobilenetv3"]
 
 _NAME_RE = re.compile(r"^(?P<mode>[A-Za-z0-9_]+)-(?P<profile>.+)-r(?P<repeat>\d+)$")
 
@@ -53,6 +56,7 @@ class Run:
         self.warnings = []
         self.mode = None
         self.profile = None
+        self.model = None
         self.repeat = None
 
     @property
@@ -120,6 +124,8 @@ def load_run(name, path):
     repeat = run.lab.get("repeat")
     if repeat is None and m:
         repeat = int(m.group("repeat"))
+    model = run.lab.get("model") or config.get("model")
+    run.model = str(model) if model else "unknown"
     run.mode = str(mode) if mode else "unknown"
     run.profile = str(profile) if profile else "local"
     run.repeat = int(repeat) if isinstance(repeat, (int, float)) and not isinstance(repeat, bool) \
@@ -134,12 +140,24 @@ def load_runs(directory):
         names = sorted(os.listdir(runs_dir), key=natural_key)
     except OSError:
         return []
-    return [load_run(n, os.path.join(runs_dir, n)) for n in names
+    runs = [load_run(n, os.path.join(runs_dir, n)) for n in names
             if os.path.isdir(os.path.join(runs_dir, n))]
+    # A failed run of an older lab (no "model" in lab.json, no summary)
+    # belongs to the lab's one model when there is only one.
+    known = {r.model for r in runs if r.model != "unknown"}
+    if len(known) == 1:
+        for r in runs:
+            if r.model == "unknown":
+                r.model = next(iter(known))
+    return runs
 
 
 def modes_of(runs):
     return sorted({r.mode for r in runs}, key=lambda m: order_key(m, MODE_ORDER))
+
+
+def models_of(runs):
+    return sorted({r.model for r in runs}, key=lambda m: order_key(m, MODEL_ORDER))
 
 
 def profiles_of(runs):

@@ -6,7 +6,7 @@ import io
 from .metrics import IDEAL_TARGET, LB_TARGET, STAGES
 
 CSV_COLUMNS = [
-    "mode", "profile", "runs_ok", "runs_failed",
+    "model", "mode", "profile", "runs_ok", "runs_failed",
     "epoch_s", "epoch_s_min", "epoch_s_max", "speedup_vs_fl", "speedup_vs_sfl",
     "server_idle_s", "device_idle_s", "bytes_up_per_device", "bytes_down_per_device",
     "test_acc", "lower_bound_s", "bound_by", "epoch_over_lower_bound", "lower_bound_target",
@@ -16,7 +16,7 @@ CSV_COLUMNS = [
 # CSV column -> row key where they differ.
 _ROW_KEY = {"bytes_up_per_device": "bytes_up", "bytes_down_per_device": "bytes_down",
             "epoch_over_lower_bound": "lb_ratio", "lower_bound_target": "lb_target"}
-RUN_COLUMNS = ["run", "mode", "profile", "repeat", "status", "epoch_s", "lower_bound_s",
+RUN_COLUMNS = ["run", "model", "mode", "profile", "repeat", "status", "epoch_s", "lower_bound_s",
                "bound_by", "epoch_over_lower_bound", "server_idle_s", "device_idle_s",
                "bytes_up_per_device", "bytes_down_per_device", "test_acc", "ideal_speedup"]
 
@@ -47,7 +47,7 @@ def runs_csv(runs, per_run):
     w.writerow(RUN_COLUMNS)
     for run in runs:
         m = by.get(run.name, {})
-        w.writerow([run.name, run.mode, run.profile, _cell(run.repeat),
+        w.writerow([run.name, run.model, run.mode, run.profile, _cell(run.repeat),
                     "ok" if run.ok else "failed: " + run.error,
                     _cell(m.get("epoch_s")), _cell(m.get("lower_bound_s")),
                     _cell(m.get("bound_by")), _cell(m.get("lb_ratio")),
@@ -59,6 +59,13 @@ def runs_csv(runs, per_run):
 
 def _f(v, fmt="%.2f", suffix=""):
     return (fmt % v) + suffix if v is not None else "–"
+
+
+def _per_device(value):
+    """lab.json's per-device list as "10/50" (devices in order); a number as is."""
+    if isinstance(value, list):
+        return "/".join("%g" % v if isinstance(v, (int, float)) else "none" for v in value)
+    return value
 
 
 def _setup_line(runs):
@@ -83,13 +90,20 @@ def _setup_line(runs):
         ("batch %s", values(lambda r: cfg(r, "batch_size"))),
         ("%s epoch(s)", values(lambda r: cfg(r, "epochs"))),
         ("%s device(s)", values(lambda r: r.lab.get("devices") or cfg(r, "devices"))),
-        ("device CPU %s%%", values(lambda r: r.lab.get("device_cpu_pct"))),
+        ("device CPU %s%% of a core", values(lambda r: _per_device(r.lab.get("device_cpu_pct")))),
         ("network back-end %s", values(lambda r: r.lab.get("backend"))),
     ]
     return ", ".join(fmt % v for fmt, v in parts if v is not None)
 
 
 def comparison_md(directory, runs, rows, per_run, charts, profile_notes):
+    # With several models every row says which (a column, or before the
+    # profile); with one the tables read as they always did.
+    multi = len({r["model"] for r in rows}) > 1
+
+    def where(r):
+        return "%s %s" % (r["model"], r["profile"]) if multi else r["profile"]
+
     L = []
     failed = [r for r in runs if not r.ok]
     L.append("# pipelearn lab comparison")
@@ -112,10 +126,12 @@ def comparison_md(directory, runs, rows, per_run, charts, profile_notes):
         L.append("Profiles: " + "; ".join("**%s** %s" % (p, n)
                                           for p, n in profile_notes.items() if n) + ".")
         L.append("")
-    L.append("| profile | mode | n | epoch s | vs FL | vs SFL | server idle s | device idle s "
+    L.append(("| model " if multi else "")
+             + "| profile | mode | n | epoch s | vs FL | vs SFL | server idle s | device idle s "
              "| up MB/dev | down MB/dev | test acc | lower bound s (bound by) | epoch / LB "
              "| ideal vs SFL | of ideal |")
-    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")
+    L.append(("|---" if multi else "")
+             + "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")
     for r in rows:
         n = "%d" % r["runs_ok"] + (" (+%d failed)" % r["runs_failed"] if r["runs_failed"] else "")
         lb = _f(r["lower_bound_s"]) + (" (%s)" % r["bound_by"] if r["bound_by"] else "")
@@ -126,7 +142,8 @@ def comparison_md(directory, runs, rows, per_run, charts, profile_notes):
                   "%.0f", "%")
         if r["ideal_target"]:
             frac += " " + r["ideal_target"]
-        L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        L.append(("| %s " % r["model"] if multi else "")
+                 + "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["profile"], r["mode"], n, _f(r["epoch_s"]), _f(r["speedup_vs_fl"], suffix="x"),
             _f(r["speedup_vs_sfl"], suffix="x"), _f(r["server_idle_s"]),
             _f(r["device_idle_s"]),
@@ -144,18 +161,18 @@ def comparison_md(directory, runs, rows, per_run, charts, profile_notes):
     for r in pl:
         if r["lb_ratio"] is not None:
             L.append("- %s: epoch %.2f s = %.2fx its lower bound %.2f s (%s); target <= %.1fx: "
-                     "**%s**" % (r["profile"], r["epoch_s"], r["lb_ratio"], r["lower_bound_s"],
+                     "**%s**" % (where(r), r["epoch_s"], r["lb_ratio"], r["lower_bound_s"],
                                  r["bound_by"], LB_TARGET, r["lb_target"]))
         else:
-            L.append("- %s: no lower bound (no successful run)" % r["profile"])
+            L.append("- %s: no lower bound (no successful run)" % where(r))
         if r["fraction_of_ideal"] is not None:
             L.append("- %s: speedup over sfl %.2fx of an ideal %.2fx = %.0f%%; target >= %.0f%%: "
-                     "**%s**" % (r["profile"], r["speedup_vs_sfl"], r["ideal_speedup_vs_sfl"],
+                     "**%s**" % (where(r), r["speedup_vs_sfl"], r["ideal_speedup_vs_sfl"],
                                  100 * r["fraction_of_ideal"], 100 * IDEAL_TARGET,
                                  r["ideal_target"]))
         else:
             L.append("- %s: no ideal speedup (needs a successful sfl run at this profile)"
-                     % r["profile"])
+                     % where(r))
     L.append("")
 
     sfl = [r for r in rows if r["mode"] == "sfl" and r["stages"]]
@@ -173,22 +190,24 @@ def comparison_md(directory, runs, rows, per_run, charts, profile_notes):
             vals = [st.get(s) for s in STAGES]
             known = [v for v in vals if v is not None]
             L.append("| %s | %s | %s | %s | %s |" % (
-                r["profile"], " | ".join(_f(v) for v in vals), _f(sum(known) if known else None),
+                where(r), " | ".join(_f(v) for v in vals), _f(sum(known) if known else None),
                 _f(max(known) if known else None), _f(r["ideal_speedup"], suffix="x")))
         L.append("")
 
     L.append("## Fastest mode per profile (median epoch time)")
     L.append("")
-    for profile in dict.fromkeys(r["profile"] for r in rows):
-        cand = [r for r in rows if r["profile"] == profile and r["epoch_s"] is not None]
+    for model, profile in dict.fromkeys((r["model"], r["profile"]) for r in rows):
+        label = where({"model": model, "profile": profile})
+        cand = [r for r in rows if r["model"] == model and r["profile"] == profile
+                and r["epoch_s"] is not None]
         if cand:
             best = min(cand, key=lambda r: r["epoch_s"])
             others = ", ".join("%s %.2f s" % (r["mode"], r["epoch_s"])
                                for r in sorted(cand, key=lambda r: r["epoch_s"])[1:])
-            L.append("- %s: **%s** (%.2f s)%s" % (profile, best["mode"], best["epoch_s"],
+            L.append("- %s: **%s** (%.2f s)%s" % (label, best["mode"], best["epoch_s"],
                                                  "; then " + others if others else ""))
         else:
-            L.append("- %s: no successful run" % profile)
+            L.append("- %s: no successful run" % label)
     L.append("")
 
     L.append("## Runs")
@@ -206,7 +225,7 @@ def comparison_md(directory, runs, rows, per_run, charts, profile_notes):
             L.append("| %s | **failed**: %s | – | – | – | – |" % (run.name, run.error))
     L.append("")
 
-    notes = [(r["profile"], r["mode"], n) for r in rows for n in r["notes"]]
+    notes = [(where(r), r["mode"], n) for r in rows for n in r["notes"]]
     if notes:
         L.append("## Notes")
         L.append("")

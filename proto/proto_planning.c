@@ -1,4 +1,8 @@
-/*  proto_plan.c: the planning messages (proto/PROTOCOL.md, "Planning").
+/*  proto_planning.c: the planning messages (proto/PROTOCOL.md, "Planning")
+    and the assignment they carry.
+
+    WELCOME  frame 2 (and PLAN frame 1): the assignment, what the device
+             does in the run (proto_assign_t).
 
     PROFILE  device -> server, after a WELCOME flagged PROFILE: what every
              split unit costs on the device (nn_profile's measurement).
@@ -16,9 +20,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "proto_planning.h"
+
 #include "nn_alloc.h"
-#include "proto_msg.h"
-#include "proto_tensor.h"
+#include "proto_internal.h"
 
 static int
 s_profile_check (const proto_profile_t *p, char *err, size_t err_size)
@@ -58,6 +63,112 @@ s_probe_check (const proto_probe_t *p, char *err, size_t err_size)
 
 //  ---------------------------------------------------------------------
 //  Setters and accessors
+
+//  ---------------------------------------------------------------------
+//  The assignment
+
+int
+proto_assign_check (const proto_assign_t *p, const proto_limits_t *l, const char *w,
+                    char *err, size_t err_size)
+{
+    if (p->mode < PL_MODE_FL || p->mode > PL_MODE_PIPELEARN)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: mode %" PRIu32 " not in 1..4 (fl, sl, sfl, pipelearn)",
+                           w, p->mode);
+    if (p->devices < 1 || p->device_id >= p->devices)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: device_id %" PRIu32 " not below devices %" PRIu32,
+                           w, p->device_id, p->devices);
+    if (p->batch_size < 1)
+        return proto_fail (err, err_size, PROTO_E_VALUE, "%s: batch_size is 0", w);
+    if (l->max_batch && p->batch_size > l->max_batch)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: batch_size %" PRIu32 " exceeds limit %" PRIu32,
+                           w, p->batch_size, l->max_batch);
+    if (p->micro_batches < 1 || p->micro_batches > p->batch_size)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: micro_batches %" PRIu32 " not in 1..batch_size %" PRIu32,
+                           w, p->micro_batches, p->batch_size);
+    if (p->mode == PL_MODE_FL ? p->split_point != 0 : p->split_point < 1)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: split_point %" PRIu32 " in mode %s (fl: 0, others: >= 1)",
+                           w, p->split_point, pl_mode_name ((int) p->mode));
+    if (p->shard_count > UINT64_MAX - p->shard_begin)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: shard %" PRIu64 " + %" PRIu64 " overflows",
+                           w, p->shard_begin, p->shard_count);
+    if (!isfinite (p->origin_s) || p->origin_s < 0)
+        return proto_fail (err, err_size, PROTO_E_TIME,
+                           "%s: origin_s is %g, must be finite and >= 0", w, p->origin_s);
+    return 0;
+}
+
+//  PROTOCOL.md, "WELCOME" frame 2 (also PLAN frame 1).
+void
+proto_assign_put (uint8_t *b, const proto_assign_t *p)
+{
+    pl_le_put_u32 (b, p->device_id);
+    pl_le_put_u32 (b + 4, p->split_point);
+    pl_le_put_u32 (b + 8, p->micro_batches);
+    pl_le_put_u32 (b + 12, p->batch_size);
+    pl_le_put_u32 (b + 16, p->devices);
+    pl_le_put_u32 (b + 20, p->mode);
+    pl_le_put_u64 (b + 24, p->shard_begin);
+    pl_le_put_u64 (b + 32, p->shard_count);
+    pl_le_put_u64 (b + 40, p->seed);
+    pl_le_put_f64 (b + 48, p->origin_s);
+}
+
+void
+proto_assign_get (proto_assign_t *p, const uint8_t *b)
+{
+    p->device_id = pl_le_get_u32 (b);
+    p->split_point = pl_le_get_u32 (b + 4);
+    p->micro_batches = pl_le_get_u32 (b + 8);
+    p->batch_size = pl_le_get_u32 (b + 12);
+    p->devices = pl_le_get_u32 (b + 16);
+    p->mode = pl_le_get_u32 (b + 20);
+    p->shard_begin = pl_le_get_u64 (b + 24);
+    p->shard_count = pl_le_get_u64 (b + 32);
+    p->seed = pl_le_get_u64 (b + 40);
+    p->origin_s = pl_le_get_f64 (b + 48);
+}
+
+void
+proto_msg_set_assign (proto_msg_t *self, const proto_assign_t *assign)
+{
+    assert (self && assign && (self->header.type == PROTO_MSG_WELCOME
+                             || self->header.type == PROTO_MSG_PLAN));
+    self->assign = *assign;
+}
+
+const proto_assign_t *
+proto_msg_assign (const proto_msg_t *self)
+{
+    assert (self && (self->header.type == PROTO_MSG_WELCOME
+                     || self->header.type == PROTO_MSG_PLAN));
+    return &self->assign;
+}
+
+void
+proto_msg_set_profile_request (proto_msg_t *self, bool request)
+{
+    assert (self && self->header.type == PROTO_MSG_WELCOME);
+    if (request)
+        self->header.flags |= PROTO_FLAG_PROFILE;
+    else
+        self->header.flags &= ~PROTO_FLAG_PROFILE;
+}
+
+bool
+proto_msg_profile_requested (const proto_msg_t *self)
+{
+    assert (self && self->header.type == PROTO_MSG_WELCOME);
+    return (self->header.flags & PROTO_FLAG_PROFILE) != 0;
+}
+
+//  ---------------------------------------------------------------------
+//  PROFILE, PROBE
 
 int
 proto_msg_set_profile (proto_msg_t *self, const proto_profile_t *profile)
@@ -118,7 +229,7 @@ proto_msg_planning_check (const proto_msg_t *self, char *err, size_t err_size)
         case PROTO_MSG_PROBE:
             return s_probe_check (&self->probe, err, err_size);
         default:
-            return proto_plan_check (&self->plan, &l, "PLAN", err, err_size);
+            return proto_assign_check (&self->assign, &l, "PLAN", err, err_size);
     }
 }
 
@@ -131,29 +242,29 @@ proto_msg_encode_planning (proto_msg_t *self, zmq_msg_t *frames)
             const proto_profile_t *p = self->profile;
             b = proto_frame_alloc (&frames[1], PROTO_PROFILE_FIXED_SIZE
                                                + p->units * PROTO_UNIT_COST_SIZE);
-            proto_le_put_u32 (b, p->units);
-            proto_le_put_u32 (b + 4, p->threads);
+            pl_le_put_u32 (b, p->units);
+            pl_le_put_u32 (b + 4, p->threads);
             b += PROTO_PROFILE_FIXED_SIZE;
             for (uint32_t u = 0; u < p->units; u++, b += PROTO_UNIT_COST_SIZE) {
                 const proto_unit_cost_t *c = &p->unit[u];
-                proto_le_put_f64 (b, c->fwd_s);
-                proto_le_put_f64 (b + 8, c->bwd_s);
-                proto_le_put_f64 (b + 16, c->fwd_fixed_s);
-                proto_le_put_f64 (b + 24, c->bwd_fixed_s);
-                proto_le_put_f64 (b + 32, c->upd_s);
+                pl_le_put_f64 (b, c->fwd_s);
+                pl_le_put_f64 (b + 8, c->bwd_s);
+                pl_le_put_f64 (b + 16, c->fwd_fixed_s);
+                pl_le_put_f64 (b + 24, c->bwd_fixed_s);
+                pl_le_put_f64 (b + 32, c->upd_s);
             }
             break;
         }
         case PROTO_MSG_PROBE:
             b = proto_frame_alloc (&frames[1], PROTO_PROBE_SIZE);
-            proto_le_put_u32 (b, self->probe.probe_id);
-            proto_le_put_u32 (b + 4, self->probe.reply_bytes);
+            pl_le_put_u32 (b, self->probe.probe_id);
+            pl_le_put_u32 (b + 4, self->probe.reply_bytes);
             b = proto_frame_alloc (&frames[2], self->probe_bytes);
             if (self->probe_bytes)
                 memset (b, 0, self->probe_bytes);
             break;
         default:
-            proto_plan_put (proto_frame_alloc (&frames[1], PROTO_PLAN_SIZE), &self->plan);
+            proto_assign_put (proto_frame_alloc (&frames[1], PROTO_ASSIGN_SIZE), &self->assign);
             break;
     }
 }
@@ -170,7 +281,7 @@ proto_msg_decode_planning (proto_msg_t *self, zmq_msg_t *frames, const proto_lim
                 return proto_fail (err, err_size, PROTO_E_SIZE,
                                    "PROFILE: payload %zu bytes, need at least %d",
                                    len, PROTO_PROFILE_FIXED_SIZE);
-            uint32_t units = proto_le_get_u32 (b);
+            uint32_t units = pl_le_get_u32 (b);
             if (units < 1 || units > PROTO_PROFILE_UNITS_MAX)
                 return proto_fail (err, err_size, PROTO_E_VALUE,
                                    "PROFILE: units %" PRIu32 " not in 1..%d", units,
@@ -182,15 +293,15 @@ proto_msg_decode_planning (proto_msg_t *self, zmq_msg_t *frames, const proto_lim
                                    len, units, need);
             proto_profile_t *p = nn_calloc (1, sizeof *p);
             p->units = units;
-            p->threads = proto_le_get_u32 (b + 4);
+            p->threads = pl_le_get_u32 (b + 4);
             const uint8_t *r = b + PROTO_PROFILE_FIXED_SIZE;
             for (uint32_t u = 0; u < units; u++, r += PROTO_UNIT_COST_SIZE) {
                 proto_unit_cost_t *c = &p->unit[u];
-                c->fwd_s = proto_le_get_f64 (r);
-                c->bwd_s = proto_le_get_f64 (r + 8);
-                c->fwd_fixed_s = proto_le_get_f64 (r + 16);
-                c->bwd_fixed_s = proto_le_get_f64 (r + 24);
-                c->upd_s = proto_le_get_f64 (r + 32);
+                c->fwd_s = pl_le_get_f64 (r);
+                c->bwd_s = pl_le_get_f64 (r + 8);
+                c->fwd_fixed_s = pl_le_get_f64 (r + 16);
+                c->bwd_fixed_s = pl_le_get_f64 (r + 24);
+                c->upd_s = pl_le_get_f64 (r + 32);
             }
             int rc = s_profile_check (p, err, err_size);
             if (rc) {
@@ -205,8 +316,8 @@ proto_msg_decode_planning (proto_msg_t *self, zmq_msg_t *frames, const proto_lim
                 return proto_fail (err, err_size, PROTO_E_SIZE,
                                    "PROBE: payload %zu bytes, expected %d",
                                    len, PROTO_PROBE_SIZE);
-            self->probe.probe_id = proto_le_get_u32 (b);
-            self->probe.reply_bytes = proto_le_get_u32 (b + 4);
+            self->probe.probe_id = pl_le_get_u32 (b);
+            self->probe.reply_bytes = pl_le_get_u32 (b + 4);
             //  The payload was sized against max_frame_bytes with every
             //  frame; only its length is kept. It must be zeros, so that a
             //  PROBE has one encoding (and carries nothing else).
@@ -221,14 +332,14 @@ proto_msg_decode_planning (proto_msg_t *self, zmq_msg_t *frames, const proto_lim
             return s_probe_check (&self->probe, err, err_size);
         }
         default:
-            if (len != PROTO_PLAN_SIZE)
+            if (len != PROTO_ASSIGN_SIZE)
                 return proto_fail (err, err_size, PROTO_E_SIZE,
-                                   "PLAN: payload %zu bytes, expected %d", len, PROTO_PLAN_SIZE);
-            proto_plan_get (&self->plan, b);
+                                   "PLAN: payload %zu bytes, expected %d", len, PROTO_ASSIGN_SIZE);
+            proto_assign_get (&self->assign, b);
             //  max_batch limits tensors; the plan's batch is the session's
             //  (the device compares it with its own).
             proto_limits_t pl = *l;
             pl.max_batch = 0;
-            return proto_plan_check (&self->plan, &pl, "PLAN", err, err_size);
+            return proto_assign_check (&self->assign, &pl, "PLAN", err, err_size);
     }
 }

@@ -1,22 +1,11 @@
-/*  daemonrun.h: run the real pipelearn-server and pipelearn-client
-    binaries from a test: spawn with logs in the run's directory, start a
-    server on tcp://127.0.0.1:* and read its endpoint file, wait with
-    deadlines, dump the logs on failure, kill everything at the end. The
-    including file defines TMP_TEMPLATE and includes testdir.h first. */
-#ifndef DAEMONRUN_H_INCLUDED
-#define DAEMONRUN_H_INCLUDED
-
-#include "nn_checkpoint.h"
-#include "nn_model.h"
-#include "pl_timeline.h"
-#include "runcmd.h"
-
-#include <cJSON.h>
+/*  pltest.c: see pltest.h. */
+#include "pltest.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
-#include <math.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,35 +15,49 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define MAX_PROCS 40
+#include "nn_checkpoint.h"
+#include "pl_clock.h"
+#include "runcmd.h"
 
-//  Built with AddressSanitizer (gcc's macro; clang's __has_feature): the
-//  daemons' RSS is the sanitizer's (shadow memory, quarantine), so memory
-//  bounds are not checked.
-#if defined (__SANITIZE_ADDRESS__)
-#   define RUN_UNDER_ASAN 1
-#elif defined (__has_feature)
-#   if __has_feature (address_sanitizer)
-#       define RUN_UNDER_ASAN 1
-#   endif
-#endif
-#ifndef RUN_UNDER_ASAN
-#   define RUN_UNDER_ASAN 0
-#endif
+void
+pltest_mkdtemp (char *dir, const char *name)
+{
+    snprintf (dir, 4096, "/tmp/pl_test_%s_XXXXXX", name);
+    cr_assert_not_null (mkdtemp (dir), "mkdtemp: %s", strerror (errno));
+}
 
-typedef struct {
-    char dir[4096];
-    pid_t pids[MAX_PROCS];
-    int count;
-    int nofile;                 //  > 0: RLIMIT_NOFILE (soft and hard) of the next spawns
-} s_run_t;
+void
+pltest_rmtree (const char *dir)
+{
+    DIR *d = opendir (dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir (d)) != NULL) {
+        if (strcmp (e->d_name, ".") == 0 || strcmp (e->d_name, "..") == 0)
+            continue;
+        char path[4096];
+        int n = snprintf (path, sizeof path, "%s/%s", dir, e->d_name);
+        if (n > 0 && n < (int) sizeof path && unlink (path) != 0)
+            pltest_rmtree (path);
+    }
+    closedir (d);
+    rmdir (dir);
+}
+
+void
+pltest_path (char *out, const char *dir, const char *name)
+{
+    int n = snprintf (out, 4096, "%s/%s", dir, name);
+    cr_assert (n > 0 && n < 4096, "path too long");
+}
 
 //  Start argv[0] with stdout+stderr to DIR/log_name.
-static pid_t
-s_spawn (s_run_t *run, const char *log_name, char *const argv[])
+pid_t
+pltest_spawn (pltest_run_t *run, const char *log_name, char *const argv[])
 {
     char log[4096];
-    s_path (log, run->dir, log_name);
+    pltest_path (log, run->dir, log_name);
     //  Opened (and emptied) before the fork: a caller that reads the log
     //  right after this returns sees this process's lines, never those of
     //  an earlier process that wrote the same log.
@@ -75,13 +78,13 @@ s_spawn (s_run_t *run, const char *log_name, char *const argv[])
         _exit (127);
     }
     close (fd);
-    cr_assert (run->count < MAX_PROCS);
+    cr_assert (run->count < PLTEST_MAX_PROCS);
     run->pids[run->count++] = pid;
     return pid;
 }
 
-static void
-s_kill_all (s_run_t *run)
+void
+pltest_kill_all (pltest_run_t *run)
 {
     for (int i = 0; i < run->count; i++)
         if (run->pids[i] > 0) {
@@ -92,8 +95,8 @@ s_kill_all (s_run_t *run)
 }
 
 //  Exit status of pid, waiting at most until deadline; -1 on timeout.
-static int
-s_wait (s_run_t *run, pid_t pid, double deadline)
+int
+pltest_wait (pltest_run_t *run, pid_t pid, double deadline)
 {
     do {
         int st;
@@ -109,8 +112,8 @@ s_wait (s_run_t *run, pid_t pid, double deadline)
     return -1;
 }
 
-static void
-s_write (const char *path, const char *text)
+void
+pltest_write (const char *path, const char *text)
 {
     FILE *f = fopen (path, "w");
     cr_assert_not_null (f, "%s: %s", path, strerror (errno));
@@ -118,8 +121,8 @@ s_write (const char *path, const char *text)
     fclose (f);
 }
 
-static char *
-s_read (const char *path)
+char *
+pltest_read (const char *path)
 {
     FILE *f = fopen (path, "r");
     if (!f)
@@ -135,13 +138,13 @@ s_read (const char *path)
 }
 
 //  DIR/sub/summary.json, parsed (the caller deletes it).
-static inline cJSON *
-s_summary (const char *dir, const char *sub)
+cJSON *
+pltest_summary (const char *dir, const char *sub)
 {
     char path[4096], name[128];
     snprintf (name, sizeof name, "%s/summary.json", sub);
-    s_path (path, dir, name);
-    char *text = s_read (path);
+    pltest_path (path, dir, name);
+    char *text = pltest_read (path);
     cr_assert_not_null (text, "no %s", path);
     cJSON *json = cJSON_Parse (text);
     free (text);
@@ -149,16 +152,16 @@ s_summary (const char *dir, const char *sub)
     return json;
 }
 
-static inline double
-s_num (const cJSON *obj, const char *key)
+double
+pltest_num (const cJSON *obj, const char *key)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive (obj, key);
     cr_assert (cJSON_IsNumber (v), "summary: field \"%s\" missing or not a number", key);
     return v->valuedouble;
 }
 
-static inline const cJSON *
-s_last_epoch (const cJSON *summary)
+const cJSON *
+pltest_last_epoch (const cJSON *summary)
 {
     const cJSON *epochs = cJSON_GetObjectItemCaseSensitive (summary, "epochs");
     cr_assert (cJSON_IsArray (epochs) && cJSON_GetArraySize (epochs) > 0,
@@ -167,12 +170,12 @@ s_last_epoch (const cJSON *summary)
 }
 
 //  DIR/sub/model.ckpt loaded into a model of model_name for 28x28x1 inputs.
-static inline nn_model_t *
-s_load_model (const char *dir, const char *sub, const char *model_name)
+nn_model_t *
+pltest_load_model (const char *dir, const char *sub, const char *model_name)
 {
     char path[4096], name[128], err[512];
     snprintf (name, sizeof name, "%s/model.ckpt", sub);
-    s_path (path, dir, name);
+    pltest_path (path, dir, name);
     nn_model_spec_t spec;
     cr_assert_eq (nn_model_spec_by_name (&spec, model_name, 1, 28, 28, 10, err, sizeof err), 0,
                   "%s", err);
@@ -185,8 +188,8 @@ s_load_model (const char *dir, const char *sub, const char *model_name)
 //  Largest |a - b| / (1 + |a|) over the weights, and the largest change
 //  from the initial weights is not compared here (the exactness tests
 //  check training happened through the summary's loss).
-static inline double
-s_max_rel_diff (nn_model_t *a, nn_model_t *b)
+double
+pltest_max_rel_diff (nn_model_t *a, nn_model_t *b)
 {
     cr_assert_eq (nn_model_weights_count (a), nn_model_weights_count (b));
     const float *wa = nn_model_weights_const (a), *wb = nn_model_weights_const (b);
@@ -201,23 +204,23 @@ s_max_rel_diff (nn_model_t *a, nn_model_t *b)
 
 
 //  Does DIR/log contain needle?
-static inline bool
-s_log_has (s_run_t *run, const char *log, const char *needle)
+bool
+pltest_log_has (pltest_run_t *run, const char *log, const char *needle)
 {
     char path[4096];
-    s_path (path, run->dir, log);
-    char *text = s_read (path);
+    pltest_path (path, run->dir, log);
+    char *text = pltest_read (path);
     bool has = text && strstr (text, needle);
     free (text);
     return has;
 }
 
 //  Wait until DIR/log contains needle; false at the deadline.
-static inline bool
-s_wait_log (s_run_t *run, const char *log, const char *needle, double timeout_s)
+bool
+pltest_wait_log (pltest_run_t *run, const char *log, const char *needle, double timeout_s)
 {
     double deadline = pl_monotonic () + timeout_s;
-    while (!s_log_has (run, log, needle)) {
+    while (!pltest_log_has (run, log, needle)) {
         if (pl_monotonic () > deadline)
             return false;
         usleep (20000);
@@ -227,43 +230,33 @@ s_wait_log (s_run_t *run, const char *log, const char *needle, double timeout_s)
 
 //  timeline.csv, as read back by the tests
 
-typedef struct {
-    char who[16], stage[16];
-    int epoch, iteration, micro_batch;
-    double start_s, end_s;
-} s_row_t;
 
-typedef struct {
-    s_row_t *rows;
-    int count;
-} s_csv_t;
-
-static const char s_header[] = "who,stage,epoch,iteration,micro_batch,start_s,end_s\n";
+static const char pltest_header[] = "who,stage,epoch,iteration,micro_batch,start_s,end_s\n";
 
 //  Parse DIR/sub/timeline.csv; every line must be a well-formed row. The
 //  caller frees rows.
-static inline s_csv_t
-s_load_csv (const char *dir, const char *sub)
+pltest_csv_t
+pltest_load_csv (const char *dir, const char *sub)
 {
     char path[4096], name[128];
     snprintf (name, sizeof name, "%s/timeline.csv", sub);
-    s_path (path, dir, name);
-    char *text = s_read (path);
+    pltest_path (path, dir, name);
+    char *text = pltest_read (path);
     cr_assert_not_null (text, "no %s", path);
-    cr_assert (strncmp (text, s_header, strlen (s_header)) == 0, "%s: header", path);
-    s_csv_t csv = { .rows = NULL, .count = 0 };
+    cr_assert (strncmp (text, pltest_header, strlen (pltest_header)) == 0, "%s: header", path);
+    pltest_csv_t csv = { .rows = NULL, .count = 0 };
     int capacity = 0;
     char *save = NULL;
     int line_no = 1;
-    for (char *line = strtok_r (text + strlen (s_header), "\n", &save); line;
+    for (char *line = strtok_r (text + strlen (pltest_header), "\n", &save); line;
          line = strtok_r (NULL, "\n", &save)) {
         line_no++;
         if (csv.count == capacity) {
             capacity = capacity ? 2 * capacity : 1024;
-            csv.rows = realloc (csv.rows, sizeof (s_row_t) * (size_t) capacity);
+            csv.rows = realloc (csv.rows, sizeof (pltest_row_t) * (size_t) capacity);
             cr_assert_not_null (csv.rows);
         }
-        s_row_t *r = &csv.rows[csv.count];
+        pltest_row_t *r = &csv.rows[csv.count];
         int used = 0;
         int n = sscanf (line, "%15[^,],%15[^,],%d,%d,%d,%lf,%lf%n", r->who, r->stage,
                         &r->epoch, &r->iteration, &r->micro_batch, &r->start_s, &r->end_s,
@@ -276,15 +269,15 @@ s_load_csv (const char *dir, const char *sub)
     return csv;
 }
 
-static void
-s_dump_logs (s_run_t *run)
+void
+pltest_dump_logs (pltest_run_t *run)
 {
     const char *names[] = { "server.log", "client0.log", "client1.log", "client2.log",
                             "train.log" };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char path[4096];
-        s_path (path, run->dir, names[i]);
-        char *text = s_read (path);
+        pltest_path (path, run->dir, names[i]);
+        char *text = pltest_read (path);
         if (text) {
             fprintf (stderr, "---- %s\n%s", names[i], text);
             free (text);
@@ -293,13 +286,13 @@ s_dump_logs (s_run_t *run)
 }
 
 //  Wait for pid to exit with status want (dumps the logs if not).
-static inline void
-s_expect_exit (s_run_t *run, pid_t pid, int want, const char *who)
+void
+pltest_expect_exit (pltest_run_t *run, pid_t pid, int want, const char *who)
 {
-    int rc = s_wait (run, pid, pl_monotonic () + 180);
+    int rc = pltest_wait (run, pid, pl_monotonic () + 180);
     if (rc != want) {
-        s_dump_logs (run);
-        s_kill_all (run);
+        pltest_dump_logs (run);
+        pltest_kill_all (run);
     }
     cr_assert_eq (rc, want, "%s: exit status %d, want %d", who, rc, want);
 }
@@ -307,19 +300,19 @@ s_expect_exit (s_run_t *run, pid_t pid, int want, const char *who)
 //  Start the server for config_json with results in DIR/sub; returns its
 //  endpoint in endpoint (waits for the endpoint file). cert NULL: --insecure;
 //  else CurveZMQ with that secret certificate and the allow directory.
-static pid_t
-s_start_server_full (s_run_t *run, const char *sub, const char *config_json, char *endpoint,
-                     size_t size, const char *cert, const char *allow, const char *bind,
-                     bool resume)
+pid_t
+pltest_start_server_full (pltest_run_t *run, const char *sub, const char *config_json,
+                          char *endpoint, size_t size, const char *cert, const char *allow,
+                          const char *bind, bool resume)
 {
     char cfg[4096], res[4096], ep[4096], bin[4096];
     char name[64];
     snprintf (name, sizeof name, "%s.json", sub);
-    s_path (cfg, run->dir, name);
-    s_write (cfg, config_json);
-    s_path (res, run->dir, sub);
+    pltest_path (cfg, run->dir, name);
+    pltest_write (cfg, config_json);
+    pltest_path (res, run->dir, sub);
     snprintf (name, sizeof name, "%s.endpoint", sub);
-    s_path (ep, run->dir, name);
+    pltest_path (ep, run->dir, name);
     built ("server/pipelearn-server", bin, sizeof bin);
     char *argv[20] = { bin, "--config", cfg, "--bind",
                        (char *) (bind ? bind : "tcp://127.0.0.1:*"), "--results", res,
@@ -333,17 +326,17 @@ s_start_server_full (s_run_t *run, const char *sub, const char *config_json, cha
         argv[at++] = "--resume";
     argv[at] = NULL;
     unlink (ep);
-    pid_t pid = s_spawn (run, "server.log", argv);
+    pid_t pid = pltest_spawn (run, "server.log", argv);
     double deadline = pl_monotonic () + 30;
     while (pl_monotonic () < deadline) {
         int st;
         if (waitpid (pid, &st, WNOHANG) == pid) {
             run->pids[run->count - 1] = 0;
-            s_dump_logs (run);
-            s_kill_all (run);
+            pltest_dump_logs (run);
+            pltest_kill_all (run);
             cr_assert_fail ("the server exited before binding");
         }
-        char *text = s_read (ep);
+        char *text = pltest_read (ep);
         if (text && *text) {
             snprintf (endpoint, size, "%s", text);
             free (text);
@@ -352,34 +345,34 @@ s_start_server_full (s_run_t *run, const char *sub, const char *config_json, cha
         free (text);
         usleep (20000);
     }
-    s_dump_logs (run);
-    s_kill_all (run);
+    pltest_dump_logs (run);
+    pltest_kill_all (run);
     cr_assert_fail ("the server wrote no endpoint file");
     return -1;
 }
 
-static inline pid_t
-s_start_server_sec (s_run_t *run, const char *sub, const char *config_json, char *endpoint,
-                    size_t size, const char *cert, const char *allow)
+pid_t
+pltest_start_server_sec (pltest_run_t *run, const char *sub, const char *config_json,
+                         char *endpoint, size_t size, const char *cert, const char *allow)
 {
-    return s_start_server_full (run, sub, config_json, endpoint, size, cert, allow, NULL,
+    return pltest_start_server_full (run, sub, config_json, endpoint, size, cert, allow, NULL,
                                 false);
 }
 
-static inline pid_t
-s_start_server (s_run_t *run, const char *sub, const char *config_json, char *endpoint,
-                size_t size)
+pid_t
+pltest_start_server (pltest_run_t *run, const char *sub, const char *config_json,
+                     char *endpoint, size_t size)
 {
-    return s_start_server_full (run, sub, config_json, endpoint, size, NULL, NULL, NULL,
+    return pltest_start_server_full (run, sub, config_json, endpoint, size, NULL, NULL, NULL,
                                 false);
 }
 
 //  A device; cert NULL: --insecure, else CurveZMQ with this secret
 //  certificate, trusting the server certificate server_cert. Gives up
 //  after timeout seconds of silence.
-static pid_t
-s_start_client_sec (s_run_t *run, int index, const char *endpoint, const char *cert,
-                    const char *server_cert, const char *timeout)
+pid_t
+pltest_start_client_sec (pltest_run_t *run, int index, const char *endpoint,
+                         const char *cert, const char *server_cert, const char *timeout)
 {
     char bin[4096], log[64], id[16];
     built ("client/pipelearn-client", bin, sizeof bin);
@@ -391,33 +384,32 @@ s_start_client_sec (s_run_t *run, int index, const char *endpoint, const char *c
         argv[7] = "--cert", argv[8] = (char *) cert;
         argv[9] = "--server-cert", argv[10] = (char *) server_cert, argv[11] = NULL;
     }
-    return s_spawn (run, log, argv);
+    return pltest_spawn (run, log, argv);
 }
 
-static inline pid_t
-s_start_client (s_run_t *run, int index, const char *endpoint)
+pid_t
+pltest_start_client (pltest_run_t *run, int index, const char *endpoint)
 {
-    return s_start_client_sec (run, index, endpoint, NULL, NULL, "60");
+    return pltest_start_client_sec (run, index, endpoint, NULL, NULL, "60");
 }
 
-//  How long a whole test run of the daemons may take.
-#define RUN_TIMEOUT_S 240
 
 //  Wait for the server and `devices` clients; asserts every exit status 0
 //  (dumps the logs and kills what is left first if not).
-static inline void
-s_finish_run (s_run_t *run, const char *sub, pid_t server, const pid_t *clients, int devices)
+void
+pltest_finish_run (pltest_run_t *run, const char *sub, pid_t server, const pid_t *clients,
+                   int devices)
 {
-    int src = s_wait (run, server, pl_monotonic () + RUN_TIMEOUT_S);
-    int crc[MAX_PROCS];
+    int src = pltest_wait (run, server, pl_monotonic () + PLTEST_RUN_TIMEOUT_S);
+    int crc[PLTEST_MAX_PROCS];
     bool ok = src == 0;
     for (int i = 0; i < devices; i++) {
-        crc[i] = s_wait (run, clients[i], pl_monotonic () + 20);
+        crc[i] = pltest_wait (run, clients[i], pl_monotonic () + 20);
         ok = ok && crc[i] == 0;
     }
     if (!ok) {
-        s_dump_logs (run);
-        s_kill_all (run);
+        pltest_dump_logs (run);
+        pltest_kill_all (run);
     }
     cr_assert (src == 0, "%s: server exit status %d", sub, src);
     for (int i = 0; i < devices; i++)
@@ -425,15 +417,13 @@ s_finish_run (s_run_t *run, const char *sub, pid_t server, const pid_t *clients,
 }
 
 //  Server + `devices` real clients (--insecure), run to the end.
-static inline void
-s_run_daemons (s_run_t *run, const char *sub, const char *config_json, int devices)
+void
+pltest_run_daemons (pltest_run_t *run, const char *sub, const char *config_json, int devices)
 {
     char endpoint[256];
-    pid_t server = s_start_server (run, sub, config_json, endpoint, sizeof endpoint);
-    pid_t clients[MAX_PROCS];
+    pid_t server = pltest_start_server (run, sub, config_json, endpoint, sizeof endpoint);
+    pid_t clients[PLTEST_MAX_PROCS];
     for (int i = 0; i < devices; i++)
-        clients[i] = s_start_client (run, i, endpoint);
-    s_finish_run (run, sub, server, clients, devices);
+        clients[i] = pltest_start_client (run, i, endpoint);
+    pltest_finish_run (run, sub, server, clients, devices);
 }
-
-#endif

@@ -1,4 +1,4 @@
-/*  cli_plan.c: the device's side of planning (proto/PROTOCOL.md,
+/*  cli_planning.c: the device's side of planning (proto/PROTOCOL.md,
     "Planning"; docs/planner.md).
 
     - PROFILE: when WELCOME asks, the device times every split unit of the
@@ -21,11 +21,11 @@
 #include "pl_timeline.h"
 
 int
-cli_plan_profile (cli_t *self)
+cli_planning_profile (cli_t *self)
 {
     char err[NN_ERR_SIZE];
     nn_profile_args_t args = { .batch_size = self->batch, .threads = self->args.threads,
-                               .seed = self->plan.seed, .now = pl_monotonic_clock };
+                               .seed = self->assign.seed, .now = pl_monotonic_clock };
     nn_plan_costs_t costs;
     double t0 = pl_monotonic ();
     if (nn_profile_run (&self->spec, &args, &costs, NULL, NULL, err, sizeof err)) {
@@ -59,7 +59,7 @@ cli_plan_profile (cli_t *self)
 }
 
 int
-cli_plan_probe_answer (cli_t *self, const proto_msg_t *probe)
+cli_planning_probe_answer (cli_t *self, const proto_msg_t *probe)
 {
     const proto_probe_t *p = proto_msg_probe (probe);
     proto_msg_t *msg = proto_msg_new (PROTO_MSG_PROBE);
@@ -71,9 +71,9 @@ cli_plan_probe_answer (cli_t *self, const proto_msg_t *probe)
 }
 
 int
-cli_plan_apply (cli_t *self, const proto_plan_t *plan)
+cli_planning_apply (cli_t *self, const proto_assign_t *plan)
 {
-    const proto_plan_t *cur = &self->plan;
+    const proto_assign_t *cur = &self->assign;
     char err[NN_ERR_SIZE];
     if (plan->device_id != cur->device_id || plan->batch_size != cur->batch_size
     ||  plan->devices != cur->devices || plan->mode != cur->mode) {
@@ -96,7 +96,7 @@ cli_plan_apply (cli_t *self, const proto_plan_t *plan)
     pl_log_info ("client: new plan: split %u -> %u, micro-batches %u -> %u",
                  cur->split_point, plan->split_point, cur->micro_batches,
                  plan->micro_batches);
-    self->plan.split_point = plan->split_point;
-    self->plan.micro_batches = plan->micro_batches;
+    self->assign.split_point = plan->split_point;
+    self->assign.micro_batches = plan->micro_batches;
     return 0;
 }

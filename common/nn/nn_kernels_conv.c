@@ -1,0 +1,515 @@
+/*  nn_kernels_conv.c: convolution (NHWC), dense and grouped: im2col and a
+    GEMM per group (our register tile, nn_kernels_gemm.h, or OpenBLAS), a
+    direct loop for small patches, and depthwise convolutions by their own
+    direct kernels (nn_kernels_dwconv.c). */
+#include "nn_kernels.h"
+
+#include "nn_kernels_conv.h"
+#include "nn_kernels_gemm.h"
+#include "nn_kernels_simd.h"
+
+#include <cblas.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <string.h>
+
+//  Scratch for one chunk of im2col rows: big enough to feed sgemm well,
+//  small enough to stay in L2 (2 MiB per core here).
+#define S_COLS_TARGET (384 * 1024)
+
+//  Convolutions whose patch (r*s*c) is at most this run as a direct loop:
+//  sgemm with an inner dimension of 9 (a 3x3 kernel on one channel) spends
+//  its time packing, not multiplying (6.5 GFLOP/s against 55 for conv2).
+#define S_DIRECT_PATCH 32
+
+int
+nn_conv_shape_finish (nn_conv_shape_t *s)
+{
+    if (s->stride < 1 || s->pad < 0 || s->r < 1 || s->s < 1 || s->c < 1 || s->k < 1)
+        return -1;
+    if (s->groups == 0)
+        s->groups = 1;
+    if (s->groups < 1 || s->c % s->groups || s->k % s->groups)
+        return -1;
+    int hp = s->h + 2 * s->pad - s->r;
+    int wp = s->w + 2 * s->pad - s->s;
+    if (hp < 0 || wp < 0)
+        return -1;
+    s->p = hp / s->stride + 1;
+    s->q = wp / s->stride + 1;
+    return 0;
+}
+
+//  Rows of im2col (each `row_len` floats) per chunk: big enough to feed
+//  sgemm well, small enough to stay in L2; at most `rows`.
+static int
+s_chunk_rows (size_t row_len, size_t rows)
+{
+    size_t chunk = S_COLS_TARGET / (row_len ? row_len : 1);
+    if (chunk < 1)
+        chunk = 1;
+    return (int) (chunk < rows ? chunk : rows);
+}
+
+size_t
+nn_conv2d_scratch_count (const nn_conv_shape_t *s)
+{
+    if (s_depthwise (s))
+        return nn_dwconv_scratch_count (s);
+    //  im2col rows of one group, then our tile's transposed w (forward) or
+    //  dw (backward) of all groups, r*s*c/groups * k floats.
+    size_t patch = (size_t) s->r * s->s * (s->c / s_groups (s));
+    size_t cols = (size_t) s_chunk_rows (patch, (size_t) s->n * s->p * s->q) * patch;
+    cols += patch * s->k;
+    size_t direct = patch * s->k + 2 * S_DIRECT_PATCH;
+    return cols > direct ? cols : direct;
+}
+
+//  Gather the (r, s, c) patch of output pixel (p, q) of one image.
+static inline void
+s_patch (float *patch, const float *in, const nn_conv_shape_t *s, int p, int q)
+{
+    int j = 0;
+    for (int r = 0; r < s->r; r++) {
+        int ih = p * s->stride - s->pad + r;
+        for (int t = 0; t < s->s; t++) {
+            int iw = q * s->stride - s->pad + t;
+            bool inside = ih >= 0 && ih < s->h && iw >= 0 && iw < s->w;
+            const float *src = in + ((size_t) ih * s->w + iw) * s->c;
+            for (int c = 0; c < s->c; c++)
+                patch[j++] = inside ? src[c] : 0.0f;
+        }
+    }
+}
+
+//  s_patch, with the common case (the whole window inside the image)
+//  copied row by row without bounds checks.
+static inline void
+s_patch_fast (float *patch, const float *in, const nn_conv_shape_t *s, int p, int q)
+{
+    int ih0 = p * s->stride - s->pad, iw0 = q * s->stride - s->pad;
+    if (ih0 < 0 || iw0 < 0 || ih0 + s->r > s->h || iw0 + s->s > s->w) {
+        s_patch (patch, in, s, p, q);
+        return;
+    }
+    size_t run = (size_t) s->s * s->c;
+    for (int r = 0; r < s->r; r++) {
+        const float *src = in + ((size_t) (ih0 + r) * s->w + iw0) * s->c;
+        for (size_t i = 0; i < run; i++)
+            patch[r * run + i] = src[i];
+    }
+}
+
+//  Direct convolution for small patches: per output pixel, out[k] =
+//  b[k] + sum_j patch[j] * wt[j][k], with the K outputs held in 8-wide
+//  vector registers (GCC vector extensions: AVX in the x86-64-v3 clone).
+//  wt (scratch) is w transposed to (r*s*c, k). Needs k % 8 == 0 and
+//  k <= S_DIRECT_KMAX.
+#define S_DIRECT_KMAX 64
+
+static bool
+s_conv_direct (const nn_conv_shape_t *s)
+{
+    return s_groups (s) == 1 && s->r * s->s * s->c <= S_DIRECT_PATCH && s->k % 8 == 0
+           && s->k <= S_DIRECT_KMAX;
+}
+
+S_BODY void
+s_conv_direct_forward_body (float *out, const float *in, const float *w, const float *b,
+                       const nn_conv_shape_t *s, int r0, int r1, float *scratch)
+{
+    int K = s->k, J = s->r * s->s * s->c, V = K / 8;
+    float *wt = scratch, *patch = scratch + (size_t) J * K;
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < J; j++)
+            wt[(size_t) j * K + k] = w[(size_t) k * J + j];
+    s_v8 bias[S_DIRECT_KMAX / 8];
+    for (int v = 0; v < V; v++)
+        bias[v] = b ? s_v8_load (b + 8 * v) : (s_v8) { 0 };
+    size_t in_size = (size_t) s->h * s->w * s->c;
+    float *patch2 = patch + S_DIRECT_PATCH;
+    int n, p, q;
+    s_pixel (s, r0, &n, &p, &q);
+    //  Two output pixels at a time: two independent accumulation chains
+    //  hide the add latency.
+    for (int g = r0; g < r1; g += 2) {
+        bool pair = g + 1 < r1;
+        s_patch_fast (patch, in + n * in_size, s, p, q);
+        s_pixel_next (s, &n, &p, &q);
+        if (pair) {
+            s_patch_fast (patch2, in + n * in_size, s, p, q);
+            s_pixel_next (s, &n, &p, &q);
+        }
+        s_v8 a0[S_DIRECT_KMAX / 8], a1[S_DIRECT_KMAX / 8];
+        for (int v = 0; v < V; v++)
+            a0[v] = a1[v] = bias[v];
+        for (int j = 0; j < J; j++) {
+            s_v8 x0 = (s_v8) { 0 } + patch[j];
+            s_v8 x1 = (s_v8) { 0 } + (pair ? patch2[j] : 0.0f);
+            const float *wr = wt + (size_t) j * K;
+            for (int v = 0; v < V; v++) {
+                s_v8 wv = s_v8_load (wr + 8 * v);
+                a0[v] += x0 * wv;
+                a1[v] += x1 * wv;
+            }
+        }
+        float *o = out + (size_t) g * K;
+        for (int v = 0; v < V; v++)
+            s_v8_store (o + 8 * v, a0[v]);
+        if (pair)
+            for (int v = 0; v < V; v++)
+                s_v8_store (o + K + 8 * v, a1[v]);
+    }
+}
+S_DISPATCH (static, s_conv_direct_forward,
+            (float *out, const float *in, const float *w, const float *b,
+             const nn_conv_shape_t *s, int r0, int r1, float *scratch),
+            (out, in, w, b, s, r0, r1, scratch))
+
+S_BODY void
+s_conv_direct_backward_weights_body (float *dw, float *db, const float *dout, const float *in,
+                                const nn_conv_shape_t *s, int r0, int r1, float *scratch)
+{
+    int K = s->k, J = s->r * s->s * s->c, V = K / 8;
+    float *dwt = scratch, *patch = scratch + (size_t) J * K;
+    memset (dwt, 0, sizeof (float) * (size_t) J * K);
+    s_v8 dbias[S_DIRECT_KMAX / 8];
+    for (int v = 0; v < V; v++)
+        dbias[v] = (s_v8) { 0 };
+    size_t in_size = (size_t) s->h * s->w * s->c;
+    int n, p, q;
+    s_pixel (s, r0, &n, &p, &q);
+    for (int g = r0; g < r1; g++) {
+        const float *d = dout + (size_t) g * K;
+        s_v8 gv[S_DIRECT_KMAX / 8];
+        for (int v = 0; v < V; v++) {
+            gv[v] = s_v8_load (d + 8 * v);
+            dbias[v] += gv[v];
+        }
+        s_patch_fast (patch, in + n * in_size, s, p, q);
+        s_pixel_next (s, &n, &p, &q);
+        for (int j = 0; j < J; j++) {
+            s_v8 x = (s_v8) { 0 } + patch[j];
+            float *dr = dwt + (size_t) j * K;
+            for (int v = 0; v < V; v++)
+                s_v8_store (dr + 8 * v, s_v8_load (dr + 8 * v) + x * gv[v]);
+        }
+    }
+    if (db)
+        for (int v = 0; v < V; v++)
+            for (int i = 0; i < 8; i++)
+                db[8 * v + i] += dbias[v][i];
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < J; j++)
+            dw[(size_t) k * J + j] += dwt[(size_t) j * K + k];
+}
+S_DISPATCH (static, s_conv_direct_backward_weights,
+            (float *dw, float *db, const float *dout, const float *in,
+             const nn_conv_shape_t *s, int r0, int r1, float *scratch),
+            (dw, db, dout, in, s, r0, r1, scratch))
+
+//  Output rows [g0, g0 + rows) of the batch -> cols (rows, r*s*cg), each
+//  row laid out (r, s, cg) like a weight row of a group: the input
+//  channels [c0, c0 + cg) of each tap (all of them when cg == c).
+S_BODY void
+s_im2col_rows_body (float *cols, const float *in, const nn_conv_shape_t *s, int g0, int rows,
+                    int c0, int cg)
+{
+    size_t row_len = (size_t) s->r * s->s * cg;
+    size_t in_size = (size_t) s->h * s->w * s->c;
+    size_t tap = sizeof (float) * cg;
+    bool whole = cg == s->c;
+    int n, p, q;
+    s_pixel (s, g0, &n, &p, &q);
+    for (int i = 0; i < rows; i++, s_pixel_next (s, &n, &p, &q)) {
+        float *row = cols + (size_t) i * row_len;
+        const float *img = in + n * in_size + c0;
+        for (int r = 0; r < s->r; r++) {
+            int ih = p * s->stride - s->pad + r;
+            float *dst = row + (size_t) r * s->s * cg;
+            if (ih < 0 || ih >= s->h) {
+                memset (dst, 0, tap * s->s);
+                continue;
+            }
+            int iw0 = q * s->stride - s->pad;
+            if (whole && iw0 >= 0 && iw0 + s->s <= s->w) {
+                //  Whole kernel row inside: one contiguous run in NHWC.
+                memcpy (dst, img + ((size_t) ih * s->w + iw0) * s->c, tap * s->s);
+                continue;
+            }
+            for (int k = 0; k < s->s; k++) {
+                int iw = iw0 + k;
+                if (iw < 0 || iw >= s->w)
+                    memset (dst + k * cg, 0, tap);
+                else
+                    memcpy (dst + k * cg, img + ((size_t) ih * s->w + iw) * s->c, tap);
+            }
+        }
+    }
+}
+S_DISPATCH (static, s_im2col_rows,
+            (float *cols, const float *in, const nn_conv_shape_t *s, int g0, int rows,
+             int c0, int cg),
+            (cols, in, s, g0, rows, c0, cg))
+
+//  Adjoint of s_im2col_rows: channels [c0, c0 + cg) of din (the batch) +=
+//  scatter of cols, output rows [g0, g0 + rows).
+S_BODY void
+s_col2im_rows_add_body (float *din, const float *cols, const nn_conv_shape_t *s, int g0,
+                        int rows, int c0, int cg)
+{
+    size_t row_len = (size_t) s->r * s->s * cg;
+    size_t in_size = (size_t) s->h * s->w * s->c;
+    int n, p, q;
+    s_pixel (s, g0, &n, &p, &q);
+    for (int i = 0; i < rows; i++, s_pixel_next (s, &n, &p, &q)) {
+        const float *row = cols + (size_t) i * row_len;
+        float *img = din + n * in_size + c0;
+        for (int r = 0; r < s->r; r++) {
+            int ih = p * s->stride - s->pad + r;
+            if (ih < 0 || ih >= s->h)
+                continue;
+            for (int k = 0; k < s->s; k++) {
+                int iw = q * s->stride - s->pad + k;
+                if (iw < 0 || iw >= s->w)
+                    continue;
+                float *dst = img + ((size_t) ih * s->w + iw) * s->c;
+                const float *src = row + ((size_t) r * s->s + k) * cg;
+                for (int c = 0; c < cg; c++)
+                    dst[c] += src[c];
+            }
+        }
+    }
+}
+S_DISPATCH (static, s_col2im_rows_add,
+            (float *din, const float *cols, const nn_conv_shape_t *s, int g0, int rows,
+             int c0, int cg),
+            (din, cols, s, g0, rows, c0, cg))
+
+//  A group's view of the GEMM: its input channels [c0, c0 + cg), output
+//  channels [k0, k0 + kg), weight rows w + k0 * len (kg, len), len = r*s*cg
+//  the length of its im2col rows (its patch).
+typedef struct {
+    int groups, cg, kg, len;
+    bool plain;         //  1x1, stride 1, no padding: the input is the im2col
+} s_gemm_shape_t;
+
+static s_gemm_shape_t
+s_gemm_shape (const nn_conv_shape_t *s)
+{
+    s_gemm_shape_t g;
+    g.groups = s_groups (s);
+    g.cg = s->c / g.groups;
+    g.kg = s->k / g.groups;
+    g.len = s->r * s->s * g.cg;
+    g.plain = s->r == 1 && s->s == 1 && s->stride == 1 && s->pad == 0;
+    return g;
+}
+
+//  The im2col rows [g, g + rows) of group i: the input itself when plain
+//  (rows C apart), else gathered into cols (rows len apart). *ld: the row
+//  stride of what is returned.
+static const float *
+s_gemm_a (float *cols, const float *in, const nn_conv_shape_t *s, const s_gemm_shape_t *gs,
+          int g, int rows, int i, int *ld)
+{
+    if (gs->plain) {
+        *ld = s->c;
+        return in + (size_t) g * s->c + (size_t) i * gs->cg;
+    }
+    s_im2col_rows (cols, in, s, g, rows, i * gs->cg, gs->cg);
+    *ld = gs->len;
+    return cols;
+}
+
+//  Our tile reads w transposed, and makes dw transposed: dst (cols, rows)
+//  (+)= src (rows, cols)^T, in 16 x 16 blocks. Element by element down
+//  the columns, MobileNetV3's 576 x 1024 1x1 weights took 3.2 ms, a cache
+//  miss each.
+static void
+s_transpose (float *dst, const float *src, int rows, int cols, bool add)
+{
+    for (int i0 = 0; i0 < rows; i0 += 16)
+        for (int j0 = 0; j0 < cols; j0 += 16) {
+            int i1 = rows - i0 < 16 ? rows : i0 + 16, j1 = cols - j0 < 16 ? cols : j0 + 16;
+            for (int j = j0; j < j1; j++)
+                for (int i = i0; i < i1; i++) {
+                    float v = src[(size_t) i * cols + j];
+                    dst[(size_t) j * rows + i] = add ? dst[(size_t) j * rows + i] + v : v;
+                }
+        }
+}
+
+//  Whether our tile takes a product over `rows` output pixels that
+//  transposes the weights (forward) or dw (weight gradient), c n wide
+//  summing J terms: the transpose costs about as much as the tile saves
+//  over OpenBLAS at a few hundred pixels (a 1x1 convolution on 25 pixels,
+//  576 -> 1024, took 3.6 ms through the tile and 0.4 ms in OpenBLAS).
+#define S_TILE_MIN_ROWS 256
+static bool
+s_tile_pays (int rows, int n, int J)
+{
+    return rows >= S_TILE_MIN_ROWS && nn_tile_fits (n, J);
+}
+
+void
+nn_conv2d_forward_rows (float *out, const float *in, const float *w, const float *b,
+                        const nn_conv_shape_t *s, int r0, int r1, float *scratch)
+{
+    if (s_depthwise (s)) {
+        nn_dwconv_forward_rows (out, in, w, b, s, r0, r1, scratch);
+        return;
+    }
+    if (s_conv_direct (s)) {
+        s_conv_direct_forward (out, in, w, b, s, r0, r1, scratch);
+        return;
+    }
+    s_gemm_shape_t gs = s_gemm_shape (s);
+    int K = s->k, len = gs.len, kg = gs.kg;
+    int chunk = s_chunk_rows ((size_t) len, (size_t) s->n * s->p * s->q);
+    bool own = s_tile_pays (r1 - r0, kg, len);
+    //  Our tile reads each group's weights transposed, (len, kg).
+    float *wt = scratch + (gs.plain ? 0 : (size_t) chunk * len);
+    if (own)
+        for (int i = 0; i < gs.groups; i++)
+            s_transpose (wt + (size_t) i * len * kg, w + (size_t) i * kg * len, kg, len, false);
+    for (int g = r0; g < r1; g += chunk) {
+        int rows = r1 - g < chunk ? r1 - g : chunk;
+        float *o = out + (size_t) g * K;
+        float beta = 0.0f;
+        if (b) {
+            for (int i = 0; i < rows; i++)
+                memcpy (o + (size_t) i * K, b, sizeof (float) * K);
+            beta = 1.0f;
+        }
+        for (int i = 0; i < gs.groups; i++) {
+            int lda;
+            const float *a = s_gemm_a (scratch, in, s, &gs, g, rows, i, &lda);
+            //  out[:, group] (rows, kg) = cols (rows, len) . w_group^T (len, kg)
+            if (own)
+                nn_tile_gemm (o + i * kg, K, a, lda, 1, wt + (size_t) i * len * kg, kg, rows,
+                              kg, len, b != NULL);
+            else
+                cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, rows, kg, len, 1.0f, a,
+                             lda, w + (size_t) i * kg * len, len, beta, o + i * kg, K);
+        }
+    }
+}
+
+void
+nn_conv2d_backward_weights_rows (float *dw, float *db, const float *dout, const float *in,
+                                 const nn_conv_shape_t *s, int r0, int r1, float *scratch)
+{
+    if (s_depthwise (s)) {
+        nn_dwconv_backward_weights_rows (dw, db, dout, in, s, r0, r1, scratch);
+        return;
+    }
+    if (s_conv_direct (s)) {
+        s_conv_direct_backward_weights (dw, db, dout, in, s, r0, r1, scratch);
+        return;
+    }
+    if (db)
+        for (int g = r0; g < r1; g++) {
+            const float *d = dout + (size_t) g * s->k;
+            for (int k = 0; k < s->k; k++)
+                db[k] += d[k];
+        }
+    s_gemm_shape_t gs = s_gemm_shape (s);
+    int K = s->k, len = gs.len, kg = gs.kg;
+    int chunk = s_chunk_rows ((size_t) len, (size_t) s->n * s->p * s->q);
+    //  Not the AVX2 tile: its 16-wide tiles re-read a^T's strided values
+    //  and ran at 89-96 GFLOP/s against OpenBLAS's (Haswell) 104 for
+    //  VGG5's conv2 and conv3 on a Zen 4 core (forward and input gradient:
+    //  104-111 against 104-106).
+    bool own = s_tile_pays (r1 - r0, kg, r1 - r0) && nn_isa_active () != NN_ISA_AVX2;
+    float *dwt = scratch + (gs.plain ? 0 : (size_t) chunk * len);
+    if (own)
+        memset (dwt, 0, sizeof (float) * len * K);
+    for (int g = r0; g < r1; g += chunk) {
+        int rows = r1 - g < chunk ? r1 - g : chunk;
+        for (int i = 0; i < gs.groups; i++) {
+            int lda;
+            const float *a = s_gemm_a (scratch, in, s, &gs, g, rows, i, &lda);
+            const float *d = dout + (size_t) g * K + i * kg;
+            //  dw_group (kg, len) += dout_group^T (kg, rows) . cols (rows, len);
+            //  ours makes dw_group^T (len, kg) += cols^T . dout_group, kg wide
+            //  like its tiles.
+            if (own)
+                nn_tile_gemm (dwt + (size_t) i * len * kg, kg, a, 1, lda, d, K, len, kg, rows,
+                              true);
+            else
+                cblas_sgemm (CblasRowMajor, CblasTrans, CblasNoTrans, kg, len, rows, 1.0f, d,
+                             K, a, lda, 1.0f, dw + (size_t) i * kg * len, len);
+        }
+    }
+    if (own)
+        for (int i = 0; i < gs.groups; i++)
+            s_transpose (dw + (size_t) i * kg * len, dwt + (size_t) i * len * kg, len, kg, true);
+}
+
+//  din[:, group] (rows, cg; C apart) = dout[:, group] (rows, kg) . w_group
+//  (kg, cg): a 1x1 stride-1 convolution's input gradient, no col2im.
+static void
+s_plain_backward_input (float *din, const float *dout, const float *w,
+                        const nn_conv_shape_t *s, const s_gemm_shape_t *gs)
+{
+    int total = s->n * s->p * s->q, C = s->c, K = s->k, cg = gs->cg, kg = gs->kg;
+    for (int i = 0; i < gs->groups; i++) {
+        const float *d = dout + (size_t) i * kg, *wg = w + (size_t) i * kg * cg;
+        float *dx = din + (size_t) i * cg;
+        if (nn_tile_fits (cg, kg))
+            nn_tile_gemm (dx, C, d, K, 1, wg, cg, total, cg, kg, false);
+        else
+            cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, total, cg, kg, 1.0f, d,
+                         K, wg, cg, 0.0f, dx, C);
+    }
+}
+
+void
+nn_conv2d_backward_input (float *din, const float *dout, const float *w,
+                          const nn_conv_shape_t *s, float *scratch)
+{
+    if (s_depthwise (s)) {
+        nn_dwconv_backward_input (din, dout, w, s, scratch);
+        return;
+    }
+    s_gemm_shape_t gs = s_gemm_shape (s);
+    if (gs.plain) {
+        s_plain_backward_input (din, dout, w, s, &gs);
+        return;
+    }
+    int len = gs.len, kg = gs.kg, K = s->k, total = s->n * s->p * s->q;
+    int chunk = s_chunk_rows ((size_t) len, (size_t) total);
+    bool own = nn_tile_fits (len, kg);
+    memset (din, 0, sizeof (float) * s->n * s->h * s->w * s->c);
+    for (int g = 0; g < total; g += chunk) {
+        int rows = total - g < chunk ? total - g : chunk;
+        for (int i = 0; i < gs.groups; i++) {
+            const float *d = dout + (size_t) g * K + i * kg, *wg = w + (size_t) i * kg * len;
+            //  dcols (rows, len) = dout_group (rows, kg) . w_group (kg, len)
+            if (own)
+                nn_tile_gemm (scratch, len, d, K, 1, wg, len, rows, len, kg, false);
+            else
+                cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, len, kg, 1.0f,
+                             d, K, wg, len, 0.0f, scratch, len);
+            s_col2im_rows_add (din, scratch, s, g, rows, i * gs.cg, gs.cg);
+        }
+    }
+}
+
+void
+nn_conv2d_forward (float *out, const float *in, const float *w, const float *b,
+                   const nn_conv_shape_t *s, float *scratch)
+{
+    nn_conv2d_forward_rows (out, in, w, b, s, 0, s->n * s->p * s->q, scratch);
+}
+
+void
+nn_conv2d_backward (float *din, float *dw, float *db, const float *dout,
+                    const float *in, const float *w, const nn_conv_shape_t *s,
+                    float *scratch)
+{
+    nn_conv2d_backward_weights_rows (dw, db, dout, in, s, 0, s->n * s->p * s->q, scratch);
+    if (din)
+        nn_conv2d_backward_input (din, dout, w, s, scratch);
+}

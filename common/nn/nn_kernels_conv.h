@@ -1,0 +1,63 @@
+/*  nn_kernels_conv.h: private to the nn_kernels*.c files. What the dense
+    and grouped convolutions (nn_kernels_conv.c) share with the depthwise
+    ones (nn_kernels_dwconv.c). */
+#ifndef NN_KERNELS_CONV_H_INCLUDED
+#define NN_KERNELS_CONV_H_INCLUDED
+
+#include "nn_kernels.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+//  groups as the kernels read it: 0 (a shape nn_conv_shape_finish has not
+//  seen) is a dense convolution, as 1.
+static inline int
+s_groups (const nn_conv_shape_t *s)
+{
+    return s->groups > 1 ? s->groups : 1;
+}
+
+//  One filter per channel (groups == c == k): the direct kernels of
+//  nn_kernels_dwconv.c, not a GEMM of 1-channel groups.
+static inline bool
+s_depthwise (const nn_conv_shape_t *s)
+{
+    return s_groups (s) == s->c && s->k == s->c && s->c > 1;
+}
+
+//  Output row g of a batch (pixel (p, q) of image n), and the next one.
+static inline void
+s_pixel (const nn_conv_shape_t *s, int g, int *n, int *p, int *q)
+{
+    int pq = s->p * s->q;
+    *n = g / pq;
+    *p = g % pq / s->q;
+    *q = g % s->q;
+}
+
+static inline void
+s_pixel_next (const nn_conv_shape_t *s, int *n, int *p, int *q)
+{
+    if (++*q < s->q)
+        return;
+    *q = 0;
+    if (++*p < s->p)
+        return;
+    *p = 0;
+    ++*n;
+}
+
+//  Depthwise convolutions (s_depthwise): the contracts of
+//  nn_conv2d_forward_rows, nn_conv2d_backward_weights_rows and
+//  nn_conv2d_backward_input, with w (c, r, s, 1) and scratch of
+//  nn_dwconv_scratch_count floats.
+size_t nn_dwconv_scratch_count (const nn_conv_shape_t *s);
+void nn_dwconv_forward_rows (float *out, const float *in, const float *w, const float *b,
+                             const nn_conv_shape_t *s, int r0, int r1, float *scratch);
+void nn_dwconv_backward_weights_rows (float *dw, float *db, const float *dout,
+                                      const float *in, const nn_conv_shape_t *s, int r0,
+                                      int r1, float *scratch);
+void nn_dwconv_backward_input (float *din, const float *dout, const float *w,
+                               const nn_conv_shape_t *s, float *scratch);
+
+#endif

@@ -1,0 +1,34 @@
+/*  srv_assign.h: the run's current assignment of work to devices.
+
+    Per device: the split point (units 0..P-1 on the device, P..U on the
+    server) and the number of micro-batches N a mini-batch is cut into.
+    Today every device holds the same split point (the server replicas are
+    averaged, so they must hold the same units); the arrays are per device
+    so that a device can get its own. The server keeps one of these, written
+    only by its step function (srv_step.c) from the planner's decisions; it
+    is what WELCOME and PLAN tell a device and what a checkpoint records.
+*/
+#ifndef SRV_ASSIGN_H_INCLUDED
+#define SRV_ASSIGN_H_INCLUDED
+
+#include <stdbool.h>
+
+#define SRV_MAX_DEVICES 64
+
+typedef struct {
+    int devices;
+    int split[SRV_MAX_DEVICES];     //  P of each device
+    int micro[SRV_MAX_DEVICES];     //  N of each device (1 outside pipelearn)
+} srv_assign_t;
+
+//  Every device at (split, micro).
+void srv_assign_uniform (srv_assign_t *self, int devices, int split, int micro);
+//  The split point the server's replicas hold (device 0's; all are equal).
+int srv_assign_split (const srv_assign_t *self);
+//  The largest micro-batch of any device for mini-batches of batch: B
+//  over the smallest N.
+int srv_assign_max_micro_batch (const srv_assign_t *self, int batch);
+//  The smallest and largest N.
+void srv_assign_micro_range (const srv_assign_t *self, int *lo, int *hi);
+
+#endif

@@ -1,0 +1,180 @@
+/*  srv_linkrate.c: PROBE round trips and traffic spacing. See
+    srv_linkrate.h. */
+#include "srv_linkrate.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pl_timeline.h"
+
+#define S_PINGS    3
+#define S_FIRST    ((size_t) 256 << 10)
+#define S_MAX      ((size_t) 4 << 20)
+#define S_TARGET_S 0.2              //  a timed transfer should take this long
+#define S_MAX_BPS  12.5e9           //  100 Gbit/s: loopback timing noise above it
+
+enum {
+    S_IDLE = 0,
+    S_PING,
+    S_DOWN,
+    S_UP,
+    S_DONE
+};
+
+void
+srv_linkrate_reset (srv_linkrate_t *self)
+{
+    uint32_t id = self->id;
+    memset (self, 0, sizeof *self);
+    self->id = id;
+}
+
+bool
+srv_linkrate_busy (const srv_linkrate_t *self)
+{
+    return self->step != S_IDLE && self->step != S_DONE;
+}
+
+bool
+srv_linkrate_done (const srv_linkrate_t *self)
+{
+    return self->step == S_DONE;
+}
+
+void
+srv_linkrate_abandon (srv_linkrate_t *self)
+{
+    self->step = S_IDLE;
+}
+
+static proto_msg_t *
+s_send (srv_linkrate_t *self, int id, int epoch)
+{
+    proto_probe_t pr = { .probe_id = self->id + 1,
+                         .reply_bytes = self->step == S_UP ? (uint32_t) self->size : 0 };
+    size_t payload = self->step == S_DOWN ? self->size : 0;
+    proto_msg_t *m = proto_msg_new (PROTO_MSG_PROBE);
+    proto_msg_set_route (m, (uint32_t) id, (uint32_t) epoch, 0, 0);
+    proto_msg_set_probe (m, &pr, payload);
+    self->id = pr.probe_id;
+    self->expect = pr.reply_bytes;
+    self->sent = pl_monotonic ();
+    return m;
+}
+
+proto_msg_t *
+srv_linkrate_probe (srv_linkrate_t *self, int id, int epoch)
+{
+    self->step = S_PING;
+    self->expect = 0;
+    self->sent = 0.0;
+    self->size = 0;
+    self->pings = 0;
+    self->rtt_s = INFINITY;
+    self->down_Bps = self->up_Bps = 0.0;
+    return s_send (self, id, epoch);
+}
+
+int
+srv_linkrate_answer (srv_linkrate_t *self, const proto_msg_t *msg, int id, int epoch,
+                     size_t cap, proto_msg_t **next, char *why, size_t why_size)
+{
+    *next = NULL;
+    const proto_probe_t *pr = proto_msg_probe (msg);
+    size_t bytes = proto_msg_probe_payload_bytes (msg);
+    if (!srv_linkrate_busy (self) || pr->probe_id != self->id || pr->reply_bytes != 0
+    ||  bytes != self->expect) {
+        snprintf (why, why_size, "PROBE answer (id %u, %zu bytes) for no probe out "
+                  "(id %u, %u bytes)", pr->probe_id, bytes, self->id, self->expect);
+        return -1;
+    }
+    cap = cap && cap < S_MAX ? cap : S_MAX;
+    double t = pl_monotonic () - self->sent;
+    if (self->step == S_PING) {
+        self->rtt_s = t < self->rtt_s ? t : self->rtt_s;
+        if (++self->pings >= S_PINGS) {
+            self->step = S_DOWN;
+            self->size = S_FIRST < cap ? S_FIRST : cap;
+        }
+        *next = s_send (self, id, epoch);
+        return 0;
+    }
+    if (t < S_TARGET_S && self->size < cap) {
+        self->size = self->size * 4 < cap ? self->size * 4 : cap;
+        *next = s_send (self, id, epoch);
+        return 0;
+    }
+    //  The transfer's time is its round trip less the RTT of an empty probe.
+    double xfer = t - self->rtt_s;
+    double rate = (double) self->size / (xfer > 1e-6 ? xfer : 1e-6);
+    rate = rate < S_MAX_BPS ? rate : S_MAX_BPS;
+    if (self->step == S_DOWN) {
+        self->down_Bps = rate;
+        self->step = S_UP;
+        self->size = S_FIRST < cap ? S_FIRST : cap;
+        *next = s_send (self, id, epoch);
+        return 0;
+    }
+    self->up_Bps = rate;
+    self->step = S_DONE;
+    return 0;
+}
+
+bool
+srv_linkrate_overdue (const srv_linkrate_t *self, double timeout, char *why, size_t why_size)
+{
+    double now = pl_monotonic ();
+    if (!srv_linkrate_busy (self) || now - self->sent <= timeout)
+        return false;
+    snprintf (why, why_size, "no answer to a PROBE in %.1f s (device_timeout_s %g)",
+              now - self->sent, timeout);
+    return true;
+}
+
+void
+srv_linkrate_on_activations (srv_linkrate_t *self, const proto_msg_t *msg)
+{
+    const proto_header_t *h = proto_msg_header (msg);
+    double now = pl_monotonic ();
+    //  Back-to-back micro-batches of one iteration: when the uplink is the
+    //  bottleneck their spacing is its transfer time; otherwise it is
+    //  longer, so the rate is a floor for the link's.
+    if (self->act_valid && h->epoch == self->act_epoch && h->iteration == self->act_iter
+    &&  h->micro_batch == self->act_mb + 1 && now > self->act_t) {
+        double bytes = PROTO_HEADER_SIZE + 4.0 * (double) proto_msg_tensor_count (msg)
+                     + 4.0 * (double) proto_msg_labels_count (msg);
+        self->rates[self->rates_count % SRV_LINKRATE_SAMPLES] = bytes / (now - self->act_t);
+        self->rates_count++;
+    }
+    self->act_t = now;
+    self->act_epoch = h->epoch;
+    self->act_iter = h->iteration;
+    self->act_mb = h->micro_batch;
+    self->act_valid = true;
+}
+
+static int
+s_cmp_double (const void *a_, const void *b_)
+{
+    double a = *(const double *) a_, b = *(const double *) b_;
+    return (a > b) - (a < b);
+}
+
+double
+srv_linkrate_traffic (srv_linkrate_t *self)
+{
+    int n = self->rates_count < SRV_LINKRATE_SAMPLES ? self->rates_count
+                                                     : SRV_LINKRATE_SAMPLES;
+    double median = 0.0;
+    if (n >= 3) {
+        double r[SRV_LINKRATE_SAMPLES];
+        memcpy (r, self->rates, sizeof (double) * (size_t) n);
+        qsort (r, (size_t) n, sizeof r[0], s_cmp_double);
+        median = r[n / 2];
+    }
+    self->rates_count = 0;
+    self->act_valid = false;
+    return median;
+}

@@ -1,0 +1,62 @@
+/*  srv_linkrate.h: measuring one device's link, for the planner.
+
+    Two sources. PROBE round trips (proto/PROTOCOL.md "Planning"): one
+    probe outstanding at a time; pings for the RTT, then timed transfers
+    down and up of growing size until one takes long enough to time. And
+    the training traffic: back-to-back ACTIVATIONS of one iteration are
+    spaced by at least their transfer time, so their rate is a floor for
+    the uplink's. No sockets: a call returns the PROBE to send.
+*/
+#ifndef SRV_LINKRATE_H_INCLUDED
+#define SRV_LINKRATE_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto_msg.h"
+
+#define SRV_LINKRATE_SAMPLES 64
+
+typedef struct {
+    //  The probe in progress.
+    int step;                   //  idle, ping, down, up, done (srv_linkrate.c)
+    uint32_t id;                //  outstanding probe_id
+    uint32_t expect;            //  payload bytes its answer must carry
+    double sent;                //  pl_monotonic when it went out
+    size_t size;                //  transfer size of the current step
+    int pings;
+    double rtt_s, down_Bps, up_Bps;     //  of the probe in progress
+    //  Training traffic: spacing of consecutive ACTIVATIONS of one iteration.
+    double act_t;
+    uint32_t act_epoch, act_iter, act_mb;
+    bool act_valid;
+    double rates[SRV_LINKRATE_SAMPLES];    //  bytes/s samples this epoch (ring)
+    int rates_count;
+} srv_linkrate_t;
+
+//  A new device: forget the last one's figures (the probe id goes on).
+void srv_linkrate_reset (srv_linkrate_t *self);
+//  Starts a measurement: the first PROBE for device id (caller sends it).
+proto_msg_t *srv_linkrate_probe (srv_linkrate_t *self, int id, int epoch);
+//  A probe is out.
+bool srv_linkrate_busy (const srv_linkrate_t *self);
+//  The last measurement finished (rtt_s, down_Bps, up_Bps hold it).
+bool srv_linkrate_done (const srv_linkrate_t *self);
+//  The device left: its probe is abandoned.
+void srv_linkrate_abandon (srv_linkrate_t *self);
+//  A PROBE answer: 0 with *next the PROBE to send (NULL when the
+//  measurement is done), -1 with why filled when it answers no probe out.
+//  cap: the largest transfer (the server's frame limit).
+int srv_linkrate_answer (srv_linkrate_t *self, const proto_msg_t *msg, int id, int epoch,
+                         size_t cap, proto_msg_t **next, char *why, size_t why_size);
+//  The probe out has waited more than timeout seconds (why filled).
+bool srv_linkrate_overdue (const srv_linkrate_t *self, double timeout, char *why,
+                           size_t why_size);
+//  One ACTIVATIONS of the device arrived now.
+void srv_linkrate_on_activations (srv_linkrate_t *self, const proto_msg_t *msg);
+//  The epoch's traffic estimate of the uplink in bytes/s (the median of
+//  its samples; 0 with fewer than 3), and the samples are reset.
+double srv_linkrate_traffic (srv_linkrate_t *self);
+
+#endif

@@ -1,0 +1,666 @@
+/*  srv_planner.c: profiles, link probes and (re-)planning. See
+    srv_planner.h. */
+#include "srv_planner.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn_alloc.h"
+#include "nn_plan.h"
+#include "nn_profile.h"
+#include "pl_hostcopy.h"
+#include "pl_log.h"
+#include "pl_timeline.h"
+#include "srv_linkrate.h"
+
+//  What the planner knows of a device slot; it outlives the slot's sessions.
+typedef struct {
+    bool profiled;              //  costs came from its PROFILE
+    nn_plan_costs_t costs;
+    srv_linkrate_t link;        //  probes and traffic samples
+    bool measured;              //  rtt/up/down hold a finished measurement
+    double rtt_s, up_Bps, down_Bps;     //  the last measurement
+    double plan_up_Bps, plan_down_Bps;  //  the link its current plan assumed
+    double est_iteration_s;     //  the current plan's estimate for it
+    double traffic_up_Bps;      //  last epoch's estimate (0: none)
+} s_slot_t;
+
+struct _srv_planner_t {
+    srv_planner_args_t args;
+    bool auto_split, auto_micro;    //  the config said "auto"
+    bool measure;                   //  devices profile and are probed (measure_link)
+    bool probing;                   //  epoch-end probes in progress
+    int fixed_micro;                //  the config's N when not "auto"
+    nn_plan_costs_t server;         //  this host, one worker thread
+    nn_plan_model_t model;          //  transfer sizes at batch B
+    int iterations;                 //  per epoch, for the estimates
+    double host_copy_Bps;           //  host_cores > 0: loopback bytes per core-second
+    size_t frame_limit;             //  the server's largest frame (0: none)
+    s_slot_t slot[SRV_MAX_DEVICES];
+    cJSON *replans;                 //  this epoch's re-plans (summary), or NULL
+};
+
+static double
+s_mbps (double Bps)
+{
+    return Bps * 8.0 / 1e6;
+}
+
+bool
+srv_planner_auto (const srv_planner_t *self)
+{
+    return self->auto_split || self->auto_micro;
+}
+
+bool
+srv_planner_auto_micro (const srv_planner_t *self)
+{
+    return self->auto_micro;
+}
+
+static bool
+s_pipelearn (const srv_planner_t *self)
+{
+    return self->args.mode == PL_MODE_PIPELEARN;
+}
+
+//  ---------------------------------------------------------------------
+//  Plans from the current knowledge
+
+//  The planner's input for every device slot: its profile (or this host's
+//  until it sent one) and its measured link (or the configured one).
+static void
+s_input (const srv_planner_t *self, nn_plan_input_t *in, nn_plan_device_t *devs)
+{
+    const pl_config_t *cfg = self->args.cfg;
+    memset (in, 0, sizeof *in);
+    in->model = self->model;
+    in->server = self->server;
+    in->server_workers = self->args.workers;
+    in->batch_size = self->args.batch;
+    in->iterations = self->iterations;
+    in->aggregation_frequency = cfg->aggregation_frequency;
+    in->devices_count = self->args.devices;
+    in->devices = devs;
+    in->host_cores = cfg->host_cores;
+    in->host_copy_Bps = self->host_copy_Bps;
+    in->micro_batches = s_pipelearn (self) && self->auto_micro ? 0
+                      : s_pipelearn (self) ? self->fixed_micro : 1;
+    for (int i = 0; i < self->args.devices; i++) {
+        const s_slot_t *s = &self->slot[i];
+        devs[i].costs = s->profiled ? s->costs : self->server;
+        if (s->measured) {
+            double up = s->up_Bps > s->traffic_up_Bps ? s->up_Bps : s->traffic_up_Bps;
+            devs[i].uplink_Bps = up;
+            devs[i].downlink_Bps = s->down_Bps;
+            devs[i].rtt_s = s->rtt_s;
+        }
+        else {
+            devs[i].uplink_Bps = nn_plan_link_payload_Bps (cfg->uplink_mbps);
+            devs[i].downlink_Bps = nn_plan_link_payload_Bps (cfg->downlink_mbps);
+            devs[i].rtt_s = cfg->rtt_ms / 1000.0;
+        }
+    }
+}
+
+//  A plan for the current input with P pinned (0 = free). NULL logged.
+static nn_plan_t *
+s_plan_at (const srv_planner_t *self, int split_point)
+{
+    nn_plan_input_t in;
+    nn_plan_device_t devs[SRV_MAX_DEVICES];
+    s_input (self, &in, devs);
+    in.split_point = split_point;
+    char err[NN_ERR_SIZE];
+    nn_plan_t *plan = nn_plan_new (&in, err, sizeof err);
+    if (!plan)
+        pl_log_error ("server: planner: %s", err);
+    return plan;
+}
+
+//  The run's epoch estimate when device i runs (P, n[i]): rounds are
+//  barriers, so the slowest device's epoch.
+static double
+s_epoch_of (const nn_plan_t *plan, int devices, int split_point, const int *n)
+{
+    double worst = 0.0;
+    for (int i = 0; i < devices; i++) {
+        const nn_plan_candidate_t *c = nn_plan_find (plan, i, split_point, n[i]);
+        if (c && c->epoch_s > worst)
+            worst = c->epoch_s;
+    }
+    return worst;
+}
+
+//  summary.json "plan": what was chosen (a) from what.
+static void
+s_plan_json (const srv_planner_t *self, const nn_plan_t *plan, const srv_assign_t *a,
+             double epoch_s, cJSON *root)
+{
+    const pl_config_t *cfg = self->args.cfg;
+    int devices = self->args.devices;
+    cJSON_DeleteItemFromObjectCaseSensitive (root, "plan");
+    cJSON *pj = cJSON_AddObjectToObject (root, "plan");
+    int common = a->micro[0];
+    for (int i = 1; i < devices; i++)
+        if (a->micro[i] != common)
+            common = 0;
+    cJSON_AddNumberToObject (pj, "split_point", srv_assign_split (a));
+    cJSON_AddNumberToObject (pj, "micro_batches", common);
+    cJSON_AddNumberToObject (pj, "estimated_epoch_s", epoch_s);
+    cJSON_AddBoolToObject (pj, "measured_links", self->measure);
+    cJSON_AddNumberToObject (pj, "host_cores", cfg->host_cores);
+    if (cfg->host_cores > 0)
+        cJSON_AddNumberToObject (pj, "host_copy_mbps", s_mbps (self->host_copy_Bps));
+    cJSON *devs = cJSON_AddArrayToObject (pj, "devices");
+    nn_plan_input_t in;
+    nn_plan_device_t dv[SRV_MAX_DEVICES];
+    s_input (self, &in, dv);
+    for (int i = 0; i < devices; i++) {
+        const s_slot_t *s = &self->slot[i];
+        cJSON *o = cJSON_CreateObject ();
+        double fwd = 0.0, bwd = 0.0;
+        for (int u = 0; u < dv[i].costs.units_count; u++) {
+            fwd += dv[i].costs.unit[u].fwd_s;
+            bwd += dv[i].costs.unit[u].bwd_s;
+        }
+        cJSON_AddNumberToObject (o, "id", i);
+        cJSON_AddNumberToObject (o, "micro_batches", a->micro[i]);
+        cJSON_AddBoolToObject (o, "profiled", s->profiled);
+        cJSON_AddNumberToObject (o, "model_forward_s", fwd);
+        cJSON_AddNumberToObject (o, "model_backward_s", bwd);
+        //  Probed rates are TCP payload; configured ones are the wire's.
+        cJSON_AddNumberToObject (o, "uplink_mbps", s->measured ? s_mbps (dv[i].uplink_Bps)
+                                                               : cfg->uplink_mbps);
+        cJSON_AddNumberToObject (o, "downlink_mbps", s->measured ? s_mbps (dv[i].downlink_Bps)
+                                                                 : cfg->downlink_mbps);
+        cJSON_AddNumberToObject (o, "rtt_ms", dv[i].rtt_s * 1000.0);
+        cJSON_AddNumberToObject (o, "estimated_iteration_s", s->est_iteration_s);
+        cJSON_AddItemToArray (devs, o);
+    }
+    cJSON *modes = cJSON_AddObjectToObject (pj, "modes");
+    for (int m = 0; m < NN_PLAN_MODES_COUNT; m++)
+        cJSON_AddNumberToObject (modes, nn_plan_mode_name ((nn_plan_mode_kind_t) m),
+                                 nn_plan_mode (plan, (nn_plan_mode_kind_t) m)->epoch_s);
+}
+
+//  ---------------------------------------------------------------------
+//  Setup: this host's profile and the provisional plan
+
+//  Profiles this host and fills *assign with the provisional plan. 0 or -1.
+static int
+s_provisional (srv_planner_t *self, srv_assign_t *assign, cJSON *summary_root)
+{
+    const pl_config_t *cfg = self->args.cfg;
+    pl_mode_t mode = self->args.mode;
+    int batch = self->args.batch;
+    char err[NN_ERR_SIZE];
+    nn_profile_args_t pa = { .batch_size = batch, .threads = 1, .seed = cfg->seed,
+                             .now = pl_monotonic_clock };
+    double t0 = pl_monotonic ();
+    if (nn_profile_run (self->args.spec, &pa, &self->server, &self->model, NULL, err,
+                        sizeof err)) {
+        pl_log_error ("server: planner: %s", err);
+        return -1;
+    }
+    if (cfg->host_cores > 0) {
+        self->host_copy_Bps = pl_hostcopy_rate (cfg->host_copy_mbps, self->model.out_bytes[0],
+                                                err, sizeof err);
+        if (self->host_copy_Bps < 0.0) {
+            pl_log_error ("server: planner: %s", err);
+            return -1;
+        }
+        pl_log_info ("server: planner: one host: the server and the devices share %d "
+                     "core(s); moving bytes costs a core %.0f Mbit/s%s", cfg->host_cores,
+                     self->host_copy_Bps * 8e-6,
+                     cfg->host_copy_mbps > 0.0 ? "" : " (measured)");
+    }
+    double profile_s = pl_monotonic () - t0;
+    //  The training set is not loaded here; with samples 0 (all) the
+    //  epoch estimates assume 10000 samples per device.
+    int per_device = cfg->samples > 0 ? cfg->samples / self->args.devices : 10000;
+    self->iterations = per_device > batch ? (per_device + batch - 1) / batch : 1;
+    nn_plan_t *plan = s_plan_at (self, self->auto_split ? 0 : cfg->split_point);
+    if (!plan)
+        return -1;
+    int p = 0, n = 1;
+    double epoch_s;
+    if (mode == PL_MODE_SL) {
+        const nn_plan_mode_t *sl = nn_plan_mode (plan, NN_PLAN_SL);
+        p = sl->split_point;
+        epoch_s = sl->epoch_s;
+    }
+    else
+        epoch_s = nn_plan_common (plan, &p, &n);
+    srv_assign_uniform (assign, self->args.devices, p, s_pipelearn (self) ? n : 1);
+    s_plan_json (self, plan, assign, epoch_s, summary_root);
+    cJSON *pj = cJSON_GetObjectItemCaseSensitive (summary_root, "plan");
+    cJSON_AddNumberToObject (pj, "profile_s", profile_s);
+    pl_log_info ("server: planner: split point %d, %d micro-batch(es); estimated epoch %.1f s "
+                 "(fl %.1f, sl %.1f, sfl %.1f, pipelearn %.1f) for %d device(s) on the "
+                 "configured %g/%g Mbit/s, %g ms link, devices as fast as this host (profiled "
+                 "in %.1f s)%s", p, s_pipelearn (self) ? n : 1, epoch_s,
+                 nn_plan_mode (plan, NN_PLAN_FL)->epoch_s,
+                 nn_plan_mode (plan, NN_PLAN_SL)->epoch_s,
+                 nn_plan_mode (plan, NN_PLAN_SFL)->epoch_s,
+                 nn_plan_mode (plan, NN_PLAN_PIPELEARN)->epoch_s, self->args.devices,
+                 cfg->uplink_mbps, cfg->downlink_mbps, cfg->rtt_ms, profile_s,
+                 mode == PL_MODE_FL ? ""
+                 : self->measure ? "; provisional until the devices' profiles and links are in"
+                 : "; provisional until the devices' profiles are in");
+    nn_plan_destroy (&plan);
+    return 0;
+}
+
+srv_planner_t *
+srv_planner_new (const srv_planner_args_t *args, srv_assign_t *assign, cJSON *summary_root)
+{
+    srv_planner_t *self = nn_calloc (1, sizeof *self);
+    self->args = *args;
+    const pl_config_t *cfg = args->cfg;
+    bool pipelearn = s_pipelearn (self);
+    int units = args->spec->units_count;
+    srv_assign_uniform (assign, args->devices,
+                        args->mode == PL_MODE_FL ? units : cfg->split_point,
+                        pipelearn ? cfg->micro_batches : 1);
+    self->fixed_micro = pipelearn ? cfg->micro_batches : 1;
+    if (args->mode == PL_MODE_FL
+    ||  !(cfg->split_point == PL_AUTO || (pipelearn && cfg->micro_batches == PL_AUTO)))
+        return self;
+    self->auto_split = cfg->split_point == PL_AUTO;
+    self->auto_micro = pipelearn && cfg->micro_batches == PL_AUTO;
+    self->measure = cfg->measure_link;
+    if (s_provisional (self, assign, summary_root)) {
+        srv_planner_destroy (&self);
+        return NULL;
+    }
+    return self;
+}
+
+void
+srv_planner_destroy (srv_planner_t **self_p)
+{
+    srv_planner_t *self = *self_p;
+    if (!self)
+        return;
+    cJSON_Delete (self->replans);
+    nn_free (self);
+    *self_p = NULL;
+}
+
+bool
+srv_planner_profile_wanted (const srv_planner_t *self, bool started)
+{
+    return srv_planner_auto (self) && self->args.mode != PL_MODE_FL && !started;
+}
+
+void
+srv_planner_set_frame_limit (srv_planner_t *self, size_t max_frame_bytes)
+{
+    self->frame_limit = max_frame_bytes;
+}
+
+//  ---------------------------------------------------------------------
+//  Probes
+
+bool
+srv_planner_settled (const srv_planner_t *self, const bool *joined)
+{
+    for (int i = 0; i < self->args.devices; i++)
+        if (joined[i] && srv_linkrate_busy (&self->slot[i].link))
+            return false;
+    return true;
+}
+
+int
+srv_planner_on_probe (srv_planner_t *self, int id, const proto_msg_t *msg, int epoch,
+                      proto_msg_t **send_p, char *why, size_t why_size)
+{
+    s_slot_t *s = &self->slot[id];
+    if (srv_linkrate_answer (&s->link, msg, id, epoch, self->frame_limit, send_p, why,
+                             why_size))
+        return -1;
+    if (!srv_linkrate_done (&s->link))
+        return 0;
+    s->measured = true;
+    s->rtt_s = s->link.rtt_s;
+    s->up_Bps = s->link.up_Bps;
+    s->down_Bps = s->link.down_Bps;
+    pl_log_info ("server: device %d link: uplink %.1f Mbit/s, downlink %.1f Mbit/s, RTT %.1f "
+                 "ms (probed)", id, s_mbps (s->up_Bps), s_mbps (s->down_Bps),
+                 s->rtt_s * 1000.0);
+    return 0;
+}
+
+int
+srv_planner_on_profile (srv_planner_t *self, int id, const proto_msg_t *msg, bool started,
+                        int epoch, proto_msg_t **send_p, char *why, size_t why_size)
+{
+    *send_p = NULL;
+    s_slot_t *s = &self->slot[id];
+    const proto_profile_t *p = proto_msg_profile (msg);
+    int units = self->args.spec->units_count;
+    if (!srv_planner_profile_wanted (self, started) || s->profiled || (int) p->units != units) {
+        snprintf (why, why_size, "PROFILE of %u units not asked for (model has %d, "
+                  "profile %s)", p->units, units, s->profiled ? "already in" : "not due");
+        return -1;
+    }
+    s->costs.units_count = (int) p->units;
+    double fwd = 0.0, bwd = 0.0;
+    for (uint32_t u = 0; u < p->units; u++) {
+        const proto_unit_cost_t *c = &p->unit[u];
+        s->costs.unit[u] = (nn_plan_unit_cost_t) { c->fwd_s, c->bwd_s, c->fwd_fixed_s,
+                                                   c->bwd_fixed_s, c->upd_s };
+        fwd += c->fwd_s;
+        bwd += c->bwd_s;
+    }
+    s->profiled = true;
+    pl_log_info ("server: device %d profile: whole model forward %.3f s, backward %.3f s "
+                 "per batch of %d (%u thread(s))", id, fwd, bwd, self->args.batch, p->threads);
+    if (self->measure)
+        *send_p = srv_linkrate_probe (&s->link, id, epoch);
+    return 0;
+}
+
+void
+srv_planner_on_join (srv_planner_t *self, int id, bool started)
+{
+    s_slot_t *s = &self->slot[id];
+    if (!started) {
+        //  A new device in the slot: what the last one measured is not its.
+        srv_linkrate_t link = s->link;
+        memset (s, 0, sizeof *s);
+        s->link = link;
+        srv_linkrate_reset (&s->link);
+    }
+    else
+        srv_linkrate_abandon (&s->link);
+}
+
+void
+srv_planner_on_drop (srv_planner_t *self, int id)
+{
+    srv_linkrate_abandon (&self->slot[id].link);
+}
+
+bool
+srv_planner_overdue (const srv_planner_t *self, int id, double timeout, char *why,
+                     size_t why_size)
+{
+    return srv_linkrate_overdue (&self->slot[id].link, timeout, why, why_size);
+}
+
+bool
+srv_planner_probing (const srv_planner_t *self)
+{
+    return self->probing;
+}
+
+//  ---------------------------------------------------------------------
+//  Training traffic
+
+void
+srv_planner_on_activations (srv_planner_t *self, int id, const proto_msg_t *msg)
+{
+    srv_linkrate_on_activations (&self->slot[id].link, msg);
+}
+
+void
+srv_planner_epoch_json (srv_planner_t *self, int id, int micro, cJSON *device)
+{
+    s_slot_t *s = &self->slot[id];
+    double traffic = srv_linkrate_traffic (&s->link);
+    if (traffic > 0.0) {
+        s->traffic_up_Bps = traffic;
+        cJSON_AddNumberToObject (device, "uplink_mbps_traffic", s_mbps (traffic));
+    }
+    if (s->measured) {
+        cJSON_AddNumberToObject (device, "uplink_mbps_probe", s_mbps (s->up_Bps));
+        cJSON_AddNumberToObject (device, "downlink_mbps_probe", s_mbps (s->down_Bps));
+        cJSON_AddNumberToObject (device, "rtt_ms_probe", s->rtt_s * 1000.0);
+    }
+    if (s_pipelearn (self))
+        cJSON_AddNumberToObject (device, "micro_batches", micro);
+}
+
+cJSON *
+srv_planner_take_replans (srv_planner_t *self)
+{
+    cJSON *r = self->replans;
+    self->replans = NULL;
+    return r;
+}
+
+//  ---------------------------------------------------------------------
+//  Planning from measurements
+
+//  Each device's best N at split point P (cur's N if pinned), and its
+//  estimate.
+static void
+s_choose_micro (const srv_planner_t *self, const nn_plan_t *plan, const srv_assign_t *cur,
+                int split_point, int *n, double *est)
+{
+    for (int i = 0; i < self->args.devices; i++) {
+        const nn_plan_candidate_t *c = nn_plan_chosen (plan, i);
+        n[i] = self->auto_micro ? c->micro_batches : cur->micro[i];
+        const nn_plan_candidate_t *f = nn_plan_find (plan, i, split_point, n[i]);
+        est[i] = f ? f->iteration_s : c->iteration_s;
+    }
+}
+
+int
+srv_planner_start (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_root,
+                   srv_planner_decision_t *out)
+{
+    int devices = self->args.devices;
+    for (int i = 0; i < devices; i++) {
+        const s_slot_t *s = &self->slot[i];
+        if (!s->profiled || (self->measure && !srv_linkrate_done (&s->link)))
+            return 0;
+    }
+    int split = srv_assign_split (cur);
+    int p = split;
+    if (self->auto_split) {
+        nn_plan_t *free_plan = s_plan_at (self, 0);
+        if (!free_plan)
+            return -1;
+        int n_common;
+        if (self->args.mode == PL_MODE_SL)
+            p = nn_plan_mode (free_plan, NN_PLAN_SL)->split_point;
+        else
+            nn_plan_common (free_plan, &p, &n_common);
+        nn_plan_destroy (&free_plan);
+    }
+    nn_plan_t *plan = s_plan_at (self, p);
+    if (!plan)
+        return -1;
+    int n[SRV_MAX_DEVICES];
+    double est[SRV_MAX_DEVICES];
+    s_choose_micro (self, plan, cur, p, n, est);
+    if (p != split)
+        pl_log_info ("server: planner: split point %d -> %d from the devices' profiles%s",
+                     split, p, self->measure ? " and links" : "");
+    out->next = *cur;
+    nn_plan_input_t in;
+    nn_plan_device_t dv[SRV_MAX_DEVICES];
+    s_input (self, &in, dv);
+    for (int i = 0; i < devices; i++) {
+        s_slot_t *s = &self->slot[i];
+        out->next.split[i] = p;
+        out->next.micro[i] = n[i];
+        out->tell[i] = true;
+        s->est_iteration_s = est[i];
+        s->plan_up_Bps = dv[i].uplink_Bps;
+        s->plan_down_Bps = dv[i].downlink_Bps;
+        pl_log_info ("server: planner: device %d: split point %d, %d micro-batch(es), "
+                     "estimated iteration %.3f s (uplink %.1f, downlink %.1f Mbit/s, RTT %.1f ms)",
+                     i, p, n[i], est[i], s_mbps (dv[i].uplink_Bps), s_mbps (dv[i].downlink_Bps),
+                     dv[i].rtt_s * 1000.0);
+    }
+    for (int i = devices; i < SRV_MAX_DEVICES; i++)
+        out->tell[i] = false;
+    double epoch_s = s_epoch_of (plan, devices, p, n);
+    s_plan_json (self, plan, &out->next, epoch_s, summary_root);
+    nn_plan_destroy (&plan);
+    return 1;
+}
+
+//  ---------------------------------------------------------------------
+//  Adaptive re-planning at epoch ends
+
+bool
+srv_planner_epoch_end (srv_planner_t *self, const bool *active, int epoch,
+                       proto_msg_t **probes)
+{
+    for (int i = 0; i < self->args.devices; i++)
+        probes[i] = NULL;
+    const pl_config_t *cfg = self->args.cfg;
+    pl_mode_t mode = self->args.mode;
+    if (!srv_planner_auto (self) || !self->measure || !cfg->adaptive || mode == PL_MODE_FL
+    ||  mode == PL_MODE_SL)
+        return false;
+    bool any = false;
+    for (int i = 0; i < self->args.devices; i++)
+        if (active[i]) {
+            probes[i] = srv_linkrate_probe (&self->slot[i].link, i, epoch);
+            any = true;
+        }
+    self->probing = any;
+    return any;
+}
+
+static cJSON *
+s_replan_record (int id, const char *what, double before, double after)
+{
+    cJSON *o = cJSON_CreateObject ();
+    if (id >= 0)
+        cJSON_AddNumberToObject (o, "device", id);
+    cJSON_AddStringToObject (o, "what", what);
+    cJSON_AddNumberToObject (o, "before", before);
+    cJSON_AddNumberToObject (o, "after", after);
+    return o;
+}
+
+//  A new split point, if it gains more than replan_gain over split point p
+//  with the micro-batch counts n: 1 with out filled (every active device
+//  told), 0 if not.
+static int
+s_replan_split (srv_planner_t *self, const srv_assign_t *cur, const bool *active, int epoch,
+                const nn_plan_t *plan, int p, const int *n, srv_planner_decision_t *out)
+{
+    const pl_config_t *cfg = self->args.cfg;
+    int devices = self->args.devices;
+    double now_s = s_epoch_of (plan, devices, p, n);
+    nn_plan_t *free_plan = s_plan_at (self, 0);
+    int p2 = p, n2 = 1;
+    if (free_plan)
+        nn_plan_common (free_plan, &p2, &n2);
+    nn_plan_destroy (&free_plan);
+    nn_plan_t *at2 = p2 != p ? s_plan_at (self, p2) : NULL;
+    if (!at2)
+        return 0;
+    int m[SRV_MAX_DEVICES];
+    double e2[SRV_MAX_DEVICES];
+    s_choose_micro (self, at2, cur, p2, m, e2);
+    double next = s_epoch_of (at2, devices, p2, m);
+    nn_plan_destroy (&at2);
+    double gain = now_s > 0 ? (now_s - next) / now_s : 0.0;
+    if (gain <= cfg->replan_gain)
+        return 0;
+    pl_log_info ("server: re-plan at epoch %d: split point %d -> %d (estimated "
+                 "epoch %.1f -> %.1f s, gain %.0f%% beyond replan_gain %.0f%%)",
+                 epoch, p, p2, now_s, next, 100.0 * gain, 100.0 * cfg->replan_gain);
+    cJSON *r = s_replan_record (-1, "split_point", p, p2);
+    cJSON_AddNumberToObject (r, "estimated_epoch_s_before", now_s);
+    cJSON_AddNumberToObject (r, "estimated_epoch_s_after", next);
+    cJSON_AddItemToArray (self->replans, r);
+    out->next = *cur;
+    for (int i = 0; i < devices; i++) {
+        out->next.split[i] = p2;
+        out->next.micro[i] = m[i];
+        out->tell[i] = active[i];
+        self->slot[i].est_iteration_s = e2[i];
+    }
+    return 1;
+}
+
+int
+srv_planner_replan (srv_planner_t *self, const srv_assign_t *cur, const bool *active,
+                    int epoch, srv_planner_decision_t *out)
+{
+    self->probing = false;
+    const pl_config_t *cfg = self->args.cfg;
+    int devices = self->args.devices;
+    memset (out->tell, 0, sizeof out->tell);
+    nn_plan_input_t in;
+    nn_plan_device_t dv[SRV_MAX_DEVICES];
+    s_input (self, &in, dv);
+    bool drifted[SRV_MAX_DEVICES] = { false };
+    char reason[SRV_MAX_DEVICES][200];
+    bool any = false;
+    for (int i = 0; i < devices; i++) {
+        s_slot_t *s = &self->slot[i];
+        if (!active[i] || !s->measured || s->plan_up_Bps <= 0 || s->plan_down_Bps <= 0)
+            continue;
+        double du = dv[i].uplink_Bps / s->plan_up_Bps - 1.0;
+        double dd = dv[i].downlink_Bps / s->plan_down_Bps - 1.0;
+        if (fabs (du) <= cfg->replan_drift && fabs (dd) <= cfg->replan_drift)
+            continue;
+        drifted[i] = any = true;
+        snprintf (reason[i], sizeof reason[i], "uplink %.1f -> %.1f Mbit/s (%+.0f%%), "
+                  "downlink %.1f -> %.1f Mbit/s (%+.0f%%), beyond replan_drift %.0f%%",
+                  s_mbps (s->plan_up_Bps), s_mbps (dv[i].uplink_Bps), 100.0 * du,
+                  s_mbps (s->plan_down_Bps), s_mbps (dv[i].downlink_Bps), 100.0 * dd,
+                  100.0 * cfg->replan_drift);
+    }
+    if (!any)
+        return 0;
+    if (!self->replans)
+        self->replans = cJSON_CreateArray ();
+    int p = srv_assign_split (cur);
+    nn_plan_t *plan = s_plan_at (self, p);
+    if (!plan)
+        return 0;
+    int n[SRV_MAX_DEVICES];
+    double est[SRV_MAX_DEVICES];
+    s_choose_micro (self, plan, cur, p, n, est);
+    for (int i = 0; i < devices; i++) {
+        s_slot_t *s = &self->slot[i];
+        if (!drifted[i]) {
+            n[i] = cur->micro[i];       //  only a drifted device is re-planned
+            continue;
+        }
+        const nn_plan_candidate_t *old = nn_plan_find (plan, i, p, cur->micro[i]);
+        double old_est = old ? old->iteration_s : s->est_iteration_s;
+        if (n[i] != cur->micro[i])
+            pl_log_info ("server: re-plan at epoch %d: device %d: %s: micro-batches %d -> %d "
+                         "(estimated iteration %.3f -> %.3f s)", epoch, i, reason[i],
+                         cur->micro[i], n[i], old_est, est[i]);
+        else
+            pl_log_info ("server: re-plan at epoch %d: device %d: %s: micro-batches stay %d "
+                         "(estimated iteration %.3f s)", epoch, i, reason[i], cur->micro[i],
+                         est[i]);
+        cJSON *r = s_replan_record (i, "micro_batches", cur->micro[i], n[i]);
+        cJSON_AddStringToObject (r, "reason", reason[i]);
+        cJSON_AddNumberToObject (r, "estimated_iteration_s_before", old_est);
+        cJSON_AddNumberToObject (r, "estimated_iteration_s_after", est[i]);
+        cJSON_AddItemToArray (self->replans, r);
+        s->plan_up_Bps = dv[i].uplink_Bps;
+        s->plan_down_Bps = dv[i].downlink_Bps;
+        s->est_iteration_s = est[i];
+    }
+    int moved = self->auto_split
+              ? s_replan_split (self, cur, active, epoch, plan, p, n, out) : 0;
+    nn_plan_destroy (&plan);
+    if (moved)
+        return 1;
+    out->next = *cur;
+    for (int i = 0; i < devices; i++)
+        if (drifted[i] && n[i] != cur->micro[i]) {
+            out->next.micro[i] = n[i];
+            out->tell[i] = true;
+        }
+    return 1;
+}

@@ -1,0 +1,117 @@
+/*  srv_planner.h: the server's planner (docs/planner.md, proto/PROTOCOL.md
+    "Planning"). It measures and decides; it never sends, drops or
+    re-splits anything itself: each call returns what the server should
+    do (a PROBE to send, a device that broke the protocol, a new
+    assignment), and the server's step function acts on it.
+
+    With split_point or micro_batches "auto":
+    - at setup the server profiles itself and makes a provisional
+      assignment for the configured link (so the replicas can be built);
+    - each device that joins before the start profiles itself (PROFILE)
+      and, with measure_link, has its RTT, downlink and uplink measured by
+      PROBE round trips;
+    - when every device is in, the planner chooses one split point for all
+      (replicas are averaged, so they must hold the same units) and each
+      device's own micro-batch count; the server tells each device (PLAN)
+      before the first MODEL;
+    - with adaptive, at every epoch end the links are probed again (and
+      the training traffic's ACTIVATIONS spacing gives a floor for each
+      uplink); a device whose link drifted by more than replan_drift gets
+      its micro-batch count re-planned, and the split point moves if the
+      estimate gains more than replan_gain. Every re-plan is logged with
+      its reason and recorded in summary.json.
+*/
+#ifndef SRV_PLANNER_H_INCLUDED
+#define SRV_PLANNER_H_INCLUDED
+
+#include <cJSON.h>
+#include <stdbool.h>
+
+#include "nn_model.h"
+#include "pl_config.h"
+#include "proto_msg.h"
+#include "srv_assign.h"
+
+typedef struct _srv_planner_t srv_planner_t;
+
+typedef struct {
+    const pl_config_t *cfg;         //  borrowed; outlives the planner
+    const nn_model_spec_t *spec;    //  borrowed
+    pl_mode_t mode;
+    int devices;
+    int batch;
+    int workers;                    //  the server's compute threads
+} srv_planner_args_t;
+
+//  A decision: the assignment to apply and the devices to tell (PLAN).
+typedef struct {
+    srv_assign_t next;
+    bool tell[SRV_MAX_DEVICES];
+} srv_planner_decision_t;
+
+//  At setup, before the replicas are built: with "auto" in the config,
+//  profiles this host and makes the provisional assignment (recorded in
+//  summary_root's "plan"); otherwise the config's. *assign is filled. NULL
+//  (logged) on failure.
+srv_planner_t *srv_planner_new (const srv_planner_args_t *args, srv_assign_t *assign,
+                                cJSON *summary_root);
+void srv_planner_destroy (srv_planner_t **self_p);
+
+//  The config said "auto" for the split point or N.
+bool srv_planner_auto (const srv_planner_t *self);
+//  N is "auto": any N that divides the batch may be planned.
+bool srv_planner_auto_micro (const srv_planner_t *self);
+//  A device joining now (before the start) should send a PROFILE.
+bool srv_planner_profile_wanted (const srv_planner_t *self, bool started);
+//  The largest PROBE payload: this server's frame limit (0: none).
+void srv_planner_set_frame_limit (srv_planner_t *self, size_t max_frame_bytes);
+
+//  Sessions: device id joined (a new device in the slot before the start),
+//  or left (its probe is abandoned).
+void srv_planner_on_join (srv_planner_t *self, int id, bool started);
+void srv_planner_on_drop (srv_planner_t *self, int id);
+
+//  PROFILE and PROBE answers from device id. 0 with *send_p the PROBE to
+//  send it next (NULL: none); -1 with why filled when the message breaks
+//  the protocol (the server drops the device).
+int srv_planner_on_profile (srv_planner_t *self, int id, const proto_msg_t *msg,
+                            bool started, int epoch, proto_msg_t **send_p, char *why,
+                            size_t why_size);
+int srv_planner_on_probe (srv_planner_t *self, int id, const proto_msg_t *msg, int epoch,
+                          proto_msg_t **send_p, char *why, size_t why_size);
+//  Training traffic: one ACTIVATIONS of device id arrived now.
+void srv_planner_on_activations (srv_planner_t *self, int id, const proto_msg_t *msg);
+//  A probe of device id has had no answer for timeout seconds: true with
+//  why filled (the server drops it).
+bool srv_planner_overdue (const srv_planner_t *self, int id, double timeout, char *why,
+                          size_t why_size);
+
+//  No probe is out to a device in joined (devices values).
+bool srv_planner_settled (const srv_planner_t *self, const bool *joined);
+
+//  Every device has joined, before the start: 1 with *out the assignment
+//  to start with (every device told; summary_root's "plan" updated), 0
+//  while profiles or probes are missing, -1 when the planner failed.
+int srv_planner_start (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_root,
+                       srv_planner_decision_t *out);
+
+//  After an epoch's last aggregation, before the next epoch: with
+//  adaptive planning, probes for the devices in active (devices values)
+//  into probes[] (NULL for the others). true when any went out: the
+//  server waits until srv_planner_settled, then calls srv_planner_replan.
+bool srv_planner_epoch_end (srv_planner_t *self, const bool *active, int epoch,
+                            proto_msg_t **probes);
+//  The probes of an epoch end are in: 1 with *out the new assignment,
+//  0 when nothing changes, -1 when the planner failed.
+int srv_planner_replan (srv_planner_t *self, const srv_assign_t *cur, const bool *active,
+                        int epoch, srv_planner_decision_t *out);
+//  Epoch-end probes are out.
+bool srv_planner_probing (const srv_planner_t *self);
+
+//  Per-device link figures for the epoch's summary entry (then the
+//  epoch's traffic samples are reset); micro is the device's N.
+void srv_planner_epoch_json (srv_planner_t *self, int id, int micro, cJSON *device);
+//  The epoch's re-plans (an array, ownership moves), or NULL.
+cJSON *srv_planner_take_replans (srv_planner_t *self);
+
+#endif

@@ -1,0 +1,449 @@
+/*  srv_session.c: device sessions and slots. See srv_session.h.
+
+    With CurveZMQ every message carries its sender's key (libzmq's
+    "User-Id", which zauth sets to the client's public key), and a slot is
+    held by one key: a HELLO from a key that already holds a slot replaces
+    that slot's session at once, so a device restarted after a crash has
+    its slot back and nothing waits for the dead connection. A key the
+    allow-list binds to a device id (docs/deploy.md) takes that slot and no
+    other, and no other key takes it. With --insecure there are no keys: a
+    HELLO asking for a joined device id takes that slot only when the old
+    connection is gone, with a warning (s_session_replace).
+*/
+#include "srv_session.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "nn_alloc.h"
+#include "pl_log.h"
+#include "pl_timeline.h"
+#include "srv_metrics.h"
+
+//  Send queue per device (ZMQ_SNDHWM, in messages). A device that reads has
+//  at most its N micro-batches' GRADIENTS outstanding, plus a MODEL, a PLAN,
+//  a probe and HEARTBEATs: twice the largest N any plan can give, plus
+//  slack. libzmq's default (1000) let a device that stopped reading hold
+//  ~630 MB of the server's memory.
+int
+srv_session_send_hwm (const srv_t *self)
+{
+    int n = srv_planner_auto_micro (self->planner) ? self->batch : self->assign.micro[0];
+    if (n < 1)
+        n = 1;
+    if (n > 256)
+        n = 256;
+    return 2 * n + 16;
+}
+
+void
+srv_drop_later (srv_device_t *d, uint32_t code, bool diverged, const char *why)
+{
+    if (d->drop_pending)
+        return;
+    d->drop_pending = true;
+    d->drop_diverged = diverged;
+    d->drop_code = code;
+    snprintf (d->drop_why, sizeof d->drop_why, "%s", why);
+}
+
+//  The ROUTER never blocks (ZMQ_SNDTIMEO 0, ZMQ_ROUTER_MANDATORY): a device
+//  whose send queue is full (it stopped reading) or whose connection is
+//  gone fails the send and is dropped, instead of growing the server's
+//  memory.
+void
+srv_send (srv_t *self, srv_device_t *d, proto_msg_t **msg_p)
+{
+    int type = proto_msg_type (*msg_p);
+    if (d->drop_pending) {
+        proto_msg_destroy (msg_p);
+        return;
+    }
+    if (proto_msg_send_to (msg_p, self->rh, d->rid, d->rid_len)) {
+        int e = errno;
+        proto_msg_destroy (msg_p);
+        char why[160];
+        if (e == EAGAIN)
+            snprintf (why, sizeof why, "not reading: its send queue is full (%d messages, "
+                      "ZMQ_SNDHWM) at a %s", srv_session_send_hwm (self),
+                      proto_type_name (type));
+        else
+        if (e == EHOSTUNREACH)
+            snprintf (why, sizeof why, "its connection is gone (sending %s)",
+                      proto_type_name (type));
+        else {
+            pl_log_warn ("server: sending %s to a device failed: %s", proto_type_name (type),
+                         zmq_strerror (e));
+            return;
+        }
+        srv_drop_later (d, 0, false, why);
+        return;
+    }
+    d->state = proto_state_next (d->state, type, PROTO_DOWN);
+}
+
+int
+srv_send_error_to (srv_t *self, const uint8_t *rid, size_t rid_len, uint32_t code,
+                   const char *text)
+{
+    proto_msg_t *msg = proto_msg_new (PROTO_MSG_ERROR);
+    char clipped[PROTO_TEXT_MAX];
+    snprintf (clipped, sizeof clipped, "%s", text);
+    proto_msg_set_error (msg, code, clipped);
+    if (proto_msg_send_to (&msg, self->rh, rid, rid_len) == 0)
+        return 0;
+    int e = errno;
+    proto_msg_destroy (&msg);
+    errno = e;
+    return -1;
+}
+
+srv_device_t *
+srv_find (srv_t *self, const uint8_t *rid, size_t rid_len)
+{
+    for (int i = 0; i < self->devices; i++)
+        if (self->dev[i].joined && self->dev[i].rid_len == rid_len
+        &&  memcmp (self->dev[i].rid, rid, rid_len) == 0)
+            return &self->dev[i];
+    return NULL;
+}
+
+//  When the devices left because their training diverged, the run ends
+//  with exit status SRV_EXIT_DIVERGED and says so; the newest checkpoint
+//  holds the last finite model (srv_step.c never writes a non-finite one).
+void
+srv_session_abort_all (srv_t *self, const char *why)
+{
+    bool diverged = self->diverged > 0;
+    if (diverged)
+        pl_log_error ("server: training diverged (a non-finite loss on %d device(s)) and "
+                      "%s; the run stops. The newest checkpoint in %s/checkpoints holds "
+                      "the last finite model; lower learning_rate and start again",
+                      self->diverged, why, self->results);
+    else
+        pl_log_error ("server: %s; aborting the run", why);
+    //  The run ends here: wait up to a second for room in a device's queue
+    //  rather than drop the notice (a device that misses it waits out its
+    //  --timeout).
+    zsock_set_sndtimeo (self->router, 1000);
+    for (int i = 0; i < self->devices; i++)
+        if (self->dev[i].joined) {
+            if (srv_send_error_to (self, self->dev[i].rid, self->dev[i].rid_len,
+                                   diverged ? PROTO_ERR_DIVERGED : PROTO_ERR_INTERNAL,
+                                   diverged ? "run stopped: training diverged"
+                                            : "run aborted: too few devices left"))
+                pl_log_warn ("server: could not tell device %d that the run stops (%s)",
+                             i, zmq_strerror (errno));
+            self->dev[i].joined = self->dev[i].active = false;
+        }
+    self->rc = diverged ? SRV_EXIT_DIVERGED : 1;
+    self->done = true;
+}
+
+int
+srv_session_active_count (const srv_t *self)
+{
+    int n = 0;
+    for (int i = 0; i < self->devices; i++)
+        n += self->dev[i].active;
+    return n;
+}
+
+void
+srv_drop (srv_t *self, srv_device_t *d, uint32_t code, const char *why)
+{
+    int id = (int) (d - self->dev);
+    pl_log_warn ("server: device %d dropped: %s", id, why);
+    srv_metrics_note_drop (self->metrics, id);
+    if (self->diverging) {
+        self->diverged++;
+        self->diverging = false;
+    }
+    if (d->joined) {
+        if (code) {
+            char text[PROTO_TEXT_MAX];
+            snprintf (text, sizeof text, "dropped from the run: %s", why);
+            srv_send_error_to (self, d->rid, d->rid_len, code, text);
+        }
+        self->joined--;
+    }
+    d->joined = d->active = false;
+    d->params_in = d->stats_in = false;
+    d->drop_pending = false;
+    if (self->pool)
+        srv_pool_discard (self->pool, d->replica);
+    srv_planner_on_drop (self->planner, id);
+}
+
+bool
+srv_session_drop_pending (srv_t *self)
+{
+    bool dropped = false;
+    for (int i = 0; i < self->devices && !self->done; i++) {
+        srv_device_t *d = &self->dev[i];
+        if (!d->drop_pending)
+            continue;
+        d->drop_pending = false;
+        if (d->joined) {
+            char why[sizeof d->drop_why];
+            snprintf (why, sizeof why, "%s", d->drop_why);
+            self->diverging = d->drop_diverged;
+            srv_drop (self, d, d->drop_code, why);
+            dropped = true;
+        }
+    }
+    return dropped;
+}
+
+//  ---------------------------------------------------------------------
+//  Slots
+
+//  May key take slot i now? It is free, and the allow-list binds it to no
+//  other key.
+static bool
+s_slot_free_for (const srv_t *self, int i, const char *key)
+{
+    if (self->dev[i].joined)
+        return false;
+    const char *bound = self->curve ? pl_curve_device_key (self->curve, i) : NULL;
+    return !bound || strcmp (bound, key) == 0;
+}
+
+//  The slot a HELLO from key ("" with --insecure) asking for device req (-1:
+//  any) takes, with *replace set when a live session holds it; -1 with the
+//  reason in why.
+static int
+s_slot_for (const srv_t *self, const char *key, int req, bool *replace, char *why,
+            size_t why_size)
+{
+    *replace = false;
+    if (req >= self->devices)
+        req = -1;                       //  as before: any free slot
+    if (self->curve) {
+        if (!key[0] || !pl_curve_key_allowed (self->curve, key)) {
+            snprintf (why, why_size, "this device's key is not in the allow-list");
+            return -1;
+        }
+        int bound = pl_curve_key_device (self->curve, key);
+        if (bound >= self->devices || (bound >= 0 && req >= 0 && req != bound)) {
+            snprintf (why, why_size, "the allow-list makes this key device %d; it asked for "
+                      "device %d of %d", bound, req, self->devices);
+            return -1;
+        }
+        if (bound >= 0) {
+            *replace = self->dev[bound].joined;
+            return bound;
+        }
+        for (int i = 0; i < self->devices; i++)
+            if (self->dev[i].joined && strcmp (self->dev[i].key, key) == 0) {
+                *replace = true;
+                return i;
+            }
+    }
+    else
+    if (req >= 0 && self->dev[req].joined) {
+        *replace = true;
+        return req;
+    }
+    //  A free slot: the one asked for, else the one this key held last,
+    //  else one no key held yet, else any.
+    if (req >= 0 && s_slot_free_for (self, req, key))
+        return req;
+    for (int pass = 0; pass < 3; pass++)
+        for (int i = 0; i < self->devices; i++) {
+            if (!s_slot_free_for (self, i, key))
+                continue;
+            bool last = key[0] && strcmp (self->dev[i].key, key) == 0;
+            if (pass == 2 || (pass == 0 && last) || (pass == 1 && !self->dev[i].key[0]))
+                return i;
+        }
+    snprintf (why, why_size, "run is full");
+    return -1;
+}
+
+//  Is d's connection still there? A HEARTBEAT to a connection libzmq has
+//  closed fails (ZMQ_ROUTER_MANDATORY); a process that died has had its
+//  connection closed by its kernel.
+static bool
+s_session_alive (srv_t *self, srv_device_t *d)
+{
+    proto_msg_t *hb = proto_msg_new (PROTO_MSG_HEARTBEAT);
+    if (proto_msg_send_to (&hb, self->rh, d->rid, d->rid_len) == 0)
+        return true;
+    int e = errno;
+    proto_msg_destroy (&hb);
+    return e != EHOSTUNREACH;
+}
+
+//  A new session takes over d: the old one is dropped (told why, if it
+//  can still hear) as a device that left would be. With CurveZMQ the key
+//  proves it is the same device. With --insecure nothing does: a slot is
+//  only taken over when its connection is gone (a crashed device's), or
+//  anyone could push a device out; one whose connection lingers is freed
+//  by the deadlines. 0; -1 when that drop leaves too few devices for the
+//  run to go on (the step function ends it); -2 when the old session
+//  stays (why says so).
+static int
+s_session_replace (srv_t *self, srv_device_t *d, char *why, size_t why_size)
+{
+    int id = (int) (d - self->dev);
+    bool was_active = d->active;
+    if (self->curve)
+        srv_drop (self, d, PROTO_ERR_REFUSED, "replaced by a new connection with its key");
+    else
+    if (s_session_alive (self, d)) {
+        snprintf (why, why_size, "device %d is taken by a live connection (--insecure: no "
+                  "key shows this is the same device)", id);
+        return -2;
+    }
+    else {
+        pl_log_warn ("server: --insecure: device %d's connection is gone; a new HELLO asking "
+                     "for its device id takes the slot", id);
+        srv_drop (self, d, 0, "its connection is gone (a new connection asks for its id)");
+    }
+    if (self->started && was_active
+    &&  srv_session_active_count (self) < self->cfg->min_devices) {
+        snprintf (why, why_size, "the run has ended");
+        return -1;
+    }
+    return 0;
+}
+
+void
+srv_session_drop_revoked (srv_t *self)
+{
+    for (int i = 0; i < self->devices; i++) {
+        srv_device_t *d = &self->dev[i];
+        if (!d->joined || !d->key[0])
+            continue;
+        int bound = pl_curve_key_device (self->curve, d->key);
+        char why[160];
+        if (!pl_curve_key_allowed (self->curve, d->key))
+            snprintf (why, sizeof why, "its key was removed from the allow-list (SIGHUP)");
+        else
+        if (bound >= 0 && bound != i)
+            snprintf (why, sizeof why, "the allow-list now makes its key device %d (SIGHUP)",
+                      bound);
+        else
+            continue;
+        srv_drop_later (d, PROTO_ERR_REFUSED, false, why);
+    }
+}
+
+//  What WELCOME and PLAN tell device id: the current assignment.
+static proto_assign_t
+s_assignment (const srv_t *self, int id)
+{
+    proto_assign_t plan = { .device_id = (uint32_t) id,
+                          .split_point = self->mode == PL_MODE_FL
+                                       ? 0 : (uint32_t) self->assign.split[id],
+                          .micro_batches = (uint32_t) self->assign.micro[id],
+                          .batch_size = (uint32_t) self->batch,
+                          .devices = (uint32_t) self->devices,
+                          .mode = (uint32_t) self->mode, .shard_begin = 0,
+                          .shard_count = 0, .seed = self->cfg->seed,
+                          .origin_s = self->origin };
+    return plan;
+}
+
+void
+srv_session_send_plan (srv_t *self, int id)
+{
+    srv_device_t *d = &self->dev[id];
+    if (!d->joined)
+        return;
+    proto_msg_t *m = proto_msg_new (PROTO_MSG_PLAN);
+    proto_assign_t plan = s_assignment (self, id);
+    proto_msg_set_route (m, (uint32_t) id, (uint32_t) self->epoch, 0, 0);
+    proto_msg_set_assign (m, &plan);
+    d->micro = self->assign.micro[id];
+    srv_send (self, d, &m);
+}
+
+void
+srv_session_hello (srv_t *self, const proto_msg_t *msg, const uint8_t *rid, size_t rid_len,
+                   const char *key)
+{
+    const proto_hello_t *hello = proto_msg_hello (msg);
+    uint32_t need = self->mode == PL_MODE_FL ? PROTO_CAP_FL : PROTO_CAP_SPLIT;
+    if (!(hello->capabilities & need)) {
+        srv_send_error_to (self, rid, rid_len, PROTO_ERR_REFUSED,
+                           "capability missing for this run's mode");
+        return;
+    }
+    //  Before the start any free slot; once running, a slot whose device was
+    //  dropped (a restarted or reconnecting device rejoins there).
+    char why[160];
+    bool replace;
+    int id = s_slot_for (self, key, hello->requested_device_id, &replace, why, sizeof why);
+    if (id < 0) {
+        pl_log_warn ("server: HELLO (%s) refused: %s", hello->name, why);
+        srv_send_error_to (self, rid, rid_len, PROTO_ERR_REFUSED, why);
+        return;
+    }
+    srv_device_t *d = &self->dev[id];
+    int replaced = replace ? s_session_replace (self, d, why, sizeof why) : 0;
+    if (replaced) {
+        if (replaced == -2)
+            pl_log_warn ("server: HELLO (%s) refused: %s", hello->name, why);
+        srv_send_error_to (self, rid, rid_len, PROTO_ERR_REFUSED, why);
+        return;
+    }
+    float *params = d->params;          //  kept across sessions of the slot
+    memset (d, 0, sizeof *d);
+    d->params = params;
+    //  An allowed key is PL_CURVE_KEY_TEXT characters (s_slot_for).
+    size_t key_len = strnlen (key, PL_CURVE_KEY_TEXT);
+    memcpy (d->key, key, key_len);
+    d->key[key_len] = 0;
+    d->joined = true;
+    d->last_seen = pl_monotonic ();
+    memcpy (d->rid, rid, rid_len);
+    d->rid_len = rid_len;
+    d->state = proto_state_next (PROTO_STATE_CONNECTING, PROTO_MSG_HELLO, PROTO_UP);
+    d->replica = self->mode == PL_MODE_SL ? 0 : id;
+    if (!d->params)
+        d->params = nn_malloc (sizeof (float) * self->dev_wcount);
+    self->joined++;
+    srv_planner_on_join (self->planner, id, self->started);
+    d->micro = self->assign.micro[id];
+
+    proto_msg_t *w = proto_msg_new (PROTO_MSG_WELCOME);
+    proto_msg_set_route (w, (uint32_t) id, 0, 0, 0);
+    cJSON *json = pl_config_to_json (self->cfg);
+    char *text = json ? cJSON_PrintUnformatted (json) : NULL;
+    cJSON_Delete (json);
+    if (!text || proto_msg_set_config (w, text, strlen (text))) {
+        pl_log_error ("server: cannot encode the config for WELCOME");
+        free (text);
+        proto_msg_destroy (&w);
+        srv_drop (self, d, PROTO_ERR_STATE, "internal error");
+        return;
+    }
+    free (text);
+    proto_assign_t plan = s_assignment (self, id);
+    proto_msg_set_assign (w, &plan);
+    proto_msg_set_profile_request (w, srv_planner_profile_wanted (self->planner,
+                                                                  self->started));
+    srv_send (self, d, &w);
+    if (self->started)
+        pl_log_info ("server: device %d joined the running run (%s); it takes part from "
+                     "the next aggregation point", id, hello->name);
+    else
+        pl_log_info ("server: device %d joined (%s)", id, hello->name);
+}
+
+void
+srv_session_heartbeat (srv_t *self)
+{
+    double now = pl_monotonic ();
+    if (now - self->last_heartbeat < self->cfg->heartbeat_s)
+        return;
+    self->last_heartbeat = now;
+    for (int i = 0; i < self->devices; i++)
+        if (self->dev[i].joined) {
+            proto_msg_t *hb = proto_msg_new (PROTO_MSG_HEARTBEAT);
+            srv_send (self, &self->dev[i], &hb);
+        }
+}

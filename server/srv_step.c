@@ -1,0 +1,368 @@
+/*  srv_step.c: what follows an event: start, rounds, FedAvg, epochs,
+    re-plans, the end. See srv_step.h. */
+#include "srv_step.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "nn_alloc.h"
+#include "nn_optim.h"
+#include "pl_log.h"
+#include "srv_epoch.h"
+#include "srv_metrics.h"
+#include "srv_parts.h"
+#include "srv_round.h"
+#include "srv_session.h"
+
+static void
+s_send_model (srv_t *self, srv_device_t *d)
+{
+    proto_msg_t *msg = proto_msg_new (PROTO_MSG_MODEL);
+    proto_slab_t slab = { .unit_begin = 0,
+                          .unit_end = (uint32_t) nn_model_unit_end (self->devpart),
+                          .count = self->dev_wcount, .sample_count = 0 };
+    memcpy (slab.spec_hash, self->spec_hash, PROTO_SPEC_HASH_SIZE);
+    //  The header's iteration is where the round starts, so that a device
+    //  joining a running run knows where to pick up.
+    proto_msg_set_route (msg, (uint32_t) (d - self->dev), (uint32_t) self->epoch,
+                         self->round_iter, 0);
+    proto_msg_set_slab_copy (msg, &slab, nn_model_weights_const (self->devpart));
+    d->last_seen = pl_monotonic ();
+    srv_send (self, d, &msg);
+}
+
+//  A round begins: its deadline starts now.
+static void
+s_round_begin (srv_t *self)
+{
+    self->round_start = pl_monotonic ();
+    if (self->mode == PL_MODE_SL) {
+        s_send_model (self, &self->dev[self->sl_turn]);
+        return;
+    }
+    for (int i = 0; i < self->devices; i++)
+        if (self->dev[i].active)
+            s_send_model (self, &self->dev[i]);
+}
+
+//  Devices that joined a running run take part from this aggregation point
+//  on: their replica gets the current server part (weights and optimiser
+//  state of an active replica; gradients zeroed). A replica still lent to a
+//  worker (a dropped session's last step) waits for the next point.
+static void
+s_activate_pending (srv_t *self)
+{
+    int from = -1;
+    for (int i = 0; i < self->devices && from < 0; i++)
+        if (self->dev[i].active)
+            from = i;
+    for (int i = 0; i < self->devices; i++) {
+        srv_device_t *d = &self->dev[i];
+        if (!d->joined || d->active)
+            continue;
+        if (self->mode != PL_MODE_FL && self->mode != PL_MODE_SL && from >= 0) {
+            if (srv_pool_busy (self->pool, d->replica))
+                continue;
+            nn_model_t *r = srv_pool_model (self->pool, d->replica);
+            const nn_model_t *src = srv_pool_model (self->pool, self->dev[from].replica);
+            memcpy (nn_model_weights (r), nn_model_weights_const (src),
+                    sizeof (float) * self->srv_wcount);
+            memcpy (nn_model_optim_state (r), nn_model_optim_state_const (src),
+                    sizeof (float) * nn_model_params_count (r));
+            nn_model_zero_grad (r);
+        }
+        d->active = true;
+        pl_log_info ("server: device %d rejoins at epoch %d, iteration %u", i, self->epoch,
+                     self->round_iter);
+        srv_metrics_note_rejoin (self->metrics, i);
+    }
+}
+
+//  The rest of an epoch's start once any re-plan is done: pending devices,
+//  checkpoint, first round.
+static void
+s_epoch_begin (srv_t *self)
+{
+    self->epoch_start = pl_monotonic ();
+    s_activate_pending (self);
+    if (self->mode == PL_MODE_SL) {
+        bool active[SRV_MAX_DEVICES];
+        for (int i = 0; i < self->devices; i++)
+            active[i] = self->dev[i].active;
+        self->sl_turn = srv_round_next_turn (active, self->devices, -1);
+    }
+    srv_parts_checkpoint (self);
+    s_round_begin (self);
+}
+
+//  summary.json "assignment": per device, the split point and N in force.
+static void
+s_record_assignment (srv_t *self)
+{
+    cJSON *root = pl_summary_root (self->summary);
+    cJSON_DeleteItemFromObjectCaseSensitive (root, "assignment");
+    cJSON *a = cJSON_AddObjectToObject (root, "assignment");
+    cJSON_AddItemToObject (a, "split_point",
+                           cJSON_CreateIntArray (self->assign.split, self->devices));
+    cJSON_AddItemToObject (a, "micro_batches",
+                           cJSON_CreateIntArray (self->assign.micro, self->devices));
+}
+
+//  The one place the assignment changes: apply the planner's decision,
+//  re-split if the split point moved, tell the devices, resize the
+//  workers. 0, or -1 (the run fails).
+static int
+s_apply (srv_t *self, const srv_planner_decision_t *dec)
+{
+    int was = srv_assign_split (&self->assign);
+    self->assign = dec->next;
+    int split = srv_assign_split (&self->assign);
+    if (split != was && srv_parts_resplit (self))
+        return -1;
+    for (int i = 0; i < self->devices; i++)
+        if (dec->tell[i])
+            srv_session_send_plan (self, i);
+    s_record_assignment (self);
+    return srv_parts_resize (self);
+}
+
+static void
+s_fail (srv_t *self)
+{
+    self->rc = 1;
+    self->done = true;
+}
+
+static void
+s_start (srv_t *self)
+{
+    self->started = true;
+    if (!self->resumed) {
+        self->epoch = 1;
+        self->round_iter = 0;
+    }
+    self->epoch_start = pl_monotonic ();
+    self->clock_wait = true;
+    int lo, hi;
+    srv_assign_micro_range (&self->assign, &lo, &hi);
+    char micro[32];
+    if (lo == hi)
+        snprintf (micro, sizeof micro, "%d", lo);
+    else
+        snprintf (micro, sizeof micro, "%d..%d", lo, hi);
+    pl_log_info ("server: all %d device(s) joined; training (%s, split %d, %s "
+                 "micro-batch(es), batch %d)", self->devices, pl_mode_name (self->mode),
+                 self->mode == PL_MODE_FL ? self->units : srv_assign_split (&self->assign),
+                 micro, self->batch);
+    for (int i = 0; i < self->devices; i++)
+        self->dev[i].active = true;
+    s_record_assignment (self);
+    self->sl_turn = 0;
+    if (!self->resumed)
+        srv_parts_checkpoint (self);
+    s_round_begin (self);
+}
+
+//  Before the start: every device in (and, when planning, profiled and
+//  probed) starts the run. true when it started.
+static bool
+s_maybe_start (srv_t *self)
+{
+    if (self->joined < self->devices)
+        return false;
+    if (!srv_planner_profile_wanted (self->planner, false)) {
+        s_start (self);
+        return true;
+    }
+    srv_planner_decision_t dec;
+    int rc = srv_planner_start (self->planner, &self->assign,
+                                pl_summary_root (self->summary), &dec);
+    if (rc == 0)
+        return false;
+    if (rc < 0 || s_apply (self, &dec)) {
+        s_fail (self);
+        return false;
+    }
+    s_start (self);
+    return true;
+}
+
+//  clip_update_norm: each device's update to the device part (its PARAMS
+//  less the model it was sent, which devpart still holds) is scaled to
+//  that L2 norm at most, so no single device can move the model further.
+static void
+s_clip_updates (srv_t *self)
+{
+    double max_norm = self->cfg->clip_update_norm;
+    if (max_norm <= 0.0 || self->mode == PL_MODE_SL)
+        return;
+    const float *ref = nn_model_weights_const (self->devpart);
+    for (int i = 0; i < self->devices; i++) {
+        srv_device_t *d = &self->dev[i];
+        if (!d->active)
+            continue;
+        double norm = nn_clip_update (d->params, ref, self->dev_wcount, max_norm);
+        if (norm > max_norm)
+            pl_log_info ("server: device %d's update clipped from norm %.4g to %.4g "
+                         "(clip_update_norm)", i, norm, max_norm);
+    }
+}
+
+//  Every active device sent PARAMS for this round: aggregate the device
+//  parts and the server replicas over the devices that finished it (a
+//  dropped device's weight goes to the others). Returns whether the round
+//  closed its devices' epoch (every one also sent its STATS); *next_iter
+//  is where the next round starts.
+static bool
+s_aggregate (srv_t *self, uint32_t *next_iter)
+{
+    const float *srcs[SRV_MAX_DEVICES];
+    double weights[SRV_MAX_DEVICES];
+    bool epoch_end = true;
+    int n = 0, act[SRV_MAX_DEVICES];
+    *next_iter = 0;
+    for (int i = 0; i < self->devices; i++) {
+        if (!self->dev[i].active)
+            continue;
+        act[n] = i;
+        srcs[n] = self->dev[i].params;
+        weights[n] = (double) self->dev[i].samples;
+        n++;
+        self->dev[i].params_in = false;
+        *next_iter = self->dev[i].params_iter;
+        epoch_end = epoch_end && self->dev[i].stats_in;
+    }
+    s_clip_updates (self);
+    srv_aggregate_combine (nn_model_weights (self->devpart), srcs, weights, n,
+                           self->dev_wcount, &self->agg);
+    if (self->pool && srv_pool_replicas (self->pool) > 1) {
+        //  Every device has all its gradients, so no replica is lent out.
+        const float *ws[SRV_MAX_DEVICES];
+        for (int k = 0; k < n; k++) {
+            int r = self->dev[act[k]].replica;
+            assert (!srv_pool_pending (self->pool, r));
+            ws[k] = nn_model_weights_const (srv_pool_model (self->pool, r));
+        }
+        float *avg = nn_malloc (sizeof (float) * self->srv_wcount);
+        srv_aggregate_combine (avg, ws, weights, n, self->srv_wcount, &self->agg);
+        for (int k = 0; k < n; k++)
+            memcpy (nn_model_weights (srv_pool_model (self->pool, self->dev[act[k]].replica)),
+                    avg, sizeof (float) * self->srv_wcount);
+        nn_free (avg);
+    }
+    return epoch_end;
+}
+
+//  Every device finished the epoch: record it, then finish, or go on to
+//  the next epoch (after an adaptive re-plan's probes, if any go out).
+static void
+s_end_epoch (srv_t *self)
+{
+    bool summary_written = srv_epoch_record (self);
+    if (self->epoch >= self->cfg->epochs) {
+        srv_epoch_finish (self, summary_written);
+        return;
+    }
+    self->epoch++;
+    self->round_iter = 0;
+    bool active[SRV_MAX_DEVICES];
+    proto_msg_t *probes[SRV_MAX_DEVICES];
+    for (int i = 0; i < self->devices; i++)
+        active[i] = self->dev[i].active && self->dev[i].joined;
+    if (srv_planner_epoch_end (self->planner, active, self->epoch, probes)) {
+        for (int i = 0; i < self->devices; i++)
+            if (probes[i])
+                srv_send (self, &self->dev[i], &probes[i]);
+        self->replanning = true;
+        return;
+    }
+    s_epoch_begin (self);
+}
+
+//  The epoch-end probes are in: apply the re-plan, begin the epoch.
+static void
+s_replan (srv_t *self)
+{
+    bool active[SRV_MAX_DEVICES];
+    for (int i = 0; i < self->devices; i++)
+        active[i] = self->dev[i].active;
+    srv_planner_decision_t dec;
+    self->replanning = false;
+    if (srv_planner_replan (self->planner, &self->assign, active, self->epoch, &dec) == 1
+    &&  s_apply (self, &dec))
+        s_fail (self);
+    if (!self->done)
+        s_epoch_begin (self);
+}
+
+//  The round is complete: close it. sl passes the turn on (skipping
+//  devices that left) and ends the epoch after the last turn; the other
+//  modes aggregate. true when the round closed.
+static bool
+s_round_close (srv_t *self)
+{
+    bool active[SRV_MAX_DEVICES], params_in[SRV_MAX_DEVICES];
+    for (int i = 0; i < self->devices; i++) {
+        active[i] = self->dev[i].active;
+        params_in[i] = self->dev[i].params_in;
+    }
+    if (self->mode == PL_MODE_SL) {
+        int t = self->sl_turn;
+        if (t < self->devices && active[t] && !params_in[t])
+            return false;
+        if (t < self->devices)
+            self->dev[t].params_in = false;
+        self->sl_turn = srv_round_next_turn (active, self->devices, t);
+        if (self->sl_turn < self->devices)
+            s_round_begin (self);
+        else
+            s_end_epoch (self);
+        return true;
+    }
+    if (!srv_round_complete (active, params_in, self->devices))
+        return false;
+    uint32_t next_iter;
+    if (s_aggregate (self, &next_iter))
+        s_end_epoch (self);
+    else {
+        self->round_iter = next_iter;
+        s_activate_pending (self);
+        srv_parts_checkpoint (self);
+        s_round_begin (self);
+    }
+    return true;
+}
+
+//  One decision; true when it changed the state so that another may follow.
+static bool
+s_step (srv_t *self)
+{
+    if (!self->started)
+        return s_maybe_start (self);
+    int active = srv_session_active_count (self);
+    if (active < self->cfg->min_devices) {
+        char text[128];
+        snprintf (text, sizeof text, "%d device(s) left, min_devices is %d", active,
+                  self->cfg->min_devices);
+        srv_session_abort_all (self, text);
+        return false;
+    }
+    if (self->replanning) {
+        bool joined[SRV_MAX_DEVICES];
+        for (int i = 0; i < self->devices; i++)
+            joined[i] = self->dev[i].joined;
+        if (!srv_planner_settled (self->planner, joined))
+            return false;
+        s_replan (self);
+        return true;
+    }
+    return s_round_close (self);
+}
+
+void
+srv_round_advance (srv_t *self)
+{
+    while (!self->done && s_step (self))
+        ;
+}
