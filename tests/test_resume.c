@@ -282,8 +282,10 @@ Test (resume, planned_run_resumes_with_its_split, .timeout = 400)
 //  Results that must not be lost (issue 19): the final writes, a fresh
 //  run over a finished one, a damaged state.json.
 
+//  device_timeout_s 4: also how long --resume of a complete run answers
+//  late devices (ERROR COMPLETE) before it exits.
 #define SMALL_CONFIG(seed) \
-    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 200, " \
+    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 200, \"device_timeout_s\": 4, " \
     "\"test_samples\": 100, \"batch_size\": 50, \"epochs\": 1, \"seed\": " #seed ", " \
     "\"momentum\": 0, \"split_point\": 1, \"threads\": 1, \"devices\": 2, " \
     "\"mode\": \"sfl\"}"
@@ -356,6 +358,27 @@ Test (resume, failed_final_write_is_not_a_complete_run, .timeout = 400)
 //  (never 0 without a model). A new run without --resume in its directory
 //  is refused, touching nothing (it used to replace round 1 and keep the
 //  old higher rounds); with --force it replaces the old run entirely.
+//  A device started after its run finished (a reboot, `docker-compose up`
+//  on a finished results volume): the server, started with --resume as
+//  its supervisor always does, finds the run complete and answers the
+//  device's HELLO with ERROR COMPLETE; the device exits 0 (not restarted),
+//  the server too, after device_timeout_s.
+Test (resume, a_device_after_the_run_is_told_it_is_complete, .timeout = 400)
+{
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "resume");
+    pltest_run_daemons (&run, "done", SMALL_CONFIG (5), 2);
+    char bind[64], endpoint[256];
+    snprintf (bind, sizeof bind, "tcp://127.0.0.1:%d", s_free_port ());
+    pid_t server = pltest_start_server_full (&run, "done", SMALL_CONFIG (5), endpoint,
+                                             sizeof endpoint, NULL, NULL, bind, true);
+    pid_t late = pltest_start_client_sec (&run, 0, endpoint, NULL, NULL, "20");
+    pltest_expect_exit (&run, late, 0, "a device of a complete run");
+    cr_assert (pltest_log_has (&run, "client0.log", "the run is complete"));
+    pltest_expect_exit (&run, server, 0, "--resume of a complete run");
+    pltest_rmtree (run.dir);
+}
+
 Test (resume, finished_run_keeps_its_model_and_refuses_a_fresh_run, .timeout = 400)
 {
     pltest_run_t run = { 0 };
