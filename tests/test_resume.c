@@ -189,7 +189,7 @@ Test (resume, planned_stop_devices_wait_and_rejoin_by_themselves, .timeout = 400
 {
     pltest_run_t run = { 0 };
     pltest_mkdtemp (run.dir, "resume");
-    s_full_run (&run, "whole");
+    s_full_run (&run, "whole", RESUME_CONFIG);
 
     char bind[64], endpoint[256], summary[4096];
     snprintf (bind, sizeof bind, "tcp://127.0.0.1:%d", s_free_port ());
