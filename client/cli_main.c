@@ -209,6 +209,10 @@ s_recv (cli_t *self, int timeout_ms)
         if (rc == 0 && slice < ms)
             continue;
         if (rc <= 0) {
+            if (patient && self->assign.batch_size == 0 && self->rejoining)
+                pl_log_info ("client: no answer from the server in %.0f s; it is not back "
+                             "yet", self->args.timeout_s);
+            else
             if (patient && self->assign.batch_size == 0)
                 pl_log_error ("client: no answer to HELLO in %.0f s; giving up (--timeout). "
                               "The server is silent: down, a wrong --connect, this "
@@ -255,10 +259,18 @@ s_recv (cli_t *self, int timeout_ms)
             return NULL;
         }
         if (type == PROTO_MSG_ERROR) {
-            pl_log_error ("client: server error %u: %s", proto_msg_error_code (msg),
-                          proto_msg_error_text (msg));
-            self->diverged = self->diverged
-                          || proto_msg_error_code (msg) == PROTO_ERR_DIVERGED;
+            uint32_t code = proto_msg_error_code (msg);
+            const char *text = proto_msg_error_text (msg);
+            //  A planned stop (code 9; servers before it sent code 7 with
+            //  this text) is not a failure: cli_run waits and joins again.
+            self->server_resuming = code == PROTO_ERR_RESUMING
+                || (code == PROTO_ERR_INTERNAL && strncmp (text, "server stopping", 15) == 0);
+            self->run_complete = code == PROTO_ERR_COMPLETE;
+            if (self->server_resuming || self->run_complete)
+                pl_log_info ("client: the server says: %s", text);
+            else
+                pl_log_error ("client: server error %u: %s", code, text);
+            self->diverged = self->diverged || code == PROTO_ERR_DIVERGED;
             proto_msg_destroy (&msg);
             self->recv_failed = true;
             return NULL;
@@ -810,30 +822,32 @@ fail:
     return -1;
 }
 
-int
-cli_run (int argc, char **argv)
+//  How one session (a connection from HELLO to its end) ended.
+typedef enum {
+    S_END_DONE,         //  the run ended (BYE, or "complete"): exit 0
+    S_END_FAILED,       //  exit 1
+    S_END_DIVERGED,     //  exit CLI_EXIT_DIVERGED
+    S_END_STOPPED,      //  SIGTERM/SIGINT: exit 0
+    S_END_RESUMING,     //  the server stopped and will resume: join again
+    S_END_SILENT        //  no answer to HELLO (while waiting for a resume: try again)
+} s_end_t;
+
+//  One session with the server on a new DEALER socket, from HELLO to the
+//  end of the run or of the connection: everything it built (socket,
+//  shard, models) is freed before it returns. rejoining: the server said
+//  it would resume, so silence is "not back yet", not an error.
+static s_end_t
+s_session (const cli_args_t *args, bool rejoining)
 {
     cli_t *self = nn_calloc (1, sizeof *self);
-    pl_args_lock ();
-    int parsed = s_parse_args (argc, argv, &self->args);
-    pl_args_unlock ();
-    if (parsed) {
-        nn_free (self);
-        return 2;
-    }
-    pl_blas_set_threads (1);
-    zsys_init ();
-    zsys_handler_set (NULL);
-    struct sigaction sa = { .sa_handler = s_on_signal };
-    sigemptyset (&sa.sa_mask);
-    sigaction (SIGINT, &sa, NULL);
-    sigaction (SIGTERM, &sa, NULL);
-    int rc = 1;
+    self->args = *args;
+    self->rejoining = rejoining;
+    s_end_t end = S_END_FAILED;
     self->dealer = zsock_new (ZMQ_DEALER);
     if (!self->dealer) {
         pl_log_error ("client: cannot create a DEALER socket");
         nn_free (self);
-        return 1;
+        return S_END_FAILED;
     }
     self->dh = zsock_resolve (self->dealer);
     zsock_set_linger (self->dealer, 2000);
@@ -854,15 +868,13 @@ cli_run (int argc, char **argv)
     double send_ms = self->args.timeout_s * 1000.0;
     zsock_set_sndtimeo (self->dealer, send_ms < INT_MAX ? (int) send_ms : -1);
     char err[NN_ERR_SIZE];
-    if (self->args.insecure)
-        pl_log_warn ("client: --insecure: plain TCP; the server is not authenticated");
-    else
-    if (pl_curve_client_apply (self->dealer, self->args.cert, self->args.server_cert, err,
+    if (!self->args.insecure
+    &&  pl_curve_client_apply (self->dealer, self->args.cert, self->args.server_cert, err,
                                sizeof err)) {
         pl_log_error ("client: %s", err);
         zsock_destroy (&self->dealer);
         nn_free (self);
-        return 1;
+        return S_END_FAILED;
     }
     if (zmq_connect (self->dh, self->args.connect)) {
         pl_log_error ("client: connect %s: %s", self->args.connect, zmq_strerror (errno));
@@ -870,12 +882,17 @@ cli_run (int argc, char **argv)
     else
     if (s_join (self) == 0 && s_prepare (self) == 0 && s_train (self) == 0) {
         pl_log_info ("client: device %d done", self->id);
-        rc = 0;
+        end = S_END_DONE;
+    }
+    else
+    if (self->run_complete) {
+        pl_log_info ("client: the run is complete; nothing to do");
+        end = S_END_DONE;
     }
     else
     if (self->diverged) {
         pl_log_error ("client: the run stopped: training diverged (lower learning_rate)");
-        rc = CLI_EXIT_DIVERGED;
+        end = S_END_DIVERGED;
     }
     else
     if (s_interrupted) {
@@ -892,13 +909,82 @@ cli_run (int argc, char **argv)
             proto_msg_destroy (&bye);
         pl_log_info (told ? "client: stopped by a signal; told the server (BYE)"
                           : "client: stopped by a signal (no server to tell)");
-        rc = 0;
+        end = S_END_STOPPED;
     }
+    else
+    if (self->server_resuming)
+        end = S_END_RESUMING;
+    else
+    if (self->assign.batch_size == 0 && !self->recv_failed)
+        end = S_END_SILENT;
+    //  Nothing queued for a server that is gone may reach the next one: a
+    //  HELLO left in a silent try's queue, delivered by libzmq's linger
+    //  after this session gave up on it, joined a dead connection to the
+    //  resumed server (which dropped it and, short of devices, aborted).
+    //  A final BYE or ERROR still gets its 2 s to leave.
+    bool next_try = end == S_END_RESUMING || end == S_END_SILENT;
+    zsock_set_linger (self->dealer, next_try ? 0 : 2000);
     zsock_destroy (&self->dealer);
     cli_contexts_free (self);
     nn_free (self->shard);
     nn_dataset_destroy (&self->train);
     pl_timeline_destroy (&self->timeline);
     nn_free (self);
-    return rc;
+    return end;
+}
+
+//  Sleep seconds, waking early for SIGTERM/SIGINT.
+static void
+s_nap (double seconds)
+{
+    double until = pl_monotonic () + seconds;
+    while (!s_interrupted && pl_monotonic () < until)
+        zclock_sleep (S_POLL_SLICE_MS);
+}
+
+int
+cli_run (int argc, char **argv)
+{
+    cli_args_t args = { 0 };
+    pl_args_lock ();
+    int parsed = s_parse_args (argc, argv, &args);
+    pl_args_unlock ();
+    if (parsed)
+        return 2;
+    pl_blas_set_threads (1);
+    zsys_init ();
+    zsys_handler_set (NULL);
+    struct sigaction sa = { .sa_handler = s_on_signal };
+    sigemptyset (&sa.sa_mask);
+    sigaction (SIGINT, &sa, NULL);
+    sigaction (SIGTERM, &sa, NULL);
+    if (args.insecure)
+        pl_log_warn ("client: --insecure: plain TCP; the server is not authenticated");
+    //  A planned server stop is not this device's failure: rather than exit
+    //  (and be restarted by systemd or Compose in a loop while the server is
+    //  away), the client joins again by itself, waiting 1 s, then twice as
+    //  long after each try that got no answer in --timeout, up to 60 s,
+    //  for as long as the server stays away. Every other end is final.
+    double backoff_s = 0.0;
+    for (;;) {
+        s_end_t end = s_session (&args, backoff_s > 0);
+        if (end == S_END_RESUMING)
+            backoff_s = 1.0;
+        else
+        if (end == S_END_SILENT && backoff_s > 0)
+            backoff_s = backoff_s * 2 < 60.0 ? backoff_s * 2 : 60.0;
+        else
+        if (end == S_END_SILENT)
+            return 1;       //  the first try: --timeout has said its message
+        else
+            return end == S_END_DONE || end == S_END_STOPPED ? 0
+                 : end == S_END_DIVERGED ? CLI_EXIT_DIVERGED : 1;
+        pl_log_info ("client: waiting for the server to resume the run; joining again in "
+                     "%.0f s", backoff_s);
+        s_nap (backoff_s);
+        if (s_interrupted) {
+            pl_log_info ("client: stopped by a signal while waiting for the server");
+            return 0;
+        }
+    }
 }

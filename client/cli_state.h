@@ -71,6 +71,9 @@ typedef struct {
                                         //  or a socket error (not mere silence)
     bool profile_requested;             //  WELCOME asked for a PROFILE
     bool diverged;                      //  a non-finite loss, here or on the server
+    bool server_resuming;               //  the server stops and will resume the run
+    bool run_complete;                  //  the server said the run is complete
+    bool rejoining;                     //  a try at a server that said it would resume
 } cli_t;
 
 //  cli_session.c. Send a message to the server (counted in the epoch's bytes_up); 0 or

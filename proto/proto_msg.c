@@ -1066,6 +1066,14 @@ proto_socket_limit (void *socket, const proto_limits_t *limits)
     assert (socket);
     const proto_limits_t l = proto_limits_resolve (limits);
     size_t max = l.max_frame_bytes < PROTO_HEADER_SIZE ? PROTO_HEADER_SIZE : l.max_frame_bytes;
+    //  libzmq compares ZMQ_MAXMSGSIZE with the frame as it arrives, before
+    //  the security mechanism decodes it: under CurveZMQ each frame is a
+    //  MESSAGE command, PROTO_CURVE_FRAME_OVERHEAD bytes longer than the
+    //  message. A cap of the message's size alone made libzmq drop, without
+    //  a word, every peer that sent a frame of exactly the run's largest
+    //  size (sfl/sl at split 1, batch 100: 2508800 bytes).
+    max = max > SIZE_MAX - PROTO_CURVE_FRAME_OVERHEAD ? SIZE_MAX
+                                                      : max + PROTO_CURVE_FRAME_OVERHEAD;
     int64_t v = max > (size_t) INT64_MAX ? INT64_MAX : (int64_t) max;
     return zmq_setsockopt (socket, ZMQ_MAXMSGSIZE, &v, sizeof v);
 }

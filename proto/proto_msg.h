@@ -165,6 +165,10 @@ int proto_msg_recv_from_peer (proto_msg_t **msg_out, void *socket, uint8_t *rout
 //  peer that announces a bigger frame before buffering it. Call before
 //  bind/connect (it applies to new connections). 0 or -1 (errno).
 int proto_socket_limit (void *socket, const proto_limits_t *limits);
+//  What CurveZMQ adds to every frame on the wire (libzmq 4.3's MESSAGE
+//  command: its name 8, nonce 8, box MAC 16, flags 1), which ZMQ_MAXMSGSIZE
+//  counts: proto_socket_limit allows the largest frame plus this.
+#define PROTO_CURVE_FRAME_OVERHEAD ((size_t) 33)
 
 //  ---------------------------------------------------------------------
 //  State machine (PROTOCOL.md); the daemons enforce it.

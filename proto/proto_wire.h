@@ -100,6 +100,8 @@ typedef enum {
 #define PROTO_ERR_TIMEOUT      6            //  peer silent past its deadline
 #define PROTO_ERR_INTERNAL     7            //  the sender failed
 #define PROTO_ERR_DIVERGED     8            //  training diverged (a non-finite loss)
+#define PROTO_ERR_RESUMING     9            //  the server stops and will resume the run
+#define PROTO_ERR_COMPLETE     10           //  the run is complete: nothing to join
 
 //  EVENTS record stages: what a device was doing during [start_s, end_s].
 typedef enum {

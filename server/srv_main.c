@@ -333,14 +333,45 @@ s_interrupted_notice (srv_t *self)
         pl_log_warn ("server: stopped by a signal before training started");
     //  The notice must arrive (a device that misses it waits out its
     //  --timeout): wait up to a second for room in a device's queue
-    //  rather than drop it as the training sends do.
+    //  rather than drop it as the training sends do. RESUMING: the devices
+    //  wait and join the resumed server by themselves, without exiting.
     zsock_set_sndtimeo (self->router, 1000);
     for (int i = 0; i < self->devices; i++)
         if (self->dev[i].joined
         &&  srv_send_error_to (self, self->dev[i].rid, self->dev[i].rid_len,
-                               PROTO_ERR_INTERNAL, "server stopping; it can resume the run"))
+                               PROTO_ERR_RESUMING, "server stopping; it can resume the run"))
             pl_log_warn ("server: could not tell device %d that the server stops (%s)",
                          i, zmq_strerror (errno));
+}
+
+//  --resume found the run complete. Devices started after it (a reboot,
+//  `docker-compose up` on a finished results volume, a device restarted in
+//  the run's last seconds) would otherwise get no answer, exit after their
+//  --timeout and be restarted in a loop: for device_timeout_s every HELLO
+//  is answered ERROR COMPLETE, on which a device exits 0. Anything else is
+//  dropped unanswered.
+static void
+s_answer_complete (srv_t *self)
+{
+    double until = pl_monotonic () + self->cfg->device_timeout_s;
+    pl_log_info ("server: telling devices for %.0f s that the run is complete",
+                 self->cfg->device_timeout_s);
+    while (!s_interrupted && pl_monotonic () < until) {
+        zmq_pollitem_t item = { self->rh, 0, ZMQ_POLLIN, 0 };
+        if (zmq_poll (&item, 1, 200) <= 0)
+            continue;
+        proto_msg_t *msg = NULL;
+        uint8_t rid[PROTO_ROUTING_ID_MAX];
+        size_t rid_len = sizeof rid;
+        char err[NN_ERR_SIZE];
+        if (proto_msg_recv_from (&msg, self->rh, rid, &rid_len, &self->limits, err,
+                                 sizeof err) == 0
+        &&  proto_msg_type (msg) == PROTO_MSG_HELLO) {
+            pl_log_info ("server: a device asked to join; told it the run is complete");
+            srv_send_error_to (self, rid, rid_len, PROTO_ERR_COMPLETE, "the run is complete");
+        }
+        proto_msg_destroy (&msg);
+    }
 }
 
 static int
@@ -408,8 +439,12 @@ srv_run (int argc, char **argv)
         return s_finish (self, 1);
     }
     srv_metrics_watch (self->metrics, self->rh);
-    if (resumed == 1)                   //  the run was already complete
-        return s_finish (self, srv_setup_complete_results (self));
+    if (resumed == 1) {                 //  the run was already complete
+        int rc = srv_setup_complete_results (self);
+        if (rc == 0)
+            s_answer_complete (self);
+        return s_finish (self, rc);
+    }
     s_loop (self);
     srv_timeline_progress_clear (self);
     if (self->timeline_pending && self->done && self->rc == 0) {

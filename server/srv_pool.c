@@ -42,7 +42,7 @@ s_workers_start (srv_pool_t *self)
     for (int i = 0; i < a->workers; i++) {
         srv_worker_args_t wa = {
             .spec = &self->spec, .unit_begin = a->split, .max_batch = a->max_batch,
-            .batch_size = a->batch_size, .sgd = a->sgd, .origin = a->origin,
+            .batch_size = a->batch_size, .sgd = a->sgd, .seed = a->seed, .origin = a->origin,
             .replica = self->rep[0].model, .shared_replica = a->shared_replica,
             .bufpool = a->bufpool
         };

@@ -17,6 +17,7 @@ typedef struct {
     int batch_size;
     int classes;
     nn_sgd_t sgd;
+    nn_rng_t rng;               //  seeded with the run's seed; split per step
     int *labels;                //  (max_batch)
     float *dlogits;             //  (max_batch, classes)
     pl_timeline_t *timeline;
@@ -39,9 +40,16 @@ s_worker_step (s_worker_t *self, proto_msg_t **act_p, nn_model_t *replica)
     const int32_t *labels = proto_msg_labels (act);
     for (int i = 0; i < n; i++)
         self->labels[i] = labels[i];
+    //  Dropout in the server's units (vgg11's dense ones): masks drawn from
+    //  a stream named by the step (device, epoch, iteration, micro-batch),
+    //  so a run is reproducible whichever worker takes the step.
+    uint64_t stream = ((uint64_t) (h->device_id & 0xffff) << 48)
+                    ^ ((uint64_t) (h->epoch & 0xffff) << 32)
+                    ^ ((uint64_t) (h->iteration & 0xffffff) << 8) ^ (h->micro_batch & 0xff);
+    nn_rng_t step_rng = nn_rng_split (&self->rng, stream);
     double t0 = pl_monotonic (), s0 = pl_timeline_now (self->timeline);
     const float *out = nn_model_forward (self->model, proto_msg_tensor_data (act), n,
-                                         true, NULL);
+                                         true, &step_rng);
     int correct = 0;
     float loss = nn_softmax_xent (self->dlogits, out, self->labels, n, self->classes,
                                   (float) n / (float) self->batch_size, &correct);
@@ -93,6 +101,7 @@ srv_worker_actor (zsock_t *pipe, void *args_)
     s_worker_t self = { .batch_size = args->batch_size, .sgd = args->sgd,
                         .origin = args->origin, .shared_replica = args->shared_replica,
                         .bufpool = args->bufpool };
+    nn_rng_seed (&self.rng, args->seed ^ 0x5e7e5e7e5e7e5e7eull);
     self.model = nn_model_new (args->spec, args->unit_begin, args->spec->units_count,
                                args->max_batch, err, sizeof err);
     if (!self.model) {

@@ -39,6 +39,8 @@ typedef struct {
     int batch_size;                 //  B: a micro-batch of m samples has its loss
                                     //  scaled by m / B (= 1/N of its device)
     nn_sgd_t sgd;
+    uint64_t seed;                  //  the run's seed: each step's dropout masks
+                                    //  come from a stream named by its route
     double origin;                  //  timeline time 0 (pl_wall_clock)
     nn_model_t *replica;            //  any replica: the context drops its own
                                     //  slabs for views of it at once

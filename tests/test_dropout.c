@@ -62,20 +62,36 @@ s_start_three (pltest_run_t *run, const char *endpoint, pid_t c[3])
                "the run did not start");
 }
 
+//  The pipelearn run of three devices (device_timeout_s 3, min_devices 2)
+//  with device 2 SIGKILLed mid epoch 1; returns the server.
+static pid_t
+s_run_and_kill_device_2 (pltest_run_t *run, char *endpoint, size_t size, pid_t c[3])
+{
+    pltest_mkdtemp (run->dir, "dropout");
+    pid_t server = pltest_start_server (run, "run",
+                                   DROPOUT_CONFIG ("pipelearn", "\"device_timeout_s\": 3, "
+                                                   "\"min_devices\": 2"),
+                                   endpoint, size);
+    s_start_three (run, endpoint, c);
+    //  Training, not loading: a device killed before it has its shard is
+    //  another case (below).
+    for (int i = 0; i < 3; i++) {
+        char log[32];
+        snprintf (log, sizeof log, "client%d.log", i);
+        cr_assert (pltest_wait_log (run, log, "iteration(s) per epoch", 60));
+    }
+    usleep (800000);                    //  mid epoch 1
+    cr_assert_eq (kill (c[2], SIGKILL), 0);
+    pltest_wait (run, c[2], pl_monotonic () + 5);
+    return server;
+}
+
 Test (dropout, killed_device_is_dropped_and_rejoins_when_restarted, .timeout = 400)
 {
     pltest_run_t run = { 0 };
-    pltest_mkdtemp (run.dir, "dropout");
     char endpoint[256];
-    pid_t server = pltest_start_server (&run, "run",
-                                   DROPOUT_CONFIG ("pipelearn", "\"device_timeout_s\": 3, "
-                                                   "\"min_devices\": 2"),
-                                   endpoint, sizeof endpoint);
     pid_t c[3];
-    s_start_three (&run, endpoint, c);
-    usleep (800000);                    //  mid epoch 1
-    cr_assert_eq (kill (c[2], SIGKILL), 0);
-    pltest_wait (&run, c[2], pl_monotonic () + 5);
+    pid_t server = s_run_and_kill_device_2 (&run, endpoint, sizeof endpoint, c);
     //  Dropped as silent, or at once when a send finds its connection gone
     //  (the ROUTER is ZMQ_ROUTER_MANDATORY).
     cr_assert (pltest_wait_log (&run, "server.log", "device 2 dropped: ", 30),
@@ -189,4 +205,45 @@ Test (dropout, a_device_restarted_within_device_timeout_rejoins, .timeout = 400)
     cJSON_Delete (s);
     pltest_kill_all (&run);
     pltest_rmtree (run.dir);
+}
+
+//  Issue 21, item 3. Once per epoch (aggregation_frequency -1): a device
+//  killed in epoch 1 and restarted is admitted at the next aggregation
+//  point, the end of epoch 1, so it takes part in epochs 2 and 3 with its
+//  whole shard, not sitting one out (reported: epoch 2 "samples 0, active
+//  false"). Restarted at once (its key or id takes the slot back from the
+//  dead connection) and restarted after the server dropped it.
+static void
+s_restart_and_check (bool after_drop)
+{
+    pltest_run_t run = { 0 };
+    char endpoint[256];
+    pid_t c[3];
+    pid_t server = s_run_and_kill_device_2 (&run, endpoint, sizeof endpoint, c);
+    if (after_drop)
+        cr_assert (pltest_wait_log (&run, "server.log", "device 2 dropped: ", 30));
+    c[2] = pltest_start_client (&run, 2, endpoint);
+    pltest_expect_exit (&run, server, 0, "server");
+    for (int i = 0; i < 3; i++)
+        pltest_expect_exit (&run, c[i], 0, i < 2 ? "a device that stayed" : "the restarted device");
+    cr_assert (pltest_log_has (&run, "server.log", "device 2 rejoins at epoch 2, iteration 0"),
+               "device 2 was not given the model at the end of epoch 1");
+    cJSON *s = pltest_summary (run.dir, "run");
+    cr_expect_not (s_active (s_device (s_epoch (s, 0), 2)),
+                   "device 2 active at the end of epoch 1");
+    for (int e = 1; e < 3; e++) {
+        const cJSON *d = s_device (s_epoch (s, e), 2);
+        cr_expect (s_active (d), "epoch %d: the restarted device is not active", e + 1);
+        cr_expect_eq (pltest_num (d, "samples"), 1000.0, "epoch %d: device 2 trained %g samples, "
+                      "want its shard of 1000", e + 1, pltest_num (d, "samples"));
+    }
+    cJSON_Delete (s);
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
+}
+
+Test (dropout, restarted_device_takes_part_from_the_next_aggregation_point, .timeout = 400)
+{
+    s_restart_and_check (false);
+    s_restart_and_check (true);
 }

@@ -179,6 +179,61 @@ s_crash_and_resume (bool corrupt, const char *config, const char *model)
     pltest_rmtree (run.dir);
 }
 
+//  A planned stop (SIGTERM: "server stopping; it can resume the run") in
+//  epoch 2, then the server started again with --resume on the same
+//  address: the same device processes wait by themselves, join the resumed
+//  run and finish it with status 0 (none exits into a supervisor's restart
+//  loop), the run resumes from the start of epoch 2 and ends with the
+//  uninterrupted run's model and its 3 epochs.
+Test (resume, planned_stop_devices_wait_and_rejoin_by_themselves, .timeout = 400)
+{
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "resume");
+    s_full_run (&run, "whole", RESUME_CONFIG);
+
+    char bind[64], endpoint[256], summary[4096];
+    snprintf (bind, sizeof bind, "tcp://127.0.0.1:%d", s_free_port ());
+    pltest_path (summary, run.dir, "stop/summary.json");
+    pid_t server = pltest_start_server_full (&run, "stop", RESUME_CONFIG, endpoint,
+                                        sizeof endpoint, NULL, NULL, bind, false);
+    //  --timeout 3: a try that gets no answer ends after 3 s, and the next
+    //  comes after the back-off (1 s, 2 s, 4 s, ...).
+    pid_t c0 = pltest_start_client_sec (&run, 0, endpoint, NULL, NULL, "3");
+    pid_t c1 = pltest_start_client_sec (&run, 1, endpoint, NULL, NULL, "3");
+    double deadline = pl_monotonic () + 120;
+    while (access (summary, F_OK) != 0 && pl_monotonic () < deadline)
+        usleep (10000);
+    cr_assert_eq (access (summary, F_OK), 0, "epoch 1 never ended");
+    usleep (300000);
+    cr_assert_eq (kill (server, SIGTERM), 0);
+    pltest_expect_exit (&run, server, 0, "server stopped by SIGTERM");
+    //  Away for longer than the devices' --timeout: they try again.
+    cr_assert (pltest_wait_log (&run, "client0.log", "joining again in 2 s", 20),
+               "device 0 did not try again after a silent try");
+    cr_assert_eq (waitpid (c0, NULL, WNOHANG), 0, "device 0 exited while the server was away");
+    cr_assert_eq (waitpid (c1, NULL, WNOHANG), 0, "device 1 exited while the server was away");
+    server = pltest_start_server_full (&run, "stop", RESUME_CONFIG, endpoint, sizeof endpoint,
+                                  NULL, NULL, bind, true);
+    pltest_expect_exit (&run, server, 0, "resumed server");
+    pltest_expect_exit (&run, c0, 0, "device 0, rejoined by itself");
+    pltest_expect_exit (&run, c1, 0, "device 1, rejoined by itself");
+    cr_assert (pltest_log_has (&run, "server.log", "round-000002-000000: epoch 2"),
+               "did not resume from the start of epoch 2");
+    nn_model_t *a = pltest_load_model (run.dir, "whole", "vgg5");
+    nn_model_t *b = pltest_load_model (run.dir, "stop", "vgg5");
+    double d = pltest_max_rel_diff (a, b);
+    if (d >= 1e-5)
+        pltest_dump_logs (&run);
+    cr_expect (d < 1e-5, "the model after the planned stop differs from the uninterrupted "
+               "one by %g", d);
+    nn_model_destroy (&a);
+    nn_model_destroy (&b);
+    cJSON *s = pltest_summary (run.dir, "stop");
+    cr_expect_eq (cJSON_GetArraySize (cJSON_GetObjectItemCaseSensitive (s, "epochs")), 3);
+    cJSON_Delete (s);
+    pltest_rmtree (run.dir);
+}
+
 Test (resume, killed_server_resumes_to_the_same_model, .timeout = 400)
 {
     s_crash_and_resume (false, RESUME_CONFIG, "vgg5");
@@ -243,8 +298,10 @@ Test (resume, planned_run_resumes_with_its_split, .timeout = 400)
 //  Results that must not be lost (issue 19): the final writes, a fresh
 //  run over a finished one, a damaged state.json.
 
+//  device_timeout_s 4: also how long --resume of a complete run answers
+//  late devices (ERROR COMPLETE) before it exits.
 #define SMALL_CONFIG(seed) \
-    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 200, " \
+    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 200, \"device_timeout_s\": 4, " \
     "\"test_samples\": 100, \"batch_size\": 50, \"epochs\": 1, \"seed\": " #seed ", " \
     "\"momentum\": 0, \"split_point\": 1, \"threads\": 1, \"devices\": 2, " \
     "\"mode\": \"sfl\"}"
@@ -317,6 +374,27 @@ Test (resume, failed_final_write_is_not_a_complete_run, .timeout = 400)
 //  (never 0 without a model). A new run without --resume in its directory
 //  is refused, touching nothing (it used to replace round 1 and keep the
 //  old higher rounds); with --force it replaces the old run entirely.
+//  A device started after its run finished (a reboot, `docker-compose up`
+//  on a finished results volume): the server, started with --resume as
+//  its supervisor always does, finds the run complete and answers the
+//  device's HELLO with ERROR COMPLETE; the device exits 0 (not restarted),
+//  the server too, after device_timeout_s.
+Test (resume, a_device_after_the_run_is_told_it_is_complete, .timeout = 400)
+{
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "resume");
+    pltest_run_daemons (&run, "done", SMALL_CONFIG (5), 2);
+    char bind[64], endpoint[256];
+    snprintf (bind, sizeof bind, "tcp://127.0.0.1:%d", s_free_port ());
+    pid_t server = pltest_start_server_full (&run, "done", SMALL_CONFIG (5), endpoint,
+                                             sizeof endpoint, NULL, NULL, bind, true);
+    pid_t late = pltest_start_client_sec (&run, 0, endpoint, NULL, NULL, "20");
+    pltest_expect_exit (&run, late, 0, "a device of a complete run");
+    cr_assert (pltest_log_has (&run, "client0.log", "the run is complete"));
+    pltest_expect_exit (&run, server, 0, "--resume of a complete run");
+    pltest_rmtree (run.dir);
+}
+
 Test (resume, finished_run_keeps_its_model_and_refuses_a_fresh_run, .timeout = 400)
 {
     pltest_run_t run = { 0 };

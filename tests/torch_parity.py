@@ -302,7 +302,7 @@ def main():
     # both sides; tests/test_model.c checks ours).
     for model, c, side, n, threads, seed, lr in [("vgg5", 1, 28, 8, 1, 3, 1e-3),
                                                  ("vgg11", 3, 32, 8, 1, 3, 1e-3),
-                                                 ("resnet18", 3, 32, 8, 2, 5, 1e-3),
+                                                 ("resnet18", 3, 32, 8, 2, 5, 1e-4),
                                                  ("resnet18", 1, 28, 8, 1, 4, 1e-4),
                                                  ("mobilenetv3-small", 3, 32, 8, 2, 3, 1e-3),
                                                  ("mobilenetv3-small", 1, 28, 8, 1, 4, 1e-3)]:

@@ -1,10 +1,11 @@
 /*  nn_isa.h: which instruction-set path the core's own kernels take.
 
-    The kernels in nn_kernels.c have paths for three levels of x86-64:
-    generic (the x86-64 baseline, SSE2), avx2 (x86-64-v3: AVX2 + FMA) and
-    avx512 (x86-64-v4: our 6 x 64 register-tile sgemm); on aarch64, neon
-    (Advanced SIMD, which every ARMv8-A CPU has, so generic there is the
-    same code). The level used is the highest the CPU runs, or the one the
+    The kernels in nn_kernels*.c have paths for three levels of x86-64:
+    generic (the x86-64 baseline, SSE2), avx2 (x86-64-v3: AVX2 + FMA, our
+    6 x 16 register-tile sgemm) and avx512 (x86-64-v4: our 6 x 64 tile); on
+    aarch64, neon (Advanced SIMD, which every ARMv8-A CPU has, so generic
+    there is the same code; a 6 x 12 tile). See nn_kernels_simd.h and
+    nn_kernels_gemm.h. The level used is the highest the CPU runs, or the one the
     environment variable PIPELEARN_ISA names, so one host can run as a
     slower CPU kind would: `PIPELEARN_ISA=avx2 OPENBLAS_CORETYPE=Haswell` is
     how an AVX2-only machine runs. The level is read once per process, on

@@ -2,7 +2,7 @@
     measured in the same run, on the same shapes, with the same threads.
 
     pipelearn-bench [--threads T] [--images N] [--repeats R] [--no-torch]
-                    [--no-rss] [--json FILE] [--micro M] [--isa LEVEL]
+                    [--no-rss] [--json FILE] [--micro M] [--isa LEVEL] [--cpu-time]
 
     For each setting (batch 100 whole; batch 100 as 4 micro-batches of 25;
     as 10 micro-batches of 10 — what the PipeLearn pipeline feeds each
@@ -18,6 +18,11 @@
     the process re-executes itself once with those set, since OpenBLAS
     reads its core when it loads. It also prints this host's single-core
     OpenBLAS sgemm peak and the share of it VGG5's convolutions reach.
+
+    --cpu-time divides images by each side's process CPU time instead of
+    wall time: on a machine shared with other jobs, time-sharing stretches
+    wall time but not CPU time. With --threads 1 that is each side's
+    compute; with more threads it also counts OpenMP's spin-waiting.
 */
 #include "nn_alloc.h"
 #include "nn_dataset.h"
@@ -88,8 +93,18 @@ s_step (nn_model_t *m, const nn_dataset_t *ds, int *cursor, const s_setting_t *s
                  nn_model_params_count (m), &sgd);
 }
 
+//  Seconds of this process's CPU time (all threads).
 static double
-s_ours (const s_setting_t *s, int threads, int images, int repeats, double *runs)
+s_cpu_seconds (void)
+{
+    struct timespec t;
+    clock_gettime (CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double) t.tv_sec + 1e-9 * (double) t.tv_nsec;
+}
+
+static double
+s_ours (const s_setting_t *s, int threads, int images, int repeats, bool cpu_time,
+        double *runs)
 {
     nn_model_spec_t spec;
     nn_model_spec_vgg5 (&spec, 1, 28, 10, true);
@@ -109,10 +124,11 @@ s_ours (const s_setting_t *s, int threads, int images, int repeats, double *runs
         s_step (m, ds, &cursor, s, x, y, d, idx);
     int steps = (images + s->batch - 1) / s->batch;
     for (int r = 0; r < repeats; r++) {
-        double t0 = pl_monotonic ();
+        double t0 = cpu_time ? s_cpu_seconds () : pl_monotonic ();
         for (int k = 0; k < steps; k++)
             s_step (m, ds, &cursor, s, x, y, d, idx);
-        runs[r] = steps * s->batch / (pl_monotonic () - t0);
+        double t1 = cpu_time ? s_cpu_seconds () : pl_monotonic ();
+        runs[r] = steps * s->batch / (t1 - t0);
     }
     nn_free (x), nn_free (y), nn_free (idx), nn_free (d);
     nn_dataset_destroy (&ds);
@@ -124,14 +140,15 @@ s_ours (const s_setting_t *s, int threads, int images, int repeats, double *runs
 
 //  PyTorch's figure for the same setting, from tests/bench/torch_vgg5.py.
 static double
-s_torch (const s_setting_t *s, int threads, int images, int repeats, char *version,
-         size_t version_size)
+s_torch (const s_setting_t *s, int threads, int images, int repeats, bool cpu_time,
+         char *version, size_t version_size)
 {
     char cmd[2048], line[8192] = "";
     snprintf (cmd, sizeof cmd,
               "/usr/bin/python3 %s/tests/bench/torch_vgg5.py --batch %d --micro-batches %d "
-              "--threads %d --images %d --repeats %d 2>/dev/null",
-              PL_SOURCE_DIR, s->batch, s->micro, threads, images, repeats);
+              "--threads %d --images %d --repeats %d%s 2>/dev/null",
+              PL_SOURCE_DIR, s->batch, s->micro, threads, images, repeats,
+              cpu_time ? " --cpu-time" : "");
     FILE *p = popen (cmd, "r");
     if (!p)
         return -1.0;
@@ -297,7 +314,7 @@ main (int argc, char **argv)
     if (pl_blas_setup (argv))
         return 2;
     int threads = 2, images = 2000, repeats = 5;
-    bool torch = true, rss = true;
+    bool torch = true, rss = true, cpu_time = false;
     int only_micro = 0;             //  0: every setting; else that micro-batch size
     const char *json_path = NULL;
     static const struct option opts[] = {
@@ -305,15 +322,17 @@ main (int argc, char **argv)
         { "repeats", required_argument, NULL, 'r' }, { "no-torch", no_argument, NULL, 'T' },
         { "no-rss", no_argument, NULL, 'R' }, { "json", required_argument, NULL, 'j' },
         { "micro", required_argument, NULL, 'm' }, { "isa", required_argument, NULL, 'i' },
+        { "cpu-time", no_argument, NULL, 'c' },
         { NULL, 0, NULL, 0 }
     };
     int c;
-    while ((c = getopt_long (argc, argv, "t:n:r:TRj:m:i:", opts, NULL)) != -1)
+    while ((c = getopt_long (argc, argv, "t:n:r:TRj:m:i:c", opts, NULL)) != -1)
         switch (c) {
             case 't': threads = atoi (optarg); break;
             case 'n': images = atoi (optarg); break;
             case 'r': repeats = atoi (optarg); break;
             case 'T': torch = false; break;
+            case 'c': cpu_time = true; break;
             case 'R': rss = false; break;
             case 'j': json_path = optarg; break;
             case 'm': only_micro = atoi (optarg); break;
@@ -321,7 +340,7 @@ main (int argc, char **argv)
             default:
                 fprintf (stderr, "usage: pipelearn-bench [--threads T] [--images N] "
                          "[--repeats R] [--no-torch] [--no-rss] [--json FILE] [--micro M] "
-                         "[--isa LEVEL]\n");
+                         "[--isa LEVEL] [--cpu-time]\n");
                 return 2;
         }
     if (threads < 1 || images < 100 || repeats < 1 || repeats > S_MAX_REPEATS) {
@@ -335,10 +354,12 @@ main (int argc, char **argv)
     cJSON_AddStringToObject (out, "openblas_core", pl_blas_corename ());
     cJSON_AddStringToObject (out, "kernels", nn_isa_name (nn_isa_active ()));
     cJSON_AddNumberToObject (out, "threads", threads);
+    cJSON_AddStringToObject (out, "clock", cpu_time ? "cpu" : "wall");
     cJSON *rows = cJSON_AddArrayToObject (out, "settings");
     printf ("VGG5 training, 28x28x1, %d thread(s), OpenBLAS core %s, kernels %s, "
-            "median of %d x %d images\n", threads, pl_blas_corename (),
-            nn_isa_name (nn_isa_active ()), repeats, images);
+            "median of %d x %d images%s\n", threads, pl_blas_corename (),
+            nn_isa_name (nn_isa_active ()), repeats, images,
+            cpu_time ? ", images per second of CPU time" : "");
     double peak = s_sgemm_peak (), conv = s_conv_rate (5);
     cJSON_AddNumberToObject (out, "sgemm_peak_gflops", peak);
     cJSON_AddNumberToObject (out, "conv_gflops", conv);
@@ -352,8 +373,9 @@ main (int argc, char **argv)
             continue;
         double runs[S_MAX_REPEATS];
         //  Interleave: ours, then PyTorch, per setting, so drift hits both.
-        double ours = s_ours (s, threads, images, repeats, runs);
-        double peer = torch ? s_torch (s, threads, images, repeats, version, sizeof version)
+        double ours = s_ours (s, threads, images, repeats, cpu_time, runs);
+        double peer = torch ? s_torch (s, threads, images, repeats, cpu_time, version,
+                                       sizeof version)
                             : -1.0;
         char peer_s[32] = "-", ratio_s[32] = "-";
         if (peer > 0) {

@@ -69,6 +69,9 @@ def main():
                    help="split each mini-batch into M micro-batches, "
                         "accumulate grads, one optimizer step (as PipeLearn feeds each side)")
     p.add_argument("--eval", action="store_true", help="time inference only (no grad)")
+    p.add_argument("--cpu-time", action="store_true",
+                   help="images per second of this process's CPU time, not of wall time "
+                        "(steadier on a machine shared with other jobs)")
     #  Default channels_last (NHWC): on the 2-core dev box (PyTorch 1.13,
     #  oneDNN) it beat NCHW in every training config tried, e.g. with 2
     #  threads 1240 vs 1080 img/s at batch 100, 880 vs 800 at 25, 650 vs 560
@@ -140,11 +143,12 @@ def main():
     with torch.set_grad_enabled(not a.eval):
         for _ in range(a.warmup):
             step()
+        clock = time.process_time if a.cpu_time else time.perf_counter
         for _ in range(a.repeats):
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(steps):
                 step()
-            rates.append(steps * B / (time.perf_counter() - t0))
+            rates.append(steps * B / (clock() - t0))
 
     print(json.dumps({
         "impl": "pytorch", "version": torch.__version__,
@@ -155,6 +159,7 @@ def main():
         "bn": not a.no_bn, "memory_format": a.memory_format,
         "blas_threads": os.environ["OPENBLAS_NUM_THREADS"],
         "mode": "eval" if a.eval else "train",
+        "clock": "cpu" if a.cpu_time else "wall",
     }))
 
 

@@ -83,6 +83,21 @@ for name, c in clients.items():
         problems.append("%s: user %s but network profile %s" % (name, c.get("user"), shaped))
     if "keys:/keys:ro" not in c.get("volumes", []):
         problems.append("%s: keys not mounted read-only" % name)
+    # A shaped client starts only after its profile was checked in a
+    # one-shot container with the same profile (docs/deploy.md).
+    if shaped:
+        check = name + "-netcheck"
+        dep = c.get("depends_on", {}).get(check, {})
+        if dep.get("condition") != "service_completed_successfully":
+            problems.append("%s: does not wait for %s to complete" % (name, check))
+        chk = svc.get(check, {})
+        if chk.get("command") != ["--check"] or \
+           chk.get("environment", {}).get("NETEM_PROFILE") != c["environment"]["NETEM_PROFILE"]:
+            problems.append("%s: no %s checking the same profile" % (name, check))
+        if "/dev/net/tun" not in c.get("devices", []):
+            problems.append("%s: shaped without /dev/net/tun (relay back-end)" % name)
+        if check not in svc.get("server", {}).get("depends_on", {}):
+            problems.append("server: does not wait for %s" % check)
 if len(ids) != len(clients) or len(certs) != len(clients):
     problems.append("clients share a device id or a key: %s %s" % (ids, certs))
 for name in ("server", "keygen"):
@@ -218,6 +233,49 @@ for bad in "NETEM_PROFILE=../etc/passwd" "NETEM_PROFILE=5g" "NETEM_DELAY_MS=-3" 
         ok "entrypoint refuses $bad"
     fi
 done
+# NETEM_PROFILE empty or "none" (CLIENT0_NETEM="" / none): no shaping.
+for off in "" none; do
+    out="$(env -i PATH="$PATH" NETEM_DRY_RUN=1 NETEM_PROFILE="$off" PIPELEARN_NETEM_PROFILES="$profiles" \
+        sh "$entry" true 2>&1)"
+    check "entrypoint: NETEM_PROFILE='$off' shapes nothing" test "$out" = "exec true"
+done
+if command -v docker-compose >/dev/null; then
+    check "compose: CLIENT0_NETEM= (empty) reaches client0 as no profile" \
+        grep -q "NETEM_PROFILE: ''" <<< "$(CLIENT0_NETEM= docker-compose -f "$compose" config 2>/dev/null)"
+    check "compose: CLIENT0_NETEM unset means 4g" \
+        grep -q "NETEM_PROFILE: 4g" <<< "$(env -u CLIENT0_NETEM docker-compose -f "$compose" config 2>/dev/null)"
+fi
+# The relay back-end (kernels without sch_netem): TAP pair and bridge,
+# rates by tbf on the TAPs, delay/jitter/loss by pipelearn-relay.
+got="$(env -i PATH="$PATH" NETEM_DRY_RUN=1 NETEM_BACKEND=relay NETEM_PROFILE=4g \
+    PIPELEARN_NETEM_PROFILES="$profiles" sh "$entry" true 2>/dev/null)"
+want="ip tuntap add dev pl-dev mode tap user pipelearn
+ip tuntap add dev pl-wire mode tap user pipelearn
+ip link add pl-br type bridge
+ip addr flush dev eth0
+ip link set eth0 down
+ip link set eth0 address 0a:MAC
+ip link set pl-dev address MAC
+ip link set eth0 master pl-br
+ip link set pl-wire master pl-br
+ip link set eth0 up
+ip link set pl-br up
+ip link set pl-wire up
+ip link set pl-dev up
+ip addr add ADDR/PREFIX dev pl-dev
+ip route replace default via GATEWAY dev pl-dev
+tc qdisc replace dev pl-dev root handle 10: tbf rate 10mbit burst 40kbit latency 100ms
+tc qdisc replace dev pl-wire root handle 10: tbf rate 25mbit burst 100kbit latency 100ms
+pipelearn-relay --dev-if pl-dev --srv-if pl-wire --up-delay 30 --up-jitter 5 --up-loss 0.1 --down-delay 30 --down-jitter 5 --down-loss 0.1 --pid-file /run/pipelearn-relay/pid
+exec true"
+if [ "$got" = "$want" ]; then
+    ok "entrypoint, 4g on the relay back-end: tbf 10/25 Mbit/s on the TAPs, relay 30 +- 5 ms, 0.1 %"
+else
+    not_ok "entrypoint, 4g on the relay back-end"
+    diff <(echo "$want") <(echo "$got") | diag
+fi
+check "entrypoint refuses NETEM_BACKEND=bogus" bash -c "! env -i PATH='$PATH' NETEM_DRY_RUN=1 \
+    NETEM_BACKEND=bogus NETEM_PROFILE=4g PIPELEARN_NETEM_PROFILES='$profiles' sh '$entry' true >/dev/null 2>&1"
 # Without a profile: no tc at all; the command runs (here as the current
 # user: PIPELEARN_USER=root stops the drop to "pipelearn").
 out="$(env -i PATH="$PATH" PIPELEARN_USER=root sh "$entry" echo ran 2>&1)"

@@ -111,6 +111,15 @@ for u in "${units[@]}"; do
 done
 check "the paths the units name are the installed ones" test "$paths_ok" = 1
 
+# The configuration directory (keys included) stays read-only for the
+# services: ProtectSystem=strict, and no ConfigurationDirectory=, which
+# systemd bind-mounts read-write (docs/deploy.md, Sandbox).
+for u in "${units[@]}"; do
+    check "$u: ProtectSystem=strict and no ConfigurationDirectory= ($PL_CONFDIR read-only)" \
+        test "$(unit_values "$u" ProtectSystem)" = strict -a \
+             -z "$(unit_values "$u" ConfigurationDirectory)"
+done
+
 # Options the units pass must be ones the installed binaries document.
 opts_ok=1
 for u in "${units[@]}"; do

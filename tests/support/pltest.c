@@ -173,12 +173,18 @@ pltest_last_epoch (const cJSON *summary)
 nn_model_t *
 pltest_load_model (const char *dir, const char *sub, const char *model_name)
 {
+    return pltest_load_model_side (dir, sub, model_name, 28);
+}
+
+nn_model_t *
+pltest_load_model_side (const char *dir, const char *sub, const char *model_name, int side)
+{
     char path[4096], name[128], err[512];
     snprintf (name, sizeof name, "%s/model.ckpt", sub);
     pltest_path (path, dir, name);
     nn_model_spec_t spec;
-    cr_assert_eq (nn_model_spec_by_name (&spec, model_name, 1, 28, 28, 10, err, sizeof err), 0,
-                  "%s", err);
+    cr_assert_eq (nn_model_spec_by_name (&spec, model_name, 1, side, side, 10, err,
+                                         sizeof err), 0, "%s", err);
     nn_model_t *m = nn_model_new (&spec, 0, spec.units_count, 1, err, sizeof err);
     cr_assert_not_null (m, "%s", err);
     cr_assert_eq (nn_checkpoint_load (path, m, err, sizeof err), 0, "%s", err);

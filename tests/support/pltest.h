@@ -88,6 +88,9 @@ const cJSON *pltest_last_epoch (const cJSON *summary);
 
 //  DIR/sub/model.ckpt loaded into a model of model_name for 28x28x1 inputs.
 nn_model_t *pltest_load_model (const char *dir, const char *sub, const char *model_name);
+//  The same for side x side x 1 inputs (images padded with "pad_to").
+nn_model_t *pltest_load_model_side (const char *dir, const char *sub, const char *model_name,
+                                    int side);
 
 //  Largest |a - b| / (1 + |a|) over the weights, and the largest change
 //  from the initial weights is not compared here (the exactness tests
