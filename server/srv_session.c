@@ -268,6 +268,12 @@ s_slot_for (const srv_t *self, const char *key, int req, bool *replace, char *wh
 static bool
 s_session_alive (srv_t *self, srv_device_t *d)
 {
+    //  A send processes the socket's pending commands (a closed peer's
+    //  pipe termination) at most once a millisecond; the HELLO's receive
+    //  may have just done so. ZMQ_EVENTS processes them always.
+    int events = 0;
+    size_t size = sizeof events;
+    zmq_getsockopt (self->rh, ZMQ_EVENTS, &events, &size);
     proto_msg_t *hb = proto_msg_new (PROTO_MSG_HEARTBEAT);
     if (proto_msg_send_to (&hb, self->rh, d->rid, d->rid_len) == 0)
         return true;
@@ -428,8 +434,8 @@ srv_session_hello (srv_t *self, const proto_msg_t *msg, const uint8_t *rid, size
                                                                   self->started));
     srv_send (self, d, &w);
     if (self->started)
-        pl_log_info ("server: device %d joined the running run (%s); it takes part from "
-                     "the next aggregation point", id, hello->name);
+        pl_log_info ("server: device %d joined the running run in epoch %d (%s); it takes "
+                     "part from the next aggregation point", id, self->epoch, hello->name);
     else
         pl_log_info ("server: device %d joined (%s)", id, hello->name);
 }
