@@ -25,7 +25,9 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <poll.h>
 #include <sodium.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 
 #define RESUME_CONFIG \
@@ -105,6 +107,46 @@ s_resume_run (pltest_run_t *run, const char *sub, const char *config_json, const
     pltest_expect_exit (run, c1, 0, "client 1 after the resume");
 }
 
+//  Freeze both devices (SIGSTOP) the moment DIR/sub/checkpoints/
+//  round-000002-000000 appears (inotify; the server renames a finished
+//  checkpoint into place): without them the server cannot get past the
+//  first iteration of epoch 2, however fast the host (a MobileNetV3-Small
+//  epoch of 8 iterations takes 0.1 s on a quiet 2-core host), so a kill or
+//  stop that follows lands in epoch 2. Thawed with s_thaw.
+static void
+s_freeze_at_epoch_2 (const char *dir, const char *sub, pid_t c0, pid_t c1)
+{
+    char root[4200], point[4300];
+    snprintf (root, sizeof root, "%s/%s/checkpoints", dir, sub);
+    snprintf (point, sizeof point, "%s/round-000002-000000", root);
+    double deadline = pl_monotonic () + 120;
+    while (access (root, F_OK) != 0 && pl_monotonic () < deadline)
+        usleep (1000);
+    int fd = inotify_init1 (IN_NONBLOCK | IN_CLOEXEC);
+    cr_assert (fd >= 0, "inotify_init1: %s", strerror (errno));
+    cr_assert (inotify_add_watch (fd, root, IN_MOVED_TO | IN_CREATE) >= 0,
+               "inotify_add_watch %s: %s", root, strerror (errno));
+    while (access (point, F_OK) != 0 && pl_monotonic () < deadline) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        poll (&p, 1, 100);
+        char events[4096];
+        while (read (fd, events, sizeof events) > 0)
+            ;
+    }
+    cr_assert_eq (kill (c0, SIGSTOP), 0);
+    cr_assert_eq (kill (c1, SIGSTOP), 0);
+    close (fd);
+    cr_assert_eq (access (point, F_OK), 0, "epoch 2's checkpoint never appeared");
+    usleep (100000);
+}
+
+static void
+s_thaw (pid_t c0, pid_t c1)
+{
+    kill (c0, SIGCONT);
+    kill (c1, SIGCONT);
+}
+
 //  Kill the server in epoch 2, optionally corrupt the newest checkpoint,
 //  resume with fresh devices; the result must equal the uninterrupted run.
 static void
@@ -114,26 +156,17 @@ s_crash_and_resume (bool corrupt, const char *config, const char *model)
     pltest_mkdtemp (run.dir, "resume");
     s_full_run (&run, "whole", config);
 
-    char bind[64], endpoint[256], summary[4096], ckdir[4096];
+    char bind[64], endpoint[256], ckdir[4096];
     snprintf (bind, sizeof bind, "tcp://127.0.0.1:%d", s_free_port ());
-    pltest_path (summary, run.dir, "crash/summary.json");
     pltest_path (ckdir, run.dir, "crash/checkpoints/round-000002-000000");
     pid_t server = pltest_start_server_full (&run, "crash", config, endpoint,
                                         sizeof endpoint, NULL, NULL, bind, false);
     pid_t c0 = pltest_start_client_sec (&run, 0, endpoint, NULL, NULL, "3");
     pid_t c1 = pltest_start_client_sec (&run, 1, endpoint, NULL, NULL, "3");
-    //  summary.json appears when epoch 1 ends: then kill it mid epoch 2.
-    double deadline = pl_monotonic () + 120;
-    while (access (summary, F_OK) != 0 && pl_monotonic () < deadline)
-        usleep (10000);
-    cr_assert_eq (access (summary, F_OK), 0, "epoch 1 never ended");
-    //  And epoch 2's checkpoint is there (on a loaded host writing it may
-    //  take longer than the wait below).
-    while (access (ckdir, F_OK) != 0 && pl_monotonic () < deadline)
-        usleep (10000);
-    usleep (300000);
+    s_freeze_at_epoch_2 (run.dir, "crash", c0, c1);
     cr_assert_eq (kill (server, SIGKILL), 0);
     pltest_wait (&run, server, pl_monotonic () + 5);
+    s_thaw (c0, c1);
     //  The devices give up on the dead server with an error.
     pltest_expect_exit (&run, c0, 1, "client 0 after the crash");
     pltest_expect_exit (&run, c1, 1, "client 1 after the crash");
@@ -200,13 +233,10 @@ Test (resume, planned_stop_devices_wait_and_rejoin_by_themselves, .timeout = 400
     //  comes after the back-off (1 s, 2 s, 4 s, ...).
     pid_t c0 = pltest_start_client_sec (&run, 0, endpoint, NULL, NULL, "3");
     pid_t c1 = pltest_start_client_sec (&run, 1, endpoint, NULL, NULL, "3");
-    double deadline = pl_monotonic () + 120;
-    while (access (summary, F_OK) != 0 && pl_monotonic () < deadline)
-        usleep (10000);
-    cr_assert_eq (access (summary, F_OK), 0, "epoch 1 never ended");
-    usleep (300000);
+    s_freeze_at_epoch_2 (run.dir, "stop", c0, c1);
     cr_assert_eq (kill (server, SIGTERM), 0);
     pltest_expect_exit (&run, server, 0, "server stopped by SIGTERM");
+    s_thaw (c0, c1);
     //  Away for longer than the devices' --timeout: they try again.
     cr_assert (pltest_wait_log (&run, "client0.log", "joining again in 2 s", 20),
                "device 0 did not try again after a silent try");
@@ -270,16 +300,14 @@ Test (resume, planned_run_resumes_with_its_split, .timeout = 400)
                                         NULL, NULL, bind, false);
     pid_t c0 = pltest_start_client_sec (&run, 0, endpoint, NULL, NULL, "3");
     pid_t c1 = pltest_start_client_sec (&run, 1, endpoint, NULL, NULL, "3");
-    double deadline = pl_monotonic () + 120;
-    while (access (summary, F_OK) != 0 && pl_monotonic () < deadline)
-        usleep (10000);
-    cr_assert_eq (access (summary, F_OK), 0, "epoch 1 never ended");
+    s_freeze_at_epoch_2 (run.dir, "auto", c0, c1);
+    cr_assert_eq (access (summary, F_OK), 0, "epoch 1 ended without a summary");
     cJSON *s = pltest_summary (run.dir, "auto");
     int split = (int) pltest_num (cJSON_GetObjectItemCaseSensitive (s, "plan"), "split_point");
     cJSON_Delete (s);
-    usleep (300000);
     cr_assert_eq (kill (server, SIGKILL), 0);
     pltest_wait (&run, server, pl_monotonic () + 5);
+    s_thaw (c0, c1);
     pltest_expect_exit (&run, c0, 1, "client 0 after the crash");
     pltest_expect_exit (&run, c1, 1, "client 1 after the crash");
     s_resume_run (&run, "auto", AUTO_CONFIG, bind);
