@@ -45,6 +45,7 @@
 
 #include <czmq.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -679,6 +680,7 @@ s_join (cli_t *self)
         return -1;
     }
     self->assign = *proto_msg_assign (msg);
+    self->send_cap = proto_msg_frame_cap (msg);
     self->profile_requested = proto_msg_profile_requested (msg);
     pl_config_defaults (&self->cfg);
     int rc = pl_config_parse (&self->cfg, proto_msg_config (msg, NULL), "WELCOME", err,
@@ -713,9 +715,10 @@ s_join (cli_t *self)
     //  json log lines name the device from now on (one device per process;
     //  the in-process tests, which run several, log text).
     pl_log_set_device (self->id);
-    pl_log_info ("client: joined as device %d of %u (%s, split %u, %d micro-batch(es))",
-                 self->id, p->devices, pl_mode_name ((int) self->mode), p->split_point,
-                 self->micro);
+    pl_log_info ("client: joined as device %d of %u (%s, split %u, %d micro-batch(es)); "
+                 "the server takes frames up to %" PRIu64 " bytes", self->id, p->devices,
+                 pl_mode_name ((int) self->mode), p->split_point, self->micro,
+                 self->send_cap);
     return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <errno.h>
 
 #include "cli_state.h"
+#include "nn_alloc.h"
 #include "pl_log.h"
 
 size_t
@@ -26,10 +27,25 @@ cli_send (cli_t *self, proto_msg_t **msg_p)
 {
     size_t bytes = cli_msg_bytes (*msg_p);
     int type = proto_msg_type (*msg_p);
-    if (proto_msg_send (msg_p, self->dh)) {
-        pl_log_error ("client: sending %s failed: %s", proto_type_name (type),
-                      zmq_strerror (errno));
+    char err[NN_ERR_SIZE];
+    //  send_cap is the server's cap from WELCOME (0 before it: the
+    //  protocol's): a larger frame would have libzmq close the connection
+    //  without a word, and the run stall until the server drops this device
+    //  as silent. Refuse it, say which and why, and stop.
+    if (proto_msg_send_capped (msg_p, self->dh, self->send_cap, err, sizeof err)) {
+        int e = errno;
         proto_msg_destroy (msg_p);
+        if (e == EMSGSIZE) {
+            pl_log_error ("client: not sending %s, the server would drop it: %s; stopping",
+                          proto_type_name (type), err);
+            if (type != PROTO_MSG_ERROR) {
+                char text[PROTO_TEXT_MAX];
+                snprintf (text, sizeof text, "device cannot send: %s", err);
+                cli_send_error (self, PROTO_ERR_INTERNAL, text);
+            }
+        }
+        else
+            pl_log_error ("client: sending %s failed: %s", proto_type_name (type), err);
         return -1;
     }
     if (type == PROTO_MSG_PARAMS && self->params_prepaid)
@@ -43,6 +59,12 @@ void
 cli_send_error (cli_t *self, uint32_t code, const char *text)
 {
     proto_msg_t *msg = proto_msg_new (PROTO_MSG_ERROR);
-    proto_msg_set_error (msg, code, text);
+    //  The ERROR frame (4 bytes of code, then the text) must fit the
+    //  server's cap too; texts are ASCII, so clipping keeps them valid.
+    char clipped[PROTO_TEXT_MAX + 1];
+    size_t room = self->send_cap > 4 && self->send_cap - 4 < sizeof clipped
+                ? (size_t) self->send_cap - 4 + 1 : sizeof clipped;
+    snprintf (clipped, room, "%s", text);
+    proto_msg_set_error (msg, code, clipped);
     cli_send (self, &msg);
 }

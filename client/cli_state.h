@@ -42,6 +42,7 @@ typedef struct {
     pl_mode_t mode;
     int id;
     proto_limits_t limits;
+    uint64_t send_cap;          //  WELCOME's frame cap: the largest frame the server takes
     nn_model_spec_t spec;
     uint8_t spec_hash[NN_SPEC_HASH_SIZE];
     nn_model_t *ctx[CLI_MAX_MICRO];     //  ctx[0] owns the weights

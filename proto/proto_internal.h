@@ -27,6 +27,7 @@ struct _proto_msg_t {
     char *config;               //  WELCOME: NUL-terminated copy, or NULL
     size_t config_len;
     proto_assign_t assign;      //  WELCOME, PLAN
+    uint64_t frame_cap;         //  WELCOME: the server's receive cap; 0 until set
     proto_slab_t slab;
     proto_tensor_desc_t tensor;
     //  Float data (tensor or slab). data_view is NULL when none is set; it

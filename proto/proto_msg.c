@@ -45,7 +45,7 @@ s_frames_for (int type, uint32_t flags)
 {
     switch (type) {
         case PROTO_MSG_HELLO:       return 2;
-        case PROTO_MSG_WELCOME:     return 3;
+        case PROTO_MSG_WELCOME:     return 4;
         case PROTO_MSG_MODEL:       return 3;
         case PROTO_MSG_PARAMS:      return 3;
         case PROTO_MSG_ACTIVATIONS: return 4;
@@ -414,6 +414,36 @@ proto_msg_set_config (proto_msg_t *self, const char *json, size_t len)
     return 0;
 }
 
+//  A cap below a header or above the protocol's frame limit is no cap a
+//  server can mean: a device could send nothing, or more than any
+//  receiver decodes.
+static int
+s_frame_cap_check (uint64_t cap, char *err, size_t err_size)
+{
+    if (cap < PROTO_HEADER_SIZE || cap > PROTO_DEFAULT_MAX_FRAME_BYTES)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "WELCOME: frame cap %" PRIu64 " bytes not in %d..%zu", cap,
+                           PROTO_HEADER_SIZE, PROTO_DEFAULT_MAX_FRAME_BYTES);
+    return 0;
+}
+
+int
+proto_msg_set_frame_cap (proto_msg_t *self, uint64_t max_frame_bytes)
+{
+    assert (self && self->header.type == PROTO_MSG_WELCOME);
+    if (s_frame_cap_check (max_frame_bytes, NULL, 0))
+        return -1;
+    self->frame_cap = max_frame_bytes;
+    return 0;
+}
+
+uint64_t
+proto_msg_frame_cap (const proto_msg_t *self)
+{
+    assert (self && self->header.type == PROTO_MSG_WELCOME);
+    return self->frame_cap;
+}
+
 const char *
 proto_msg_config (const proto_msg_t *self, size_t *len_out)
 {
@@ -534,6 +564,9 @@ proto_msg_check (const proto_msg_t *self, char *err, size_t err_size)
         case PROTO_MSG_WELCOME:
             if (!self->config)
                 return proto_fail (err, err_size, PROTO_E_VALUE, "WELCOME: no config set");
+            rc = s_frame_cap_check (self->frame_cap, err, err_size);
+            if (rc)
+                return rc;
             return proto_assign_check (&self->assign, &l, "WELCOME: plan", err, err_size);
         case PROTO_MSG_MODEL:
         case PROTO_MSG_PARAMS:
@@ -587,6 +620,7 @@ proto_msg_encode (proto_msg_t *self, zmq_msg_t frames[PROTO_MAX_FRAMES],
             b = proto_frame_alloc (&frames[1], self->config_len);
             memcpy (b, self->config, self->config_len);
             proto_assign_put (proto_frame_alloc (&frames[2], PROTO_ASSIGN_SIZE), &self->assign);
+            pl_le_put_u64 (proto_frame_alloc (&frames[3], PROTO_CAP_SIZE), self->frame_cap);
             break;
         }
         case PROTO_MSG_MODEL:
@@ -707,6 +741,14 @@ s_decode_welcome (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
                            "WELCOME: plan %zu bytes, expected %d", plen, PROTO_ASSIGN_SIZE);
     proto_assign_get (&self->assign, p);
     rc = proto_assign_check (&self->assign, l, "WELCOME: plan", err, err_size);
+    if (rc)
+        return rc;
+    const uint8_t *c = proto_frame_bytes (&frames[3], &plen);
+    if (plen != PROTO_CAP_SIZE)
+        return proto_fail (err, err_size, PROTO_E_SIZE,
+                           "WELCOME: frame cap %zu bytes, expected %d", plen, PROTO_CAP_SIZE);
+    self->frame_cap = pl_le_get_u64 (c);
+    rc = s_frame_cap_check (self->frame_cap, err, err_size);
     if (rc)
         return rc;
     self->config = nn_malloc (len + 1);
@@ -910,14 +952,31 @@ proto_msg_decode_bytes (proto_msg_t **out, const void *const *data, const size_t
 //  Sockets
 
 static int
-s_send (proto_msg_t **self_p, void *socket, const void *routing_id, size_t routing_id_len)
+s_send (proto_msg_t **self_p, void *socket, const void *routing_id, size_t routing_id_len,
+        size_t cap, char *err, size_t err_size)
 {
     assert (self_p && *self_p && socket);
     zmq_msg_t frames[PROTO_MAX_FRAMES];
-    int count = proto_msg_encode (*self_p, frames, NULL, 0);
+    int count = proto_msg_encode (*self_p, frames, err, err_size);
     if (count < 0) {
         errno = EINVAL;
         return -1;
+    }
+    //  The receiver's libzmq would close the connection on a larger frame
+    //  and tell nobody why: refuse it here, where the reason is known.
+    if (cap == 0 || cap > PROTO_DEFAULT_MAX_FRAME_BYTES)
+        cap = PROTO_DEFAULT_MAX_FRAME_BYTES;
+    for (int i = 0; i < count; i++) {
+        size_t size = zmq_msg_size (&frames[i]);
+        if (size > cap) {
+            proto_fail (err, err_size, PROTO_E_SIZE,
+                        "%s: frame %d is %zu bytes, over the receiver's cap of %zu bytes",
+                        proto_type_name ((*self_p)->header.type), i, size, cap);
+            for (int j = 0; j < count; j++)
+                zmq_msg_close (&frames[j]);
+            errno = EMSGSIZE;
+            return -1;
+        }
     }
     //  Once the first frame is accepted libzmq takes the rest of a
     //  multipart message too, so a failure leaves nothing half sent.
@@ -932,6 +991,9 @@ s_send (proto_msg_t **self_p, void *socket, const void *routing_id, size_t routi
         zmq_msg_close (&frames[i]);
     if (rc == 0)
         proto_msg_destroy (self_p);
+    else
+        proto_fail (err, err_size, PROTO_E_SOCKET, "%s: %s",
+                    proto_type_name ((*self_p)->header.type), zmq_strerror (saved));
     errno = saved;
     return rc;
 }
@@ -939,7 +1001,7 @@ s_send (proto_msg_t **self_p, void *socket, const void *routing_id, size_t routi
 int
 proto_msg_send (proto_msg_t **self_p, void *socket)
 {
-    return s_send (self_p, socket, NULL, 0);
+    return s_send (self_p, socket, NULL, 0, 0, NULL, 0);
 }
 
 int
@@ -947,7 +1009,22 @@ proto_msg_send_to (proto_msg_t **self_p, void *socket,
                    const void *routing_id, size_t routing_id_len)
 {
     assert (routing_id && routing_id_len >= 1 && routing_id_len <= PROTO_ROUTING_ID_MAX);
-    return s_send (self_p, socket, routing_id, routing_id_len);
+    return s_send (self_p, socket, routing_id, routing_id_len, 0, NULL, 0);
+}
+
+int
+proto_msg_send_capped (proto_msg_t **self_p, void *socket, size_t cap,
+                       char *err, size_t err_size)
+{
+    return s_send (self_p, socket, NULL, 0, cap, err, err_size);
+}
+
+int
+proto_msg_send_to_capped (proto_msg_t **self_p, void *socket, const void *routing_id,
+                          size_t routing_id_len, size_t cap, char *err, size_t err_size)
+{
+    assert (routing_id && routing_id_len >= 1 && routing_id_len <= PROTO_ROUTING_ID_MAX);
+    return s_send (self_p, socket, routing_id, routing_id_len, cap, err, err_size);
 }
 
 static void

@@ -99,6 +99,14 @@ const proto_hello_t *proto_msg_hello (const proto_msg_t *self);
 //  invalid UTF-8 or containing NUL. proto_msg_config is NUL-terminated.
 int proto_msg_set_config (proto_msg_t *self, const char *json, size_t len);
 const char *proto_msg_config (const proto_msg_t *self, size_t *len_out);
+//  WELCOME frame 3: the largest frame, in bytes, the server accepts from
+//  this device (its ZMQ_MAXMSGSIZE less PROTO_CURVE_FRAME_OVERHEAD), so the
+//  device refuses to send a larger one instead of having libzmq drop its
+//  connection without a word. PROTO_HEADER_SIZE..PROTO_DEFAULT_MAX_FRAME_BYTES;
+//  the setter returns -1 (nothing changed) otherwise; 0 until set, and a
+//  WELCOME without it is not sent.
+int proto_msg_set_frame_cap (proto_msg_t *self, uint64_t max_frame_bytes);
+uint64_t proto_msg_frame_cap (const proto_msg_t *self);
 //  EVAL results; sets PROTO_FLAG_EVAL_RESULT and drops any tensor.
 void proto_msg_set_eval_result (proto_msg_t *self, const proto_eval_result_t *r);
 bool proto_msg_is_eval_result (const proto_msg_t *self);
@@ -126,11 +134,23 @@ const char *proto_msg_error_text (const proto_msg_t *self);
 
 //  Send all frames (blocking as the socket's ZMQ_SNDTIMEO says). 0 and
 //  *self_p destroyed and nulled, or -1 with errno set (EINVAL: the message
-//  is incomplete or invalid, see proto_msg_encode) and the message kept.
+//  is incomplete or invalid, see proto_msg_encode; EMSGSIZE: a frame is
+//  larger than PROTO_DEFAULT_MAX_FRAME_BYTES, which no receiver decodes)
+//  and the message kept.
 int proto_msg_send (proto_msg_t **self_p, void *socket);
 //  The same on a ROUTER socket: routing_id (1..255 bytes) goes first.
 int proto_msg_send_to (proto_msg_t **self_p, void *socket,
                        const void *routing_id, size_t routing_id_len);
+//  proto_msg_send / _send_to against the receiver's frame cap (bytes; 0 or
+//  more than the protocol's: PROTO_DEFAULT_MAX_FRAME_BYTES): a message with
+//  a larger frame is not sent (-1, errno EMSGSIZE, the message kept), since
+//  the receiver's libzmq would close the connection on it without a word.
+//  On any failure err says which message and why ("PROBE: frame 2 is 65536
+//  bytes, over the receiver's cap of 4096 bytes").
+int proto_msg_send_capped (proto_msg_t **self_p, void *socket, size_t cap,
+                           char *err, size_t err_size);
+int proto_msg_send_to_capped (proto_msg_t **self_p, void *socket, const void *routing_id,
+                              size_t routing_id_len, size_t cap, char *err, size_t err_size);
 
 //  Receive one whole multipart message and decode it. Always reads every
 //  frame of it, even after an error, so the socket stays in step.

@@ -28,6 +28,7 @@
 //  Fixed payload sizes in bytes (PROTOCOL.md gives every offset).
 #define PROTO_HELLO_FIXED_SIZE 20           //  + name length
 #define PROTO_ASSIGN_SIZE        56
+#define PROTO_CAP_SIZE         8            //  WELCOME frame 3: the server's frame cap
 #define PROTO_SLAB_SIZE        56
 #define PROTO_LOSS_SIZE        12
 #define PROTO_EVAL_RESULT_SIZE 24

@@ -60,10 +60,16 @@ srv_send (srv_t *self, srv_device_t *d, proto_msg_t **msg_p)
         proto_msg_destroy (msg_p);
         return;
     }
-    if (proto_msg_send_to (msg_p, self->rh, d->rid, d->rid_len)) {
+    //  A device takes frames up to the protocol's cap (its DEALER's
+    //  ZMQ_MAXMSGSIZE, PROTOCOL.md): a larger one would close its
+    //  connection without a word and leave it waiting for ever.
+    char err[128];
+    if (proto_msg_send_to_capped (msg_p, self->rh, d->rid, d->rid_len,
+                                  PROTO_DEFAULT_MAX_FRAME_BYTES, err, sizeof err)) {
         int e = errno;
         proto_msg_destroy (msg_p);
-        char why[160];
+        char why[sizeof d->drop_why];
+        uint32_t code = 0;
         if (e == EAGAIN)
             snprintf (why, sizeof why, "not reading: its send queue is full (%d messages, "
                       "ZMQ_SNDHWM) at a %s", srv_session_send_hwm (self),
@@ -73,11 +79,13 @@ srv_send (srv_t *self, srv_device_t *d, proto_msg_t **msg_p)
             snprintf (why, sizeof why, "its connection is gone (sending %s)",
                       proto_type_name (type));
         else {
-            pl_log_warn ("server: sending %s to a device failed: %s", proto_type_name (type),
-                         zmq_strerror (e));
-            return;
+            //  The device would wait for this message for ever: tell it
+            //  why, and go on without it.
+            pl_log_error ("server: device %d: cannot send: %s", (int) (d - self->dev), err);
+            snprintf (why, sizeof why, "the server cannot send it: %s", err);
+            code = PROTO_ERR_INTERNAL;
         }
-        srv_drop_later (d, 0, false, why);
+        srv_drop_later (d, code, false, why);
         return;
     }
     d->state = proto_state_next (d->state, type, PROTO_DOWN);
@@ -430,6 +438,12 @@ srv_session_hello (srv_t *self, const proto_msg_t *msg, const uint8_t *rid, size
     free (text);
     proto_assign_t plan = s_assignment (self, id);
     proto_msg_set_assign (w, &plan);
+    //  What the ROUTER's ZMQ_MAXMSGSIZE lets through (srv_setup.c), so the
+    //  device refuses a larger frame itself, saying so.
+    size_t cap = self->limits.max_frame_bytes;
+    proto_msg_set_frame_cap (w, cap < PROTO_HEADER_SIZE ? PROTO_HEADER_SIZE
+                              : cap > PROTO_DEFAULT_MAX_FRAME_BYTES
+                              ? PROTO_DEFAULT_MAX_FRAME_BYTES : cap);
     proto_msg_set_profile_request (w, srv_planner_profile_wanted (self->planner,
                                                                   self->started));
     srv_send (self, d, &w);

@@ -209,6 +209,7 @@ s_make_welcome (void)
     cr_assert_eq (proto_msg_set_config (m, s_json, strlen (s_json)), 0);
     proto_assign_t plan = s_plan ();
     proto_msg_set_assign (m, &plan);
+    cr_assert_eq (proto_msg_set_frame_cap (m, 2508800), 0);
     return m;
 }
 
@@ -491,6 +492,7 @@ Test (proto, roundtrip_welcome)
     cr_assert_eq (plan->seed, want.seed);
     cr_assert (memcmp (&plan->origin_s, &want.origin_s, sizeof want.origin_s) == 0,
                "origin_s %.9f, want %.9f", plan->origin_s, want.origin_s);
+    cr_assert_eq (proto_msg_frame_cap (got), 2508800);
     proto_msg_destroy (&got);
     s_pair_close (&p);
 }
@@ -1051,6 +1053,12 @@ Test (proto, send_refuses_incomplete_message_and_keeps_it)
     cr_assert_eq (proto_msg_check (m, err, sizeof err), PROTO_E_VALUE, "zeroed plan is invalid");
     proto_assign_t plan = s_plan ();
     proto_msg_set_assign (m, &plan);
+    cr_assert_eq (proto_msg_check (m, err, sizeof err), PROTO_E_VALUE, "no frame cap set");
+    cr_assert (strstr (err, "frame cap 0 bytes"), "%s", err);
+    cr_assert_eq (proto_msg_set_frame_cap (m, PROTO_HEADER_SIZE - 1), -1);
+    cr_assert_eq (proto_msg_set_frame_cap (m, PROTO_DEFAULT_MAX_FRAME_BYTES + 1), -1);
+    cr_assert_eq (proto_msg_frame_cap (m), 0);
+    cr_assert_eq (proto_msg_set_frame_cap (m, PROTO_HEADER_SIZE), 0);
     cr_assert_eq (proto_msg_check (m, err, sizeof err), 0, "%s", err);
     proto_msg_destroy (&m);
     m = proto_msg_new (PROTO_MSG_STATS);
@@ -1087,6 +1095,49 @@ Test (proto, failed_send_keeps_the_message)
     proto_msg_destroy (&m);
     zmq_close (router);
     zmq_ctx_term (ctx);
+}
+
+//  Issue 21, item 1: a frame over the receiver's ZMQ_MAXMSGSIZE makes
+//  libzmq close the connection without a word. The sender refuses it
+//  instead, saying which message, which frame, its size and the cap, and
+//  keeps the message; a message within the cap (to the byte) goes.
+Test (proto, a_frame_over_the_receivers_cap_is_refused_and_named)
+{
+    s_pair_t p;
+    s_pair_open (&p, "inproc://capped");
+    char err[512] = "";
+    //  ACTIVATIONS (1, 8, 8, 32): frame 2 is 8192 bytes.
+    proto_msg_t *m = s_make_tensor (PROTO_MSG_ACTIVATIONS, 1, 8, 8, 32, 2);
+    errno = 0;
+    cr_assert_eq (proto_msg_send_capped (&m, p.a, 8191, err, sizeof err), -1);
+    cr_assert_eq (errno, EMSGSIZE);
+    cr_assert_not_null (m, "the message stays with the caller");
+    cr_assert (strstr (err, "ACTIVATIONS: frame 2 is 8192 bytes, over the receiver's cap "
+                            "of 8191 bytes"), "%s", err);
+    proto_msg_t *got = NULL;
+    zmq_setsockopt (p.b, ZMQ_RCVTIMEO, &(int) { 100 }, sizeof (int));
+    cr_assert_eq (proto_msg_recv (&got, p.b, NULL, err, sizeof err), -1, "nothing was sent");
+    cr_assert_eq (proto_msg_send_capped (&m, p.a, 8192, err, sizeof err), 0, "%s", err);
+    cr_assert_null (m);
+    cr_assert_eq (proto_msg_recv (&got, p.b, NULL, err, sizeof err), 0, "%s", err);
+    proto_msg_destroy (&got);
+
+    //  On a ROUTER, the header frame counts as well.
+    m = proto_msg_new (PROTO_MSG_HEARTBEAT);
+    cr_assert_eq (proto_msg_send_to_capped (&m, p.a, "x", 1, PROTO_HEADER_SIZE - 1, err,
+                                            sizeof err), -1);
+    cr_assert_eq (errno, EMSGSIZE);
+    cr_assert (strstr (err, "HEARTBEAT: frame 0 is 40 bytes"), "%s", err);
+    proto_msg_destroy (&m);
+
+    //  An invalid message says why too (it was a bare EINVAL).
+    m = proto_msg_new (PROTO_MSG_PARAMS);
+    err[0] = 0;
+    cr_assert_eq (proto_msg_send_capped (&m, p.a, 0, err, sizeof err), -1);
+    cr_assert_eq (errno, EINVAL);
+    cr_assert (strstr (err, "PARAMS"), "%s", err);
+    proto_msg_destroy (&m);
+    s_pair_close (&p);
 }
 
 Test (proto, recv_timeout_is_minus_one)
@@ -1507,6 +1558,24 @@ Test (proto, error_welcome_json_and_plan)
     r = s_raw_from (s_make_welcome ());
     r.size[2] = 48;
     s_expect (&r, NULL, PROTO_E_SIZE, "plan 48 bytes, expected 56");
+
+    //  Frame 3, the server's frame cap: a u64 of 8 bytes, in 40..256 MiB;
+    //  a WELCOME without it (an older server's) is refused, not guessed.
+    r = s_raw_from (s_make_welcome ());
+    r.size[3] = 4;
+    s_expect (&r, NULL, PROTO_E_SIZE, "WELCOME: frame cap 4 bytes, expected 8");
+    r = s_raw_from (s_make_welcome ());
+    memset (s_raw_bytes (&r, 3), 0, 8);
+    s_raw_bytes (&r, 3)[0] = 39;
+    s_expect (&r, NULL, PROTO_E_VALUE, "WELCOME: frame cap 39 bytes not in 40..268435456");
+    r = s_raw_from (s_make_welcome ());
+    memset (s_raw_bytes (&r, 3), 0, 8);
+    s_raw_bytes (&r, 3)[3] = 0x10;                      //  256 MiB + 0
+    s_raw_bytes (&r, 3)[0] = 1;                         //  + 1
+    s_expect (&r, NULL, PROTO_E_VALUE, "frame cap 268435457 bytes not in");
+    r = s_raw_from (s_make_welcome ());
+    s_raw_drop (&r, 3);
+    s_expect (&r, NULL, PROTO_E_FRAMES, "WELCOME: 3 frames, expected 4");
 
     //  The timeline origin: f64 at offset 48, finite and >= 0.
     r = s_raw_from (s_make_welcome ());

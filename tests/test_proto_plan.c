@@ -142,6 +142,7 @@ Test (proto_plan, plan_and_welcome_flag_round_trip)
     m = proto_msg_new (PROTO_MSG_WELCOME);
     cr_assert_eq (proto_msg_set_config (m, "{}", 2), 0);
     proto_msg_set_assign (m, &plan);
+    cr_assert_eq (proto_msg_set_frame_cap (m, 4096), 0);
     proto_msg_set_profile_request (m, true);
     got = s_round (m, NULL);
     cr_assert (proto_msg_profile_requested (got));

@@ -149,6 +149,8 @@ s_proto_seeds (void)
                           .shard_begin = 10000, .shard_count = 10000, .seed = 2,
                           .origin_s = 1700000000.5 };
     proto_msg_set_assign (msg, &plan);
+    if (proto_msg_set_frame_cap (msg, 2508800))
+        fuzz_die ("welcome frame cap");
     s_proto_seed ("welcome-client", FUZZ_PATH_CLIENT, FUZZ_PROFILE_NONE, NULL, msg);
     cJSON_free (text);
     cJSON_Delete (json);
