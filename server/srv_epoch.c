@@ -100,11 +100,17 @@ s_devices_json (srv_t *self, cJSON *ej)
         cJSON_AddNumberToObject (o, "bytes_up", (double) s->bytes_up);
         cJSON_AddNumberToObject (o, "bytes_down", (double) s->bytes_down);
         cJSON_AddBoolToObject (o, "active", self->dev[i].active);
+        //  What it did before it left, when it left mid-epoch; and whether
+        //  the times and bytes above are its own report (STATS) or the 0 of
+        //  a device that never sent them.
+        cJSON_AddNumberToObject (o, "trained_samples", (double) self->dev[i].trained);
+        cJSON_AddBoolToObject (o, "reported", self->dev[i].reported);
         if (self->mode != PL_MODE_FL)
             srv_planner_epoch_json (self->planner, i, self->assign.micro[i], o);
         cJSON_AddItemToArray (devs, o);
         memset (&self->dev[i].stats, 0, sizeof self->dev[i].stats);
-        self->dev[i].stats_in = false;
+        self->dev[i].stats_in = self->dev[i].reported = false;
+        self->dev[i].samples = self->dev[i].trained = 0;
         self->dev[i].events_in = 0;
         self->dev[i].events_capped = false;
     }

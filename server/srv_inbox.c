@@ -50,6 +50,7 @@ srv_inbox_gradients (srv_t *self, proto_msg_t *grad)
         return;
     }
     d->last_seen = pl_monotonic ();     //  its silence counts from its work's return
+    d->trained += l->count;
     //  The gradients leave now; srv_link_spans ends the span where the
     //  device starts their backward.
     srv_timeline_link (self, h->device_id, "downlink", h);
@@ -135,6 +136,9 @@ s_on_params (srv_t *self, srv_device_t *d, proto_msg_t *msg)
     }
     memcpy (d->params, proto_msg_tensor_data (msg), sizeof (float) * self->dev_wcount);
     d->samples = slab->sample_count;
+    if (self->mode == PL_MODE_FL)
+        //  s_params_check: the round [round_iter, iteration) is this one's.
+        d->trained += (uint64_t) (h->iteration - self->round_iter) * (uint64_t) self->batch;
     d->params_iter = h->iteration;
     d->params_in = true;
     if (self->mode == PL_MODE_SL)
@@ -275,7 +279,7 @@ s_on_device (srv_t *self, srv_device_t *d, proto_msg_t **msg_p)
             break;
         case PROTO_MSG_STATS:
             d->stats = *proto_msg_stats (msg);
-            d->stats_in = true;
+            d->stats_in = d->reported = true;
             break;
         case PROTO_MSG_EVENTS: {
             char why[256];

@@ -63,9 +63,15 @@ typedef struct {
     int replica;                //  its replica in the pool
     float *params;              //  last PARAMS slab (dev_wcount)
     bool params_in;
-    uint64_t samples;           //  PARAMS sample_count
+    uint64_t samples;           //  PARAMS sample_count (this epoch's last; 0 before one)
+    //  Samples it trained this epoch as the server saw them, kept when it
+    //  is dropped before the epoch closes: split modes, its ACTIVATIONS
+    //  whose GRADIENTS went back; fl, the iterations of its accepted rounds
+    //  times the batch size.
+    uint64_t trained;
     proto_stats_t stats;
     bool stats_in;
+    bool reported;              //  stats holds this session's STATS of the epoch
     size_t events_in;           //  device events kept this epoch
     bool events_capped;         //  warned about SRV_MAX_EVENTS this epoch
     int micro;                  //  N its session was last told (WELCOME, PLAN)

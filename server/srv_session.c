@@ -405,8 +405,10 @@ srv_session_hello (srv_t *self, const proto_msg_t *msg, const uint8_t *rid, size
         return;
     }
     float *params = d->params;          //  kept across sessions of the slot
+    uint64_t trained = d->trained;      //  the slot's work this epoch, for the summary
     memset (d, 0, sizeof *d);
     d->params = params;
+    d->trained = trained;
     //  An allowed key is PL_CURVE_KEY_TEXT characters (s_slot_for).
     size_t key_len = strnlen (key, PL_CURVE_KEY_TEXT);
     memcpy (d->key, key, key_len);

@@ -115,10 +115,38 @@ Test (dropout, killed_device_is_dropped_and_rejoins_when_restarted, .timeout = 4
     cr_expect_not (s_active (s_device (s_epoch (s, 0), 2)),
                    "device 2 active at the end of epoch 1");
     cr_expect (s_active (s_device (s_epoch (s, 0), 0)));
+    //  Issue 21, item 3: what it did in epoch 1 before it was killed is in
+    //  the summary (it showed 0 samples, as if it had never trained). The
+    //  server counts the samples of its ACTIVATIONS whose GRADIENTS it sent
+    //  back: each is one micro-batch (25 samples) that the server's replica
+    //  computed, a "server:d2" compute row of epoch 1 in timeline.csv.
+    //  Its own STATS never came, so its times are not a report.
+    const cJSON *first = s_device (s_epoch (s, 0), 2);
+    pltest_csv_t csv = pltest_load_csv (run.dir, "run");
+    int computed = 0;
+    for (int i = 0; i < csv.count; i++)
+        computed += strcmp (csv.rows[i].who, "server:d2") == 0
+                 && strcmp (csv.rows[i].stage, "compute") == 0 && csv.rows[i].epoch == 1;
+    free (csv.rows);
+    double trained = pltest_num (first, "trained_samples");
+    cr_log_info ("epoch 1: device 2 trained %g samples before it was killed (%d of its "
+                 "micro-batches computed)", trained, computed);
+    cr_expect (trained <= 25.0 * computed && fmod (trained, 25.0) == 0.0,
+               "epoch 1: device 2 trained %g samples; the server computed %d of its "
+               "micro-batches", trained, computed);
+    if (computed > 0)
+        cr_expect (trained > 0, "epoch 1: device 2 trained %d micro-batch(es) before it was "
+                   "killed, the summary says %g samples", computed, trained);
+    cr_expect (cJSON_IsFalse (cJSON_GetObjectItemCaseSensitive (first, "reported")));
+    cr_expect_eq (pltest_num (first, "samples"), 0.0, "no PARAMS of epoch 1 came from it");
+    cr_expect (cJSON_IsTrue (cJSON_GetObjectItemCaseSensitive (s_device (s_epoch (s, 0), 0),
+                                                                "reported")));
     const cJSON *last = s_epoch (s, 3);
     cr_expect (s_active (s_device (last, 2)), "the restarted device did not rejoin");
     cr_expect_eq (pltest_num (s_device (last, 2), "samples"), 2000.0);
     cr_expect (pltest_num (s_device (last, 2), "forward_s") > 0.0, "it did not train");
+    //  40 iterations of 50: every sample it trained in the last epoch.
+    cr_expect_eq (pltest_num (s_device (last, 2), "trained_samples"), 2000.0);
     cr_expect (pltest_num (last, "test_acc") > 0.3, "test accuracy %.3f",
                pltest_num (last, "test_acc"));
     cJSON_Delete (s);
