@@ -324,6 +324,29 @@ s_session_replace (srv_t *self, srv_device_t *d, char *why, size_t why_size)
     return 0;
 }
 
+int
+srv_session_drop_gone (srv_t *self)
+{
+    int dropped = 0;
+    for (int i = 0; i < self->devices; i++) {
+        srv_device_t *d = &self->dev[i];
+        if (!d->joined)
+            continue;
+        if (d->drop_pending) {
+            char why[sizeof d->drop_why];
+            snprintf (why, sizeof why, "%s", d->drop_why);
+            srv_drop (self, d, d->drop_code, why);
+            dropped++;
+        }
+        else
+        if (!s_session_alive (self, d)) {
+            srv_drop (self, d, 0, "its connection is gone (before the start)");
+            dropped++;
+        }
+    }
+    return dropped;
+}
+
 void
 srv_session_drop_revoked (srv_t *self)
 {

@@ -26,6 +26,10 @@ void srv_drop (srv_t *self, srv_device_t *d, uint32_t code, const char *why);
 void srv_drop_later (srv_device_t *d, uint32_t code, bool diverged, const char *why);
 //  Drops the marked devices. true when any was dropped.
 bool srv_session_drop_pending (srv_t *self);
+//  Before the start: drops now every joined device that is marked to be
+//  dropped or whose connection is gone (a HELLO libzmq had queued from a
+//  connection that died before the server read it). The number dropped.
+int srv_session_drop_gone (srv_t *self);
 //  Too few devices are left: tells every joined device and ends the run.
 void srv_session_abort_all (srv_t *self, const char *why);
 int srv_session_active_count (const srv_t *self);

@@ -164,17 +164,31 @@ s_start (srv_t *self)
     s_round_begin (self);
 }
 
+//  Every slot must still hold a live connection when the run starts. A
+//  HELLO that libzmq had queued from a connection that died before it was
+//  read (a device killed while a resumed server was starting) took the
+//  last slot: its WELCOME failed, or the end of its connection was still
+//  in libzmq's queue. Started, the run's MODEL found it gone and the
+//  server, short of devices, aborted before training. Freed, the slot
+//  waits for the device's next connection. true either way (the state
+//  changed).
+static bool
+s_start_if_all_there (srv_t *self)
+{
+    if (srv_session_drop_gone (self) == 0)
+        s_start (self);
+    return true;
+}
+
 //  Before the start: every device in (and, when planning, profiled and
-//  probed) starts the run. true when it started.
+//  probed) starts the run. true when it started or freed a dead slot.
 static bool
 s_maybe_start (srv_t *self)
 {
     if (self->joined < self->devices)
         return false;
-    if (!srv_planner_profile_wanted (self->planner, false)) {
-        s_start (self);
-        return true;
-    }
+    if (!srv_planner_profile_wanted (self->planner, false))
+        return s_start_if_all_there (self);
     srv_planner_decision_t dec;
     int rc = srv_planner_start (self->planner, &self->assign,
                                 pl_summary_root (self->summary), &dec);
@@ -184,8 +198,7 @@ s_maybe_start (srv_t *self)
         s_fail (self);
         return false;
     }
-    s_start (self);
-    return true;
+    return s_start_if_all_there (self);
 }
 
 //  clip_update_norm: each device's update to the device part (its PARAMS

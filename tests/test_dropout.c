@@ -19,6 +19,9 @@
 #include "nn_checkpoint.h"
 #include "pl_timeline.h"
 #include "pltest.h"
+#include "proto_msg.h"
+
+#include <zmq.h>
 
 #include <signal.h>
 
@@ -301,4 +304,70 @@ Test (dropout, restarted_device_takes_part_from_the_next_aggregation_point, .tim
 {
     s_restart_and_check (false);
     s_restart_and_check (true);
+}
+
+//  Issue 21 (seen after --resume): a HELLO that libzmq had queued from a
+//  connection that died before the server read it (a device killed while
+//  the server was down or starting) took the last free slot. The run
+//  started with it, its MODEL found the connection gone, and the server,
+//  short of devices (min_devices), aborted before training. Now the slot
+//  is freed before the start and the run waits for the real device. The
+//  dead connection is made here: its handshake done, a HELLO for device 0
+//  sent while the server is stopped (SIGSTOP), and the connection closed
+//  before the server runs again, so the server reads the HELLO with the
+//  connection already gone.
+Test (dropout, a_dead_queued_hello_does_not_start_the_run, .timeout = 400)
+{
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "deadhello");
+    char endpoint[256];
+    pid_t server = pltest_start_server (&run, "run",
+                                   DROPOUT_CONFIG_E ("pipelearn", "600", "1",
+                                                     "\"min_devices\": 3"),
+                                   endpoint, sizeof endpoint);
+    pid_t c[3];
+    c[1] = pltest_start_client (&run, 1, endpoint);
+    c[2] = pltest_start_client (&run, 2, endpoint);
+    cr_assert (pltest_wait_log (&run, "server.log", "device 1 joined", 60));
+    cr_assert (pltest_wait_log (&run, "server.log", "device 2 joined", 60));
+
+    void *ctx = zmq_ctx_new ();
+    void *dealer = zmq_socket (ctx, ZMQ_DEALER);
+    cr_assert_eq (zmq_socket_monitor (dealer, "inproc://deadhello-monitor",
+                                      ZMQ_EVENT_HANDSHAKE_SUCCEEDED), 0);
+    void *monitor = zmq_socket (ctx, ZMQ_PAIR);
+    cr_assert_eq (zmq_connect (monitor, "inproc://deadhello-monitor"), 0);
+    zmq_setsockopt (monitor, ZMQ_RCVTIMEO, &(int) { 30000 }, sizeof (int));
+    cr_assert_eq (zmq_connect (dealer, endpoint), 0);
+    zmq_msg_t event;                    //  two frames: event and address
+    for (int part = 0; part < 2; part++) {
+        zmq_msg_init (&event);
+        cr_assert (zmq_msg_recv (&event, monitor, 0) >= 0, "no ZMTP handshake with the server");
+        zmq_msg_close (&event);
+    }
+    cr_assert_eq (kill (server, SIGSTOP), 0);
+    proto_msg_t *hello = proto_msg_new (PROTO_MSG_HELLO);
+    proto_hello_t h = { .protocol_version = PROTO_VERSION,
+                        .capabilities = PROTO_CAP_FL | PROTO_CAP_SPLIT,
+                        .requested_device_id = 0 };
+    snprintf (h.name, sizeof h.name, "dead");
+    cr_assert_eq (proto_msg_set_hello (hello, &h), 0);
+    cr_assert_eq (proto_msg_send (&hello, dealer), 0);
+    usleep (300000);                    //  into the stopped server's TCP receive buffer
+    zmq_setsockopt (dealer, ZMQ_LINGER, &(int) { 2000 }, sizeof (int));
+    zmq_close (dealer);
+    zmq_close (monitor);
+    zmq_ctx_term (ctx);                 //  the HELLO, then the connection's end
+    cr_assert_eq (kill (server, SIGCONT), 0);
+
+    cr_assert (pltest_wait_log (&run, "server.log", "device 0 dropped: ", 30),
+               "the dead connection's HELLO did not take slot 0");
+    c[0] = pltest_start_client (&run, 0, endpoint);
+    pltest_expect_exit (&run, server, 0, "server");
+    for (int i = 0; i < 3; i++)
+        pltest_expect_exit (&run, c[i], 0, "a device");
+    cr_expect_not (pltest_log_has (&run, "server.log", "min_devices is 3"));
+    cr_expect (pltest_log_has (&run, "server.log", "all 3 device(s) joined"));
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
 }
