@@ -382,7 +382,7 @@ main (int argc, char **argv)
             pl_blas_corename (), aten ? aten : "unset");
     double peak = bench_sgemm_peak ();
     cJSON_AddNumberToObject (out, "sgemm_peak_gflops", peak);
-    printf ("one core: OpenBLAS sgemm 1024^3 %.1f GFLOP/s", peak);
+    printf ("one core, thread CPU time: OpenBLAS sgemm 1024^3 %.1f GFLOP/s", peak);
     if (strcmp (model, "vgg5") == 0) {
         double conv = bench_vgg5_conv_rate (5);
         cJSON_AddNumberToObject (out, "conv_gflops", conv);

@@ -16,10 +16,12 @@ double bench_median (double *v, int n);
 //  exit code.
 int bench_worker_main (int argc, char **argv);
 
-//  One core's OpenBLAS sgemm on 1024^3, the best of 5, in GFLOP/s.
+//  One core's OpenBLAS sgemm on 1024^3, the best of 5, in GFLOP/s of the
+//  calling thread's CPU time (so also on a host shared with other jobs).
 double bench_sgemm_peak (void);
 //  VGG5's three convolutions (28x28x1, batch 100, one thread) forward and
-//  backward, the best of `repeats`, in GFLOP/s of the matrix work.
+//  backward, the best of `repeats`, in GFLOP/s of the matrix work per
+//  second of thread CPU time.
 double bench_vgg5_conv_rate (int repeats);
 
 #endif
