@@ -158,6 +158,12 @@ bench_worker_main (int argc, char **argv)
     t.model = nn_model_new (&spec, 0, spec.units_count, mb, err, sizeof err);
     if (!t.model)
         return s_usage (err);
+    //  The model's threads split each layer's batch; OpenBLAS under them
+    //  runs one (nn_model_set_threads's contract), as in pipelearn's
+    //  daemons and the PyTorch peer (torch_bench.py). Left at its default
+    //  (a thread per core) it spins in sched_yield between products and
+    //  that CPU time lands in our figure.
+    pl_blas_set_threads (1);
     nn_model_set_threads (t.model, threads);
     nn_rng_seed (&t.rng, 1);
     nn_model_init (t.model, &t.rng);
