@@ -262,9 +262,15 @@ srv_planner_new (const srv_planner_args_t *args, srv_assign_t *assign, cJSON *su
     const pl_config_t *cfg = args->cfg;
     bool pipelearn = s_pipelearn (self);
     int units = args->spec->units_count;
+    bool per_device = args->mode != PL_MODE_FL && cfg->split_point == PL_PER_DEVICE;
     srv_assign_uniform (assign, args->devices,
-                        args->mode == PL_MODE_FL ? units : cfg->split_point,
+                        args->mode == PL_MODE_FL ? units
+                        : per_device ? cfg->split_points[0] : cfg->split_point,
                         pipelearn ? cfg->micro_batches : 1);
+    //  A checked config lists one per device (pl_config_check), and never
+    //  with "auto" micro-batches: such a run is not planned.
+    for (int i = 0; per_device && i < args->devices; i++)
+        assign->split[i] = cfg->split_points[i];
     self->fixed_micro = pipelearn ? cfg->micro_batches : 1;
     if (args->mode == PL_MODE_FL
     ||  !(cfg->split_point == PL_AUTO || (pipelearn && cfg->micro_batches == PL_AUTO)))

@@ -36,6 +36,12 @@
     "\"momentum\": 0, \"split_point\": 1, \"threads\": 1, \"devices\": 2, " \
     "\"mode\": \"sfl\"}"
 
+#define RESUME_CONFIG_MIXED \
+    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 2000, " \
+    "\"test_samples\": 200, \"batch_size\": 50, \"epochs\": 3, \"seed\": 21, " \
+    "\"momentum\": 0, \"split_point\": [1, 3], \"threads\": 1, \"devices\": 2, " \
+    "\"mode\": \"sfl\"}"
+
 //  A TCP port nothing listens on right now.
 static int
 s_free_port (void)
@@ -267,6 +273,14 @@ Test (resume, planned_stop_devices_wait_and_rejoin_by_themselves, .timeout = 400
 Test (resume, killed_server_resumes_to_the_same_model, .timeout = 400)
 {
     s_crash_and_resume (false, RESUME_CONFIG, "vgg5");
+}
+
+//  Devices at different split points (the widest device part and each
+//  device's replica at its own split point are checkpointed; the narrower
+//  parts are cut from them on resume).
+Test (resume, killed_server_resumes_per_device_splits_to_the_same_model, .timeout = 400)
+{
+    s_crash_and_resume (false, RESUME_CONFIG_MIXED, "vgg5");
 }
 
 Test (resume, killed_server_resumes_mobilenet_to_the_same_model, .timeout = 400)
