@@ -12,11 +12,13 @@
     same run at split point 2 for every device, to float rounding, in sfl
     and pipelearn (VGG5 with BN, momentum 0.9, 2 epochs, FedAvg twice an
     epoch). A list of equal split points is the scalar run, bit for bit.
-    summary.json records each device's split point and N, per epoch too.
+    summary.json records each device's split point and N, per epoch too,
+    and every row of timeline.csv the split point and N its device ran.
     Synthetic data (no dataset package needed). */
 #include <criterion/criterion.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "pltest.h"
@@ -86,6 +88,25 @@ s_mixed_equals_uniform (const char *mode, int micro)
     double last = pltest_num (cJSON_GetArrayItem (epochs, 1), "train_loss");
     cr_expect (last < first, "%s: training loss %g then %g", mode, first, last);
     cJSON_Delete (s);
+    //  timeline.csv: each row says the split point and N its device ran.
+    pltest_csv_t csv = pltest_load_csv (run.dir, "mixed");
+    int seen[2] = { 0, 0 };
+    for (int k = 0; k < csv.count; k++) {
+        const pltest_row_t *r = &csv.rows[k];
+        int id = -1;
+        if (sscanf (r->who, "device%d", &id) != 1 && sscanf (r->who, "server:d%d", &id) != 1
+        &&  sscanf (r->who, "link:d%d", &id) != 1)
+            continue;
+        cr_assert (id == 0 || id == 1, "timeline.csv: row of %s", r->who);
+        cr_assert_eq (r->split_point, id == 0 ? 1 : 3, "timeline.csv: %s %s ran at split "
+                      "point %d", r->who, r->stage, r->split_point);
+        cr_assert_eq (r->micro_batches, micro, "timeline.csv: %s %s ran %d micro-batches",
+                      r->who, r->stage, r->micro_batches);
+        seen[id]++;
+    }
+    cr_expect (seen[0] > 0 && seen[1] > 0, "timeline.csv: rows of device 0 %d, device 1 %d",
+               seen[0], seen[1]);
+    free (csv.rows);
     nn_model_destroy (&mixed);
     nn_model_destroy (&one);
     pltest_kill_all (&run);
