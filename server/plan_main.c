@@ -244,7 +244,7 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
     //  pl_config_check refuses "auto" until the daemons plan; here "auto"
     //  is the point, so check a copy with numbers in its place.
     pl_config_t copy = *cfg;
-    if (copy.split_point == PL_AUTO)
+    if (copy.split_point == PL_AUTO || copy.split_point == PL_PER_DEVICE)
         copy.split_point = 1;
     if (copy.micro_batches == PL_AUTO)
         copy.micro_batches = 1;
@@ -758,7 +758,7 @@ main (int argc, char **argv)
     int cores = cfg.threads > 0 ? cfg.threads : (int) sysconf (_SC_NPROCESSORS_ONLN);
     in.server_workers = cores < 1 ? 1 : cores > cfg.devices ? cfg.devices : cores;
     in.forward_first = args.forward_first;
-    in.split_point = cfg.split_point == PL_AUTO ? 0 : cfg.split_point;
+    in.split_point = cfg.split_point > 0 ? cfg.split_point : 0;
     in.micro_batches = cfg.micro_batches == PL_AUTO ? 0 : cfg.micro_batches;
     if (nn_profile_model_bytes (&spec, cfg.batch_size, &in.model, err, sizeof err)) {
         pl_log_error ("%s", err);

@@ -22,6 +22,25 @@ srv_assign_split (const srv_assign_t *self)
     return self->split[0];
 }
 
+bool
+srv_assign_mixed (const srv_assign_t *self)
+{
+    int lo, hi;
+    srv_assign_split_range (self, &lo, &hi);
+    return lo != hi;
+}
+
+void
+srv_assign_split_range (const srv_assign_t *self, int *lo, int *hi)
+{
+    *lo = *hi = self->split[0];
+    for (int i = 1; i < self->devices; i++) {
+        int p = self->split[i];
+        *lo = p < *lo ? p : *lo;
+        *hi = p > *hi ? p : *hi;
+    }
+}
+
 void
 srv_assign_micro_range (const srv_assign_t *self, int *lo, int *hi)
 {

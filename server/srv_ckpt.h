@@ -3,8 +3,13 @@
     At every aggregation point (and when training starts) the server writes
     DIR/checkpoints/round-EEEEEE-IIIIII/ (the round that starts at epoch E,
     iteration I) holding:
-      devpart.ckpt      the device part every device gets next (nn_checkpoint)
-      replica-K.ckpt    server replica K with its optimiser state (split modes)
+      devpart.ckpt      the device part at the largest split point any device
+                        trains at (nn_checkpoint); with devices at different
+                        split points the narrower parts are cut from it
+                        (every holder of a unit holds the same values at an
+                        aggregation point)
+      replica-K.ckpt    server replica K (units P_K..U of its device's split
+                        point) with its optimiser state (split modes)
       state.json        epoch, round_iter, the run's config, the assignment
                         (per device: split point and micro-batch count), the
                         summary's epochs so far, origin_s (the run's time 0), and

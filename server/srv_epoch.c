@@ -134,6 +134,12 @@ srv_epoch_record (srv_t *self)
         cJSON_AddItemToObject (ej, "replanned_before", replans);
     double busy = s_server_json (self, ej, wall);
     s_devices_json (self, ej);
+    //  Which split point and N each device ran this epoch (a re-plan takes
+    //  effect between epochs; "assignment" at the top is the last one).
+    cJSON_AddItemToObject (ej, "split_point",
+                           cJSON_CreateIntArray (self->assign.split, self->devices));
+    cJSON_AddItemToObject (ej, "micro_batches",
+                           cJSON_CreateIntArray (self->assign.micro, self->devices));
     if (!self->quiet) {
         srv_timeline_progress_clear (self);
         if (self->epoch == 1)

@@ -10,6 +10,7 @@
 #include "nn_alloc.h"
 #include "pl_log.h"
 #include "srv_metrics.h"
+#include "srv_parts.h"
 #include "srv_round.h"
 #include "srv_session.h"
 #include "srv_timeline.h"
@@ -98,9 +99,18 @@ s_params_check (const srv_t *self, const srv_device_t *d, const proto_msg_t *msg
                   "holds %" PRIu64, slab->sample_count, id, cap);
         return -1;
     }
+    //  proto checked the count against the run's when every device has one
+    //  split point; with several, against this device's here.
+    size_t count = srv_parts_device_count (self, id);
+    if (slab->count != count) {
+        snprintf (why, why_size, "PARAMS of %" PRIu64 " floats; device %d's part at split "
+                  "point %d holds %zu", (uint64_t) slab->count, id,
+                  srv_parts_split (self, id), count);
+        return -1;
+    }
     const float *w = proto_msg_tensor_data (msg);
-    size_t bad = srv_first_nonfinite (w, self->dev_wcount);
-    if (bad < self->dev_wcount) {
+    size_t bad = srv_first_nonfinite (w, count);
+    if (bad < count) {
         snprintf (why, why_size, "PARAMS holds non-finite weights (weight %zu is %g)", bad,
                   (double) w[bad]);
         return -1;
@@ -113,7 +123,8 @@ s_on_params (srv_t *self, srv_device_t *d, proto_msg_t *msg)
 {
     const proto_slab_t *slab = proto_msg_slab (msg);
     const proto_header_t *h = proto_msg_header (msg);
-    if (slab->unit_begin != 0 || slab->unit_end != (uint32_t) nn_model_unit_end (self->devpart)
+    const int id = (int) (d - self->dev);
+    if (slab->unit_begin != 0 || slab->unit_end != (uint32_t) srv_parts_split (self, id)
     ||  h->epoch != (uint32_t) self->epoch || d->params_in || !d->active) {
         s_refuse (self, d, "PARAMS for the wrong units, epoch or round", "unexpected PARAMS");
         return;
@@ -134,7 +145,8 @@ s_on_params (srv_t *self, srv_device_t *d, proto_msg_t *msg)
         srv_drop (self, d, PROTO_ERR_STATE, why);
         return;
     }
-    memcpy (d->params, proto_msg_tensor_data (msg), sizeof (float) * self->dev_wcount);
+    size_t count = srv_parts_device_count (self, id);
+    memcpy (d->params, proto_msg_tensor_data (msg), sizeof (float) * count);
     d->samples = slab->sample_count;
     if (self->mode == PL_MODE_FL)
         //  s_params_check: the round [round_iter, iteration) is this one's.
@@ -143,8 +155,8 @@ s_on_params (srv_t *self, srv_device_t *d, proto_msg_t *msg)
     d->params_in = true;
     if (self->mode == PL_MODE_SL)
         //  sl hands the device part on as it is: no averaging.
-        memcpy (nn_model_weights (self->devpart), d->params,
-                sizeof (float) * self->dev_wcount);
+        memcpy (nn_model_weights (srv_parts_device (self, id)), d->params,
+                sizeof (float) * count);
 }
 
 //  ACTIVATIONS: the epoch and turn, the device's micro-batch size, at most
@@ -166,6 +178,18 @@ s_on_activations (srv_t *self, srv_device_t *d, proto_msg_t **msg_p)
         proto_msg_destroy (msg_p);
         s_refuse (self, d, "ACTIVATIONS for another epoch or out of turn",
                   "unexpected ACTIVATIONS");
+        return;
+    }
+    //  proto checked the boundary shape when every device has one split
+    //  point; with several, this device's is checked here.
+    const proto_tensor_desc_t *td = proto_msg_tensor (msg);
+    nn_shape_t bs = nn_model_output_shape (srv_parts_device (self, id));
+    if (td->rank != 4 || td->dims[1] != (uint32_t) bs.h || td->dims[2] != (uint32_t) bs.w
+    ||  td->dims[3] != (uint32_t) bs.c) {
+        snprintf (text, sizeof text, "ACTIVATIONS of another shape than split point %d's "
+                  "boundary (%dx%dx%d)", srv_parts_split (self, id), bs.h, bs.w, bs.c);
+        proto_msg_destroy (msg_p);
+        srv_drop (self, d, PROTO_ERR_STATE, text);
         return;
     }
     //  A device has at most N micro-batches out before it waits for their

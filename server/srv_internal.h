@@ -105,9 +105,13 @@ typedef struct {
     srv_pool_t *pool;           //  NULL in fl
     srv_bufpool_t *bufpool;     //  the workers' GRADIENTS tensors (reused mappings)
     srv_planner_t *planner;
-    nn_model_t *devpart;        //  current device part (fl: the whole model)
-    nn_model_t *full;           //  merged, evaluated, saved
-    size_t dev_wcount, srv_wcount;
+    //  The device part for each split point some device trains at (units
+    //  0..P-1; fl: the whole model, at P = units), NULL at the others:
+    //  devices at one split point share it (srv_parts_device). After
+    //  FedAvg every part and every active replica holds the aggregate's
+    //  values of its units.
+    nn_model_t *part[NN_MAX_UNITS + 1];
+    nn_model_t *full;           //  aggregated, merged, evaluated, saved
     nn_dataset_t *test;
     pl_summary_t *summary;
     pl_timeline_t *timeline;

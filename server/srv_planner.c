@@ -30,6 +30,8 @@ typedef struct {
 struct _srv_planner_t {
     srv_planner_args_t args;
     bool auto_split, auto_micro;    //  the config said "auto"
+    bool per_device;                //  auto_split in pipelearn or sfl: a split
+                                    //  point per device (sl: one replica, one P)
     bool measure;                   //  devices profile and are probed (measure_link)
     bool probing;                   //  epoch-end probes in progress
     int fixed_micro;                //  the config's N when not "auto"
@@ -120,18 +122,28 @@ s_plan_at (const srv_planner_t *self, int split_point)
     return plan;
 }
 
-//  The run's epoch estimate when device i runs (P, n[i]): rounds are
+//  The run's epoch estimate when device i runs (p[i], n[i]): rounds are
 //  barriers, so the slowest device's epoch.
 static double
-s_epoch_of (const nn_plan_t *plan, int devices, int split_point, const int *n)
+s_epoch_each (const nn_plan_t *plan, int devices, const int *p, const int *n)
 {
     double worst = 0.0;
     for (int i = 0; i < devices; i++) {
-        const nn_plan_candidate_t *c = nn_plan_find (plan, i, split_point, n[i]);
+        const nn_plan_candidate_t *c = nn_plan_find (plan, i, p[i], n[i]);
         if (c && c->epoch_s > worst)
             worst = c->epoch_s;
     }
     return worst;
+}
+
+//  The same with every device at split_point.
+static double
+s_epoch_of (const nn_plan_t *plan, int devices, int split_point, const int *n)
+{
+    int p[SRV_MAX_DEVICES];
+    for (int i = 0; i < devices; i++)
+        p[i] = split_point;
+    return s_epoch_each (plan, devices, p, n);
 }
 
 //  summary.json "plan": what was chosen (a) from what.
@@ -147,7 +159,11 @@ s_plan_json (const srv_planner_t *self, const nn_plan_t *plan, const srv_assign_
     for (int i = 1; i < devices; i++)
         if (a->micro[i] != common)
             common = 0;
-    cJSON_AddNumberToObject (pj, "split_point", srv_assign_split (a));
+    //  A number when every device has it, else one per device.
+    if (srv_assign_mixed (a))
+        cJSON_AddItemToObject (pj, "split_point", cJSON_CreateIntArray (a->split, devices));
+    else
+        cJSON_AddNumberToObject (pj, "split_point", srv_assign_split (a));
     cJSON_AddNumberToObject (pj, "micro_batches", common);
     cJSON_AddNumberToObject (pj, "estimated_epoch_s", epoch_s);
     cJSON_AddBoolToObject (pj, "measured_links", self->measure);
@@ -167,6 +183,7 @@ s_plan_json (const srv_planner_t *self, const nn_plan_t *plan, const srv_assign_
             bwd += dv[i].costs.unit[u].bwd_s;
         }
         cJSON_AddNumberToObject (o, "id", i);
+        cJSON_AddNumberToObject (o, "split_point", a->split[i]);
         cJSON_AddNumberToObject (o, "micro_batches", a->micro[i]);
         cJSON_AddBoolToObject (o, "profiled", s->profiled);
         cJSON_AddNumberToObject (o, "model_forward_s", fwd);
@@ -262,15 +279,22 @@ srv_planner_new (const srv_planner_args_t *args, srv_assign_t *assign, cJSON *su
     const pl_config_t *cfg = args->cfg;
     bool pipelearn = s_pipelearn (self);
     int units = args->spec->units_count;
+    bool per_device = args->mode != PL_MODE_FL && cfg->split_point == PL_PER_DEVICE;
     srv_assign_uniform (assign, args->devices,
-                        args->mode == PL_MODE_FL ? units : cfg->split_point,
+                        args->mode == PL_MODE_FL ? units
+                        : per_device ? cfg->split_points[0] : cfg->split_point,
                         pipelearn ? cfg->micro_batches : 1);
+    //  A checked config lists one per device (pl_config_check), and never
+    //  with "auto" micro-batches: such a run is not planned.
+    for (int i = 0; per_device && i < args->devices; i++)
+        assign->split[i] = cfg->split_points[i];
     self->fixed_micro = pipelearn ? cfg->micro_batches : 1;
     if (args->mode == PL_MODE_FL
     ||  !(cfg->split_point == PL_AUTO || (pipelearn && cfg->micro_batches == PL_AUTO)))
         return self;
     self->auto_split = cfg->split_point == PL_AUTO;
     self->auto_micro = pipelearn && cfg->micro_batches == PL_AUTO;
+    self->per_device = self->auto_split && args->mode != PL_MODE_SL;
     self->measure = cfg->measure_link;
     if (s_provisional (self, assign, summary_root)) {
         srv_planner_destroy (&self);
@@ -450,6 +474,46 @@ s_choose_micro (const srv_planner_t *self, const nn_plan_t *plan, const srv_assi
     }
 }
 
+//  Each device's own choice (pipelearn, sfl): its (P, N) from a plan with
+//  P free (N pinned unless "auto"). 1 with out filled, -1 on failure.
+static int
+s_start_each (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_root,
+              srv_planner_decision_t *out)
+{
+    int devices = self->args.devices;
+    nn_plan_t *plan = s_plan_at (self, 0);
+    if (!plan)
+        return -1;
+    nn_plan_input_t in;
+    nn_plan_device_t dv[SRV_MAX_DEVICES];
+    s_input (self, &in, dv);
+    out->next = *cur;
+    for (int i = 0; i < devices; i++) {
+        s_slot_t *s = &self->slot[i];
+        const nn_plan_candidate_t *c = nn_plan_chosen (plan, i);
+        out->next.split[i] = c->split_point;
+        out->next.micro[i] = self->auto_micro ? c->micro_batches : cur->micro[i];
+        const nn_plan_candidate_t *f = nn_plan_find (plan, i, out->next.split[i],
+                                                     out->next.micro[i]);
+        double est = f ? f->iteration_s : c->iteration_s;
+        out->tell[i] = true;
+        s->est_iteration_s = est;
+        s->plan_up_Bps = dv[i].uplink_Bps;
+        s->plan_down_Bps = dv[i].downlink_Bps;
+        pl_log_info ("server: planner: device %d: split point %d, %d micro-batch(es), "
+                     "estimated iteration %.3f s (uplink %.1f, downlink %.1f Mbit/s, RTT %.1f "
+                     "ms; its own choice)", i, out->next.split[i], out->next.micro[i], est,
+                     s_mbps (dv[i].uplink_Bps), s_mbps (dv[i].downlink_Bps),
+                     dv[i].rtt_s * 1000.0);
+    }
+    for (int i = devices; i < SRV_MAX_DEVICES; i++)
+        out->tell[i] = false;
+    double epoch_s = s_epoch_each (plan, devices, out->next.split, out->next.micro);
+    s_plan_json (self, plan, &out->next, epoch_s, summary_root);
+    nn_plan_destroy (&plan);
+    return 1;
+}
+
 int
 srv_planner_start (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_root,
                    srv_planner_decision_t *out)
@@ -460,6 +524,8 @@ srv_planner_start (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_
         if (!s->profiled || (self->measure && !srv_linkrate_done (&s->link)))
             return 0;
     }
+    if (self->per_device)
+        return s_start_each (self, cur, summary_root, out);
     int split = srv_assign_split (cur);
     int p = split;
     if (self->auto_split) {
@@ -586,6 +652,69 @@ s_replan_split (srv_planner_t *self, const srv_assign_t *cur, const bool *active
     return 1;
 }
 
+//  Per-device re-plan (pipelearn, sfl): each drifted device's own choice
+//  under its new link. Its split point moves only if that gains more than
+//  replan_gain on its estimated iteration; otherwise its N is re-chosen at
+//  the split point it has. 1 with out filled (the changed devices told),
+//  0 if no plan could be made.
+static int
+s_replan_each (srv_planner_t *self, const srv_assign_t *cur, const bool *drifted,
+               char (*reason)[200], const nn_plan_device_t *dv, int epoch,
+               srv_planner_decision_t *out)
+{
+    const pl_config_t *cfg = self->args.cfg;
+    nn_plan_t *free_plan = s_plan_at (self, 0);
+    if (!free_plan)
+        return 0;
+    out->next = *cur;
+    for (int i = 0; i < self->args.devices; i++) {
+        if (!drifted[i])
+            continue;
+        s_slot_t *s = &self->slot[i];
+        const nn_plan_candidate_t *c = nn_plan_chosen (free_plan, i);
+        const nn_plan_candidate_t *old = nn_plan_find (free_plan, i, cur->split[i],
+                                                       cur->micro[i]);
+        double before = old ? old->iteration_s : s->est_iteration_s;
+        int p2 = c->split_point, n2 = self->auto_micro ? c->micro_batches : cur->micro[i];
+        const nn_plan_candidate_t *f = nn_plan_find (free_plan, i, p2, n2);
+        double after = f ? f->iteration_s : c->iteration_s;
+        double gain = before > 0 ? (before - after) / before : 0.0;
+        if (p2 != cur->split[i] && gain <= cfg->replan_gain) {
+            //  Not worth a move: the best N at the split point it has.
+            p2 = cur->split[i];
+            nn_plan_t *at = s_plan_at (self, p2);
+            n2 = at && self->auto_micro ? nn_plan_chosen (at, i)->micro_batches
+                                        : cur->micro[i];
+            f = at ? nn_plan_find (at, i, p2, n2) : NULL;
+            after = f ? f->iteration_s : before;
+            nn_plan_destroy (&at);
+        }
+        pl_log_info ("server: re-plan at epoch %d: device %d: %s: split point %d -> %d, "
+                     "micro-batches %d -> %d (estimated iteration %.3f -> %.3f s)", epoch, i,
+                     reason[i], cur->split[i], p2, cur->micro[i], n2, before, after);
+        if (p2 != cur->split[i]) {
+            cJSON *r = s_replan_record (i, "split_point", cur->split[i], p2);
+            cJSON_AddStringToObject (r, "reason", reason[i]);
+            cJSON_AddNumberToObject (r, "estimated_iteration_s_before", before);
+            cJSON_AddNumberToObject (r, "estimated_iteration_s_after", after);
+            cJSON_AddItemToArray (self->replans, r);
+        }
+        cJSON *r = s_replan_record (i, "micro_batches", cur->micro[i], n2);
+        cJSON_AddStringToObject (r, "reason", reason[i]);
+        cJSON_AddNumberToObject (r, "estimated_iteration_s_before", before);
+        cJSON_AddNumberToObject (r, "estimated_iteration_s_after", after);
+        cJSON_AddItemToArray (self->replans, r);
+        out->next.split[i] = p2;
+        out->next.micro[i] = n2;
+        out->tell[i] = p2 != cur->split[i] || n2 != cur->micro[i];
+        s->plan_up_Bps = dv[i].uplink_Bps;
+        s->plan_down_Bps = dv[i].downlink_Bps;
+        s->est_iteration_s = after;
+    }
+    nn_plan_destroy (&free_plan);
+    return 1;
+}
+
 int
 srv_planner_replan (srv_planner_t *self, const srv_assign_t *cur, const bool *active,
                     int epoch, srv_planner_decision_t *out)
@@ -619,6 +748,8 @@ srv_planner_replan (srv_planner_t *self, const srv_assign_t *cur, const bool *ac
         return 0;
     if (!self->replans)
         self->replans = cJSON_CreateArray ();
+    if (self->per_device)
+        return s_replan_each (self, cur, drifted, reason, dv, epoch, out);
     int p = srv_assign_split (cur);
     nn_plan_t *plan = s_plan_at (self, p);
     if (!plan)

@@ -10,15 +10,18 @@
     - each device that joins before the start profiles itself (PROFILE)
       and, with measure_link, has its RTT, downlink and uplink measured by
       PROBE round trips;
-    - when every device is in, the planner chooses one split point for all
-      (replicas are averaged, so they must hold the same units) and each
-      device's own micro-batch count; the server tells each device (PLAN)
-      before the first MODEL;
+    - when every device is in, the planner chooses each device's own split
+      point and micro-batch count in pipelearn and sfl (nn_plan_chosen:
+      the server keeps a replica per device at its split point and
+      averages per unit), one split point for all in sl (one replica);
+      the server tells each device (PLAN) before the first MODEL;
     - with adaptive, at every epoch end the links are probed again (and
       the training traffic's ACTIVATIONS spacing gives a floor for each
       uplink); a device whose link drifted by more than replan_drift gets
-      its micro-batch count re-planned, and the split point moves if the
-      estimate gains more than replan_gain. Every re-plan is logged with
+      its plan re-made: in pipelearn and sfl its own split point moves if
+      its estimated iteration gains more than replan_gain, and its N is
+      re-chosen; (a run with "auto" micro-batches only and a configured
+      split point keeps that split point). Every re-plan is logged with
       its reason and recorded in summary.json.
 */
 #ifndef SRV_PLANNER_H_INCLUDED

@@ -20,7 +20,8 @@ typedef struct {
 } s_replica_t;
 
 struct _srv_pool_t {
-    srv_pool_args_t args;       //  args.split and args.max_batch follow the plan
+    srv_pool_args_t args;       //  args.max_batch follows the plan
+    int split[S_MAX];           //  P of each replica (args.splits points here)
     nn_model_spec_t spec;
     s_replica_t rep[S_MAX];
     int replicas_count;
@@ -39,13 +40,21 @@ static int
 s_workers_start (srv_pool_t *self)
 {
     const srv_pool_args_t *a = &self->args;
+    srv_worker_args_t wa = {
+        .spec = &self->spec, .max_batch = a->max_batch,
+        .batch_size = a->batch_size, .sgd = a->sgd, .seed = a->seed, .origin = a->origin,
+        .shared_replica = a->shared_replica, .bufpool = a->bufpool
+    };
+    //  One replica per split point in use: a worker builds an activation
+    //  context for each.
+    for (int i = 0; i < self->replicas_count; i++) {
+        bool seen = false;
+        for (int k = 0; k < wa.owners_count && !seen; k++)
+            seen = nn_model_unit_begin (wa.owners[k]) == self->split[i];
+        if (!seen)
+            wa.owners[wa.owners_count++] = self->rep[i].model;
+    }
     for (int i = 0; i < a->workers; i++) {
-        srv_worker_args_t wa = {
-            .spec = &self->spec, .unit_begin = a->split, .max_batch = a->max_batch,
-            .batch_size = a->batch_size, .sgd = a->sgd, .seed = a->seed, .origin = a->origin,
-            .replica = self->rep[0].model, .shared_replica = a->shared_replica,
-            .bufpool = a->bufpool
-        };
         self->worker_rep[i] = -1;
         self->workers[i] = zactor_new (srv_worker_actor, &wa);
         if (!self->workers[i]) {
@@ -138,12 +147,14 @@ srv_pool_new (const srv_pool_args_t *args, char *err, size_t err_size)
     self->args = *args;
     self->spec = *args->spec;
     self->args.spec = &self->spec;
+    memcpy (self->split, args->splits, sizeof (int) * (size_t) args->replicas);
+    self->args.splits = self->split;
     //  Replicas start equal (same seed): FedAvg of equal models is the
     //  model, and sfl with one device equals the single-process trainer.
     for (int i = 0; i < args->replicas; i++) {
         s_replica_t *r = &self->rep[i];
-        r->model = nn_model_new (&self->spec, args->split, self->spec.units_count, 1, err,
-                                 err_size);
+        r->model = nn_model_new (&self->spec, self->split[i], self->spec.units_count, 1,
+                                 err, err_size);
         if (!r->model) {
             srv_pool_destroy (&self);
             return NULL;
@@ -363,22 +374,24 @@ srv_pool_resize (srv_pool_t *self, int max_batch, pl_timeline_t *timeline)
 }
 
 int
-srv_pool_resplit (srv_pool_t *self, int split, const nn_model_t *full, int max_batch,
-                  pl_timeline_t *timeline, char *err, size_t err_size)
+srv_pool_resplit (srv_pool_t *self, const int *splits, const nn_model_t *full,
+                  int max_batch, pl_timeline_t *timeline, char *err, size_t err_size)
 {
     s_workers_stop (self, timeline);
     for (int i = 0; i < self->replicas_count; i++) {
         s_replica_t *r = &self->rep[i];
         assert (!r->busy && zlist_size (r->queue) == 0);
+        if (splits[i] == self->split[i])
+            continue;
         nn_model_destroy (&r->model);
         //  Weights from the merged model; momentum starts again at 0.
-        r->model = nn_model_new (&self->spec, split, self->spec.units_count, 1, err,
+        r->model = nn_model_new (&self->spec, splits[i], self->spec.units_count, 1, err,
                                  err_size);
         if (!r->model)
             return -1;
         nn_model_copy_tensors (r->model, full);
+        self->split[i] = splits[i];
     }
-    self->args.split = split;
     self->args.max_batch = max_batch;
     return s_workers_start (self);
 }

@@ -1,7 +1,7 @@
 /*  srv_pool.h: the server replicas and the compute workers that train them.
 
-    The pool owns the server-side replicas (units P..U: one per device, one
-    shared in sl), the ACTIVATIONS waiting for each, and the worker actors
+    The pool owns the server-side replicas (units P_i..U of device i's
+    split point: one per device, one shared in sl), the ACTIVATIONS waiting for each, and the worker actors
     (srv_worker.h), one per core and at most one per replica. A replica is
     lent to one worker at a time (its gradients accumulate across
     micro-batches) and replicas are served in turn, so one device's queue
@@ -29,7 +29,8 @@ typedef struct _srv_pool_t srv_pool_t;
 
 typedef struct {
     const nn_model_spec_t *spec;    //  borrowed; outlives the pool
-    int split;                      //  P: replicas hold units P..U
+    const int *splits;              //  P of each replica (replicas entries, copied):
+                                    //  replica i holds units P_i..U
     int replicas;                   //  one per device, or one (sl)
     int workers;                    //  compute threads
     int max_batch;                  //  largest micro-batch a worker takes
@@ -86,10 +87,11 @@ void srv_pool_take_events (srv_pool_t *self, pl_timeline_t *timeline);
 //  (keeping their events in timeline). Only between rounds (no replica
 //  lent). 0 or -1.
 int srv_pool_resize (srv_pool_t *self, int max_batch, pl_timeline_t *timeline);
-//  Rebuild the replicas at split point P from full's weights (optimiser
-//  state starts again at 0) and restart the workers for max_batch. Only
+//  Rebuild each replica whose split point splits[i] differs from the one
+//  it holds, from full's weights (its optimiser state starts again at 0;
+//  the others keep theirs), and restart the workers for max_batch. Only
 //  between rounds. 0 or -1 with err filled.
-int srv_pool_resplit (srv_pool_t *self, int split, const nn_model_t *full, int max_batch,
-                      pl_timeline_t *timeline, char *err, size_t err_size);
+int srv_pool_resplit (srv_pool_t *self, const int *splits, const nn_model_t *full,
+                      int max_batch, pl_timeline_t *timeline, char *err, size_t err_size);
 
 #endif

@@ -20,6 +20,7 @@
 #include "pl_log.h"
 #include "pl_timeline.h"
 #include "srv_metrics.h"
+#include "srv_parts.h"
 
 //  Send queue per device (ZMQ_SNDHWM, in messages). A device that reads has
 //  at most its N micro-batches' GRADIENTS outstanding, plus a MODEL, a PLAN,
@@ -443,7 +444,7 @@ srv_session_hello (srv_t *self, const proto_msg_t *msg, const uint8_t *rid, size
     d->state = proto_state_next (PROTO_STATE_CONNECTING, PROTO_MSG_HELLO, PROTO_UP);
     d->replica = self->mode == PL_MODE_SL ? 0 : id;
     if (!d->params)
-        d->params = nn_malloc (sizeof (float) * self->dev_wcount);
+        d->params = nn_malloc (sizeof (float) * srv_parts_device_count (self, id));
     self->joined++;
     srv_planner_on_join (self->planner, id, self->started);
     d->micro = self->assign.micro[id];

@@ -14,16 +14,29 @@
 #include "srv_parts.h"
 #include "srv_session.h"
 
-//  The largest legitimate frame of this run. When the planner may re-plan
-//  (a lower N, another split point), the largest any plan can send: the
-//  socket limit applies to connections already made.
+//  The largest legitimate frame of this run. With devices at different
+//  split points, the largest of any device's (its boundary shape and part).
+//  When the planner may re-plan (a lower N, another split point), the
+//  largest any plan can send: the socket limit applies to connections
+//  already made.
 static size_t
-s_frame_limit (const srv_t *self)
+s_frame_limit (srv_t *self)
 {
-    size_t bytes = proto_limits_frame_bytes (&self->limits, self->mode != PL_MODE_FL);
+    bool mixed = self->mode != PL_MODE_FL && srv_assign_mixed (&self->assign);
+    size_t bytes = mixed ? 0
+                 : proto_limits_frame_bytes (&self->limits, self->mode != PL_MODE_FL);
+    proto_limits_t any = self->limits;
+    for (int i = 0; mixed && i < self->devices; i++) {
+        nn_shape_t s = nn_model_output_shape (srv_parts_device (self, i));
+        any.slab_count = srv_parts_device_count (self, i);
+        any.h = (uint32_t) s.h;
+        any.w = (uint32_t) s.w;
+        any.c = (uint32_t) s.c;
+        size_t b = proto_limits_frame_bytes (&any, true);
+        bytes = b > bytes ? b : bytes;
+    }
     if (!srv_planner_auto (self->planner))
         return bytes;
-    proto_limits_t any = self->limits;
     any.max_batch = (uint32_t) self->batch;
     any.slab_count = nn_model_weights_count (self->full);
     for (int u = 0; u + 1 < self->units; u++) {
@@ -96,45 +109,39 @@ s_shards_compute (srv_t *self)
     self->epoch_iterations = (largest + self->batch - 1) / self->batch;
 }
 
-//  The device part, the merged model, and in split modes the pool of
+//  The device parts, the merged model, and in split modes the pool of
 //  replicas and workers, for self->assign. 0 or -1 (logged).
 static int
 s_models (srv_t *self)
 {
     char err[NN_ERR_SIZE];
     const pl_config_t *cfg = self->cfg;
-    int split = srv_assign_split (&self->assign);
     int mb = srv_assign_max_micro_batch (&self->assign, self->batch);
-    self->devpart = nn_model_new (&self->spec, 0, split, 1, err, sizeof err);
     //  The merged model is only evaluated: a small batch keeps its
     //  activation memory (which nn_model sizes for training) small, at no
     //  cost in accuracy.
     self->eval_batch = self->batch < SRV_EVAL_BATCH ? self->batch : SRV_EVAL_BATCH;
-    self->full = self->devpart ? nn_model_new (&self->spec, 0, self->units,
-                                               self->eval_batch, err, sizeof err) : NULL;
+    self->full = nn_model_new (&self->spec, 0, self->units, self->eval_batch, err,
+                               sizeof err);
     if (!self->full) {
         pl_log_error ("%s", err);
         return -1;
     }
     nn_rng_t rng;
     nn_rng_seed (&rng, cfg->seed);
-    nn_model_init (self->devpart, &rng);
+    //  Every part is cut from it: nn_model_init gives a part the full
+    //  model's values of its units.
     nn_model_init (self->full, &rng);
-    self->dev_wcount = nn_model_weights_count (self->devpart);
-    self->limits.max_batch = (uint32_t) mb;
     self->limits.classes = (uint32_t) self->spec.classes;
-    self->limits.slab_count = self->dev_wcount;
     self->limits.spec_hash = self->spec_hash;
+    if (srv_parts_build (self))
+        return -1;
     if (self->mode == PL_MODE_FL)
         return 0;
-    nn_shape_t s = nn_model_output_shape (self->devpart);
-    self->limits.h = (uint32_t) s.h;
-    self->limits.w = (uint32_t) s.w;
-    self->limits.c = (uint32_t) s.c;
     //  Two GRADIENTS in flight per device.
     self->bufpool = srv_bufpool_new (2 * self->devices + 2);
     srv_pool_args_t pa = {
-        .spec = &self->spec, .split = split,
+        .spec = &self->spec, .splits = self->assign.split,
         .replicas = self->mode == PL_MODE_SL ? 1 : self->devices,
         //  One worker per core: more would only oversubscribe the host
         //  (OpenBLAS runs one thread inside each worker).
@@ -150,7 +157,6 @@ s_models (srv_t *self)
         pl_log_error ("%s", err);
         return -1;
     }
-    self->srv_wcount = nn_model_weights_count (srv_pool_model (self->pool, 0));
     return 0;
 }
 
@@ -280,10 +286,16 @@ srv_setup_resume (srv_t *self)
     srv_assign_t a;
     if (srv_planner_auto (self->planner)
     &&  srv_ckpt_peek_assign (self->results, self->devices, &a) == 0) {
-        int p = srv_assign_split (&a);
-        if (p != srv_assign_split (&self->assign) && p >= 1 && p < self->units) {
-            for (int i = 0; i < SRV_MAX_DEVICES; i++)
-                self->assign.split[i] = p;
+        bool moved = false, valid = true;
+        for (int i = 0; i < self->devices; i++) {
+            valid = valid && a.split[i] >= 1 && a.split[i] < self->units;
+            moved = moved || a.split[i] != self->assign.split[i];
+        }
+        if (self->mode == PL_MODE_SL && srv_assign_mixed (&a))
+            valid = false;
+        if (moved && valid) {
+            for (int i = 0; i < self->devices; i++)
+                self->assign.split[i] = a.split[i];
             if (srv_parts_resplit (self))
                 return -1;
         }
@@ -294,8 +306,8 @@ srv_setup_resume (srv_t *self)
     int count = self->pool ? srv_pool_replicas (self->pool) : 0;
     for (int i = 0; i < count; i++)
         reps[i] = srv_pool_model (self->pool, i);
-    int rc = srv_ckpt_load (self->results, self->cfg, self->devpart, reps, count, &pt,
-                            &epochs, chosen, sizeof chosen, err, sizeof err);
+    int rc = srv_ckpt_load (self->results, self->cfg, srv_parts_widest (self), reps, count,
+                            &pt, &epochs, chosen, sizeof chosen, err, sizeof err);
     if (rc == -2) {
         //  A supervisor always passes --resume; the first start has none.
         pl_log_info ("server: %s; starting a new run", err);
@@ -306,6 +318,11 @@ srv_setup_resume (srv_t *self)
         return -1;
     }
     pl_summary_set_epochs (self->summary, epochs);
+    //  The checkpoint holds the widest part: the narrower ones are cut from
+    //  it (every holder of a unit held the same values when it was written).
+    srv_parts_merge (self);
+    if (srv_parts_build (self))
+        return -1;
     if (pt.epoch > self->cfg->epochs) {
         pl_log_info ("server: --resume: the run in %s is complete (%d epoch(s)); nothing to "
                      "do", self->results, self->cfg->epochs);
@@ -367,7 +384,8 @@ srv_setup_teardown (srv_t *self)
     pl_curve_destroy (&self->curve);
     for (int i = 0; i < SRV_MAX_DEVICES; i++)
         nn_free (self->dev[i].params);
-    nn_model_destroy (&self->devpart);
+    for (int p = 0; p <= NN_MAX_UNITS; p++)
+        nn_model_destroy (&self->part[p]);
     nn_model_destroy (&self->full);
     nn_dataset_destroy (&self->test);
     srv_planner_destroy (&self->planner);

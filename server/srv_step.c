@@ -3,6 +3,7 @@
 #include "srv_step.h"
 
 #include <assert.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -18,16 +19,16 @@
 static void
 s_send_model (srv_t *self, srv_device_t *d)
 {
+    int id = (int) (d - self->dev);
+    const nn_model_t *part = srv_parts_device (self, id);
     proto_msg_t *msg = proto_msg_new (PROTO_MSG_MODEL);
-    proto_slab_t slab = { .unit_begin = 0,
-                          .unit_end = (uint32_t) nn_model_unit_end (self->devpart),
-                          .count = self->dev_wcount, .sample_count = 0 };
+    proto_slab_t slab = { .unit_begin = 0, .unit_end = (uint32_t) nn_model_unit_end (part),
+                          .count = nn_model_weights_count (part), .sample_count = 0 };
     memcpy (slab.spec_hash, self->spec_hash, PROTO_SPEC_HASH_SIZE);
     //  The header's iteration is where the round starts, so that a device
     //  joining a running run knows where to pick up.
-    proto_msg_set_route (msg, (uint32_t) (d - self->dev), (uint32_t) self->epoch,
-                         self->round_iter, 0);
-    proto_msg_set_slab_copy (msg, &slab, nn_model_weights_const (self->devpart));
+    proto_msg_set_route (msg, (uint32_t) id, (uint32_t) self->epoch, self->round_iter, 0);
+    proto_msg_set_slab_copy (msg, &slab, nn_model_weights_const (part));
     d->last_seen = pl_monotonic ();
     srv_send (self, d, &msg);
 }
@@ -48,28 +49,43 @@ s_round_begin (srv_t *self)
 
 //  Devices that joined a running run take part from this aggregation point
 //  on: their replica gets the current server part (weights and optimiser
-//  state of an active replica; gradients zeroed). A replica still lent to a
-//  worker (a dropped session's last step) waits for the next point.
+//  state of an active replica at the same split point; gradients zeroed;
+//  with none at its split point, the merged model's weights and momentum
+//  from zero). A replica still lent to a worker (a dropped session's last
+//  step) waits for the next point.
 static void
 s_activate_pending (srv_t *self)
 {
-    int from = -1;
-    for (int i = 0; i < self->devices && from < 0; i++)
-        if (self->dev[i].active)
-            from = i;
+    bool any_active = false;
+    for (int i = 0; i < self->devices; i++)
+        any_active = any_active || self->dev[i].active;
+    bool merged = false;
     for (int i = 0; i < self->devices; i++) {
         srv_device_t *d = &self->dev[i];
         if (!d->joined || d->active)
             continue;
-        if (self->mode != PL_MODE_FL && self->mode != PL_MODE_SL && from >= 0) {
+        if (self->mode != PL_MODE_FL && self->mode != PL_MODE_SL && any_active) {
             if (srv_pool_busy (self->pool, d->replica))
                 continue;
+            int from = -1;
+            for (int k = 0; k < self->devices && from < 0; k++)
+                if (self->dev[k].active && self->assign.split[k] == self->assign.split[i])
+                    from = k;
             nn_model_t *r = srv_pool_model (self->pool, d->replica);
-            const nn_model_t *src = srv_pool_model (self->pool, self->dev[from].replica);
-            memcpy (nn_model_weights (r), nn_model_weights_const (src),
-                    sizeof (float) * self->srv_wcount);
-            memcpy (nn_model_optim_state (r), nn_model_optim_state_const (src),
-                    sizeof (float) * nn_model_params_count (r));
+            if (from >= 0) {
+                const nn_model_t *src = srv_pool_model (self->pool, self->dev[from].replica);
+                memcpy (nn_model_weights (r), nn_model_weights_const (src),
+                        sizeof (float) * nn_model_weights_count (r));
+                memcpy (nn_model_optim_state (r), nn_model_optim_state_const (src),
+                        sizeof (float) * nn_model_params_count (r));
+            }
+            else {
+                if (!merged)
+                    srv_parts_merge (self);
+                merged = true;
+                nn_model_copy_tensors (r, self->full);
+                memset (nn_model_optim_state (r), 0, sizeof (float) * nn_model_params_count (r));
+            }
             nn_model_zero_grad (r);
         }
         d->active = true;
@@ -115,10 +131,11 @@ s_record_assignment (srv_t *self)
 static int
 s_apply (srv_t *self, const srv_planner_decision_t *dec)
 {
-    int was = srv_assign_split (&self->assign);
+    bool moved = false;
+    for (int i = 0; i < self->devices; i++)
+        moved = moved || dec->next.split[i] != self->assign.split[i];
     self->assign = dec->next;
-    int split = srv_assign_split (&self->assign);
-    if (split != was && srv_parts_resplit (self))
+    if (moved && srv_parts_resplit (self))
         return -1;
     for (int i = 0; i < self->devices; i++)
         if (dec->tell[i])
@@ -144,17 +161,24 @@ s_start (srv_t *self)
     }
     self->epoch_start = pl_monotonic ();
     self->clock_wait = true;
-    int lo, hi;
+    int lo, hi, plo, phi;
     srv_assign_micro_range (&self->assign, &lo, &hi);
-    char micro[32];
+    srv_assign_split_range (&self->assign, &plo, &phi);
+    char micro[32], split[32];
     if (lo == hi)
         snprintf (micro, sizeof micro, "%d", lo);
     else
         snprintf (micro, sizeof micro, "%d..%d", lo, hi);
-    pl_log_info ("server: all %d device(s) joined; training (%s, split %d, %s "
+    if (self->mode == PL_MODE_FL)
+        snprintf (split, sizeof split, "%d", self->units);
+    else
+    if (plo == phi)
+        snprintf (split, sizeof split, "%d", plo);
+    else
+        snprintf (split, sizeof split, "%d..%d", plo, phi);
+    pl_log_info ("server: all %d device(s) joined; training (%s, split %s, %s "
                  "micro-batch(es), batch %d)", self->devices, pl_mode_name (self->mode),
-                 self->mode == PL_MODE_FL ? self->units : srv_assign_split (&self->assign),
-                 micro, self->batch);
+                 split, micro, self->batch);
     for (int i = 0; i < self->devices; i++)
         self->dev[i].active = true;
     s_record_assignment (self);
@@ -201,36 +225,61 @@ s_maybe_start (srv_t *self)
     return s_start_if_all_there (self);
 }
 
-//  clip_update_norm: each device's update to the device part (its PARAMS
-//  less the model it was sent, which devpart still holds) is scaled to
+//  clip_update_norm: each device's update to its device part (its PARAMS
+//  less the model it was sent, which its part still holds) is scaled to
 //  that L2 norm at most, so no single device can move the model further.
+//  With devices at different split points the norm is over each one's own
+//  part.
 static void
 s_clip_updates (srv_t *self)
 {
     double max_norm = self->cfg->clip_update_norm;
     if (max_norm <= 0.0 || self->mode == PL_MODE_SL)
         return;
-    const float *ref = nn_model_weights_const (self->devpart);
     for (int i = 0; i < self->devices; i++) {
         srv_device_t *d = &self->dev[i];
         if (!d->active)
             continue;
-        double norm = nn_clip_update (d->params, ref, self->dev_wcount, max_norm);
+        const nn_model_t *part = srv_parts_device (self, i);
+        double norm = nn_clip_update (d->params, nn_model_weights_const (part),
+                                      nn_model_weights_count (part), max_norm);
         if (norm > max_norm)
             pl_log_info ("server: device %d's update clipped from norm %.4g to %.4g "
                          "(clip_update_norm)", i, norm, max_norm);
     }
 }
 
-//  Every active device sent PARAMS for this round: aggregate the device
-//  parts and the server replicas over the devices that finished it (a
-//  dropped device's weight goes to the others). Returns whether the round
-//  closed its devices' epoch (every one also sent its STATS); *next_iter
-//  is where the next round starts.
+//  Where each tensor of the full model sits in m's weights slab, or
+//  SIZE_MAX where m does not hold it (off[tensors of full]).
+static void
+s_offsets (size_t *off, const nn_model_t *full, const nn_model_t *m)
+{
+    int tf = nn_model_tensors_count (full), tm = nn_model_tensors_count (m);
+    for (int t = 0; t < tf; t++) {
+        nn_tensor_info_t a;
+        nn_model_tensor (full, t, &a);
+        off[t] = SIZE_MAX;
+        for (int k = 0; k < tm && off[t] == SIZE_MAX; k++) {
+            nn_tensor_info_t b;
+            nn_model_tensor (m, k, &b);
+            if (b.count == a.count && strcmp (a.name, b.name) == 0)
+                off[t] = b.offset;
+        }
+    }
+}
+
+//  Every active device sent PARAMS for this round: aggregate over the
+//  devices that finished it (a dropped device's weight goes to the
+//  others), per unit over every holder of it: unit u of device i is in its
+//  PARAMS when u < P_i, in its server replica when u >= P_i. Each device
+//  holds every unit once, so each tensor (BN statistics included) is the
+//  devices' sample-weighted average; the result goes to the merged model
+//  and from there to every device part and active replica. Returns whether
+//  the round closed its devices' epoch (every one also sent its STATS);
+//  *next_iter is where the next round starts.
 static bool
 s_aggregate (srv_t *self, uint32_t *next_iter)
 {
-    const float *srcs[SRV_MAX_DEVICES];
     double weights[SRV_MAX_DEVICES];
     bool epoch_end = true;
     int n = 0, act[SRV_MAX_DEVICES];
@@ -239,7 +288,6 @@ s_aggregate (srv_t *self, uint32_t *next_iter)
         if (!self->dev[i].active)
             continue;
         act[n] = i;
-        srcs[n] = self->dev[i].params;
         weights[n] = (double) self->dev[i].samples;
         n++;
         self->dev[i].params_in = false;
@@ -247,23 +295,52 @@ s_aggregate (srv_t *self, uint32_t *next_iter)
         epoch_end = epoch_end && self->dev[i].stats_in;
     }
     s_clip_updates (self);
-    srv_aggregate_combine (nn_model_weights (self->devpart), srcs, weights, n,
-                           self->dev_wcount, &self->agg);
-    if (self->pool && srv_pool_replicas (self->pool) > 1) {
-        //  Every device has all its gradients, so no replica is lent out.
-        const float *ws[SRV_MAX_DEVICES];
-        for (int k = 0; k < n; k++) {
-            int r = self->dev[act[k]].replica;
-            assert (!srv_pool_pending (self->pool, r));
-            ws[k] = nn_model_weights_const (srv_pool_model (self->pool, r));
-        }
-        float *avg = nn_malloc (sizeof (float) * self->srv_wcount);
-        srv_aggregate_combine (avg, ws, weights, n, self->srv_wcount, &self->agg);
-        for (int k = 0; k < n; k++)
-            memcpy (nn_model_weights (srv_pool_model (self->pool, self->dev[act[k]].replica)),
-                    avg, sizeof (float) * self->srv_wcount);
-        nn_free (avg);
+    //  Tensor offsets in each split point's part and replica, once per
+    //  split point in use.
+    int tensors = nn_model_tensors_count (self->full);
+    size_t *part_off[NN_MAX_UNITS + 1] = { NULL }, *rep_off[NN_MAX_UNITS + 1] = { NULL };
+    for (int k = 0; k < n; k++) {
+        int i = act[k], p = srv_parts_split (self, i);
+        if (part_off[p])
+            continue;
+        part_off[p] = nn_malloc (sizeof (size_t) * (size_t) tensors);
+        rep_off[p] = nn_malloc (sizeof (size_t) * (size_t) tensors);
+        s_offsets (part_off[p], self->full, srv_parts_device (self, i));
+        if (self->pool)
+            s_offsets (rep_off[p], self->full, srv_pool_model (self->pool, self->dev[i].replica));
+        else
+            for (int t = 0; t < tensors; t++)
+                rep_off[p][t] = SIZE_MAX;
     }
+    //  Every device has all its gradients, so no replica is lent out.
+    for (int k = 0; self->pool && k < n; k++)
+        assert (!srv_pool_pending (self->pool, self->dev[act[k]].replica));
+    const float *srcs[SRV_MAX_DEVICES];
+    float *dst = nn_model_weights (self->full);
+    for (int t = 0; t < tensors; t++) {
+        nn_tensor_info_t info;
+        nn_model_tensor (self->full, t, &info);
+        for (int k = 0; k < n; k++) {
+            int i = act[k], p = srv_parts_split (self, i);
+            if (part_off[p][t] != SIZE_MAX)
+                srcs[k] = self->dev[i].params + part_off[p][t];
+            else {
+                assert (rep_off[p][t] != SIZE_MAX);
+                const nn_model_t *r = srv_pool_model (self->pool, self->dev[i].replica);
+                srcs[k] = nn_model_weights_const (r) + rep_off[p][t];
+            }
+        }
+        srv_aggregate_combine (dst + info.offset, srcs, weights, n, info.count, &self->agg);
+    }
+    for (int p = 0; p <= NN_MAX_UNITS; p++) {
+        nn_free (part_off[p]);
+        nn_free (rep_off[p]);
+        if (self->part[p])
+            nn_model_copy_tensors (self->part[p], self->full);
+    }
+    for (int k = 0; self->pool && k < n; k++)
+        nn_model_copy_tensors (srv_pool_model (self->pool, self->dev[act[k]].replica),
+                               self->full);
     return epoch_end;
 }
 

@@ -97,7 +97,14 @@ srv_timeline_flush (srv_t *self)
         srv_pool_take_events (self->pool, self->timeline);
     snprintf (path, sizeof path, "%s/timeline.csv", self->results);
     pl_timeline_t *sorted = s_sorted (self);
-    int wrc = pl_timeline_write_csv (sorted, path, self->timeline_written, err, sizeof err);
+    //  Flushed at an epoch's end, before any re-plan: the assignment in
+    //  force is the one the epoch ran with. fl has no split point.
+    int split[SRV_MAX_DEVICES];
+    for (int i = 0; i < self->devices; i++)
+        split[i] = self->mode == PL_MODE_FL ? 0 : self->assign.split[i];
+    pl_timeline_plan_t plan = { self->devices, split, self->assign.micro };
+    int wrc = pl_timeline_write_csv (sorted, path, self->timeline_written, &plan, err,
+                                     sizeof err);
     pl_timeline_destroy (&sorted);
     //  Events are forgotten only once written: after a failed write they
     //  go out with the next flush's (pl_timeline_write_csv undoes a partial

@@ -2,6 +2,8 @@
     replica each ACTIVATIONS is for. See srv_worker.h. */
 #include "srv_worker.h"
 
+#include <assert.h>
+
 #include "nn_alloc.h"
 #include "nn_kernels.h"
 #include "pl_log.h"
@@ -12,7 +14,10 @@
 #include <time.h>
 
 typedef struct {
-    nn_model_t *model;          //  activation context; slabs lent per step
+    //  Activation contexts by split point (NULL for one not in use); slabs
+    //  lent per step.
+    nn_model_t *ctx[NN_MAX_UNITS + 1];
+    nn_model_t *model;          //  the context of the step in progress
     bool shared_replica;
     int batch_size;
     int classes;
@@ -33,6 +38,9 @@ static proto_msg_t *
 s_worker_step (s_worker_t *self, proto_msg_t **act_p, nn_model_t *replica)
 {
     proto_msg_t *act = *act_p;
+    self->model = self->ctx[nn_model_unit_begin (replica)];
+    //  The pool builds a context for every replica's split point.
+    assert (self->model);
     nn_model_use_slabs (self->model, replica);
     const proto_header_t *h = proto_msg_header (act);
     const proto_tensor_desc_t *d = proto_msg_tensor (act);
@@ -102,15 +110,21 @@ srv_worker_actor (zsock_t *pipe, void *args_)
                         .origin = args->origin, .shared_replica = args->shared_replica,
                         .bufpool = args->bufpool };
     nn_rng_seed (&self.rng, args->seed ^ 0x5e7e5e7e5e7e5e7eull);
-    self.model = nn_model_new (args->spec, args->unit_begin, args->spec->units_count,
-                               args->max_batch, err, sizeof err);
-    if (!self.model) {
-        pl_log_error ("server worker: %s", err);
-        zsock_signal (pipe, 1);
-        return;
+    for (int k = 0; k < args->owners_count; k++) {
+        int p = nn_model_unit_begin (args->owners[k]);
+        nn_model_t *ctx = nn_model_new (args->spec, p, args->spec->units_count,
+                                        args->max_batch, err, sizeof err);
+        if (!ctx) {
+            pl_log_error ("server worker: %s", err);
+            for (int u = 0; u <= NN_MAX_UNITS; u++)
+                nn_model_destroy (&self.ctx[u]);
+            zsock_signal (pipe, 1);
+            return;
+        }
+        //  Never use the context's own slabs: free them before they cost RSS.
+        nn_model_use_slabs (ctx, args->owners[k]);
+        self.ctx[p] = ctx;
     }
-    //  Never use the context's own slabs: free them before they cost RSS.
-    nn_model_use_slabs (self.model, args->replica);
     self.classes = args->spec->classes;
     self.labels = nn_malloc (sizeof (int) * (size_t) args->max_batch);
     self.dlogits = nn_malloc (sizeof (float) * (size_t) args->max_batch
@@ -152,5 +166,6 @@ srv_worker_actor (zsock_t *pipe, void *args_)
     pl_timeline_destroy (&self.timeline);
     nn_free (self.labels);
     nn_free (self.dlogits);
-    nn_model_destroy (&self.model);
+    for (int u = 0; u <= NN_MAX_UNITS; u++)
+        nn_model_destroy (&self.ctx[u]);
 }

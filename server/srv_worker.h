@@ -2,10 +2,11 @@
 
     The pool has one worker per core (at most one per device); the
     replicas (one per device in sfl/pipelearn, one shared in sl) belong to
-    the reactor. A worker owns an activation context for B/N samples and,
-    for each step, points it at the replica the step is for
+    the reactor. A worker owns an activation context for B/N samples per
+    split point in use (devices may train at different ones) and, for each
+    step, points the one of the replica's split point at the replica
     (nn_model_use_slabs), so activation memory grows with the cores and
-    only the replicas' slabs grow with the devices.
+    the split points, and only the replicas' slabs grow with the devices.
 
     The reactor talks to a worker only by messages over the actor pipe:
 
@@ -33,7 +34,6 @@
 
 typedef struct {
     const nn_model_spec_t *spec;    //  copied by the worker before it signals
-    int unit_begin;                 //  split point P
     int max_batch;                  //  B / N of the device with the most samples
                                     //  per micro-batch
     int batch_size;                 //  B: a micro-batch of m samples has its loss
@@ -42,8 +42,10 @@ typedef struct {
     uint64_t seed;                  //  the run's seed: each step's dropout masks
                                     //  come from a stream named by its route
     double origin;                  //  timeline time 0 (pl_wall_clock)
-    nn_model_t *replica;            //  any replica: the context drops its own
-                                    //  slabs for views of it at once
+    //  One replica per split point in use (a context for units P..U of
+    //  each, which drops its own slabs for views of it at once).
+    nn_model_t *owners[NN_MAX_UNITS];
+    int owners_count;
     bool shared_replica;            //  sl: events as "server", else "server:dN"
     srv_bufpool_t *bufpool;         //  where GRADIENTS tensors come from (the
                                     //  reactor's; outlives the worker)

@@ -859,3 +859,71 @@ Test (config, pad_to_is_bounded)
     s_parse_ok (&config, "{\"dataset\": \"mnist\", \"pad_to\": 28}");
     cr_assert_eq (pl_config_check (&config, "config.json", err, sizeof err), 0, "%s", err);
 }
+
+//  "split_point": [P_0, P_1]: one split point per device (pipelearn, sfl).
+Test (config, split_point_per_device)
+{
+    pl_config_t config;
+    char err [NN_ERR_SIZE] = "";
+    s_parse_ok (&config, "{\"devices\": 2, \"split_point\": [1, 3]}");
+    cr_assert_eq (config.split_point, PL_PER_DEVICE);
+    cr_assert_eq (config.split_points_count, 2);
+    cr_assert_eq (config.split_points[0], 1);
+    cr_assert_eq (config.split_points[1], 3);
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
+    s_assert_round_trip (&config);
+    cJSON *json = pl_config_to_json (&config);
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive (json, "split_point");
+    cr_assert (cJSON_IsArray (p) && cJSON_GetArraySize (p) == 2);
+    cr_assert_eq (cJSON_GetArrayItem (p, 1)->valueint, 3);
+    cJSON_Delete (json);
+    //  A number again replaces the list.
+    cr_assert_eq (pl_config_set (&config, "split_point=2", err, sizeof err), 0, "%s", err);
+    cr_assert_eq (config.split_point, 2);
+    cr_assert_eq (config.split_points_count, 0);
+    cr_assert_eq (pl_config_set (&config, "split_point=[2,1]", err, sizeof err), 0, "%s", err);
+    cr_assert_eq (config.split_point, PL_PER_DEVICE);
+    config.mode = PL_MODE_SFL;
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
+}
+
+Test (config, split_point_per_device_errors)
+{
+    pl_config_t config;
+    char err [NN_ERR_SIZE] = "";
+    s_parse_fails ("{\"split_point\": []}", err, sizeof err);
+    S_ASSERT_HAS (err, "split_point");
+    S_ASSERT_HAS (err, "empty");
+    s_parse_fails ("{\"split_point\": [1, 0]}", err, sizeof err);
+    S_ASSERT_HAS (err, "split_point[1]");
+    S_ASSERT_HAS (err, "device 1");
+    s_parse_fails ("{\"split_point\": [1, \"auto\"]}", err, sizeof err);
+    S_ASSERT_HAS (err, "split_point[1]");
+    s_parse_fails ("{\"split_point\": [1.5, 2]}", err, sizeof err);
+    S_ASSERT_HAS (err, "split_point[0]");
+
+    //  One per device.
+    s_parse_ok (&config, "{\"devices\": 3, \"split_point\": [1, 3]}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "2 split point(s) listed for 3 device(s)");
+    //  Each fits the model (vgg5: 5 units, so 1..4).
+    s_parse_ok (&config, "{\"devices\": 2, \"split_point\": [1, 5]}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "split_point[1]");
+    S_ASSERT_HAS (err, "1..4");
+    S_ASSERT_HAS (err, "got 5 for device 1");
+    //  Only where each device has its own replica.
+    s_parse_ok (&config, "{\"devices\": 2, \"split_point\": [1, 3], \"mode\": \"sl\"}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "pipelearn or sfl");
+    S_ASSERT_HAS (err, "sl");
+    s_parse_ok (&config, "{\"devices\": 2, \"split_point\": [1, 3], \"mode\": \"fl\"}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "fl trains the whole model");
+    //  Planned micro-batches plan the split points too.
+    s_parse_ok (&config, "{\"devices\": 2, \"split_point\": [1, 3], "
+                         "\"micro_batches\": \"auto\"}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "micro_batches");
+    S_ASSERT_HAS (err, "\"split_point\": \"auto\"");
+}

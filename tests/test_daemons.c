@@ -177,8 +177,9 @@ s_mode_trains (const char *mode)
     pltest_path (path, run.dir, "run/timeline.csv");
     char *tl = pltest_read (path);
     cr_assert_not_null (tl, "no timeline.csv");
-    cr_expect (strncmp (tl, "who,stage,epoch,iteration,micro_batch,start_s,end_s\n", 51) == 0,
-               "timeline.csv header");
+    const char *header = "who,stage,epoch,iteration,micro_batch,start_s,end_s,split_point,"
+                         "micro_batches\n";
+    cr_expect (strncmp (tl, header, strlen (header)) == 0, "timeline.csv header");
     if (strcmp (mode, "fl") != 0)
         cr_expect (strstr (tl, "server") != NULL, "timeline.csv has no server events");
     free (tl);
@@ -312,7 +313,8 @@ Test (daemons, rogue_peer_is_refused, .timeout = 600)
 
 //  split_point / micro_batches "auto" with measure_link false: the devices
 //  profile themselves (PROFILE), the server plans for the configured link
-//  with their costs, tells each device its plan and records it. On a slow
+//  with their costs, each device its own split point and N (pipelearn,
+//  sfl), tells each device its plan and records it. On a slow
 //  uplink the planner must not keep the whole batch in one message when it
 //  can overlap transfers (N > 1), and N divides the batch.
 static void
@@ -331,12 +333,22 @@ s_auto_run (const char *mode)
     cJSON *s = pltest_summary (run.dir, "run");
     const cJSON *plan = cJSON_GetObjectItemCaseSensitive (s, "plan");
     cr_assert (cJSON_IsObject (plan), "%s: summary has no plan", mode);
-    int p = (int) pltest_num (plan, "split_point");
-    cr_assert (p >= 1 && p <= 4, "%s: split point %d", mode, p);
+    //  Each device's own choice, applied as planned: summary.json's
+    //  assignment, the plan's device entries and the device's log agree.
+    const cJSON *assign = cJSON_GetObjectItemCaseSensitive (s, "assignment");
+    const cJSON *ap = cJSON_GetObjectItemCaseSensitive (assign, "split_point");
     const cJSON *devs = cJSON_GetObjectItemCaseSensitive (plan, "devices");
     cr_assert_eq (cJSON_GetArraySize (devs), 2);
+    cr_assert (cJSON_IsArray (ap) && cJSON_GetArraySize (ap) == 2, "%s: assignment", mode);
+    const cJSON *top = cJSON_GetObjectItemCaseSensitive (plan, "split_point");
     for (int i = 0; i < 2; i++) {
         const cJSON *d = cJSON_GetArrayItem (devs, i);
+        int p = (int) pltest_num (d, "split_point");
+        cr_assert (p >= 1 && p <= 4, "%s: device %d's split point %d", mode, i, p);
+        cr_expect_eq (cJSON_GetArrayItem (ap, i)->valueint, p, "%s: device %d ran another "
+                      "split point than planned", mode, i);
+        cr_expect_eq (cJSON_IsArray (top) ? cJSON_GetArrayItem (top, i)->valueint
+                                          : top->valueint, p, "%s: plan.split_point", mode);
         int n = (int) pltest_num (d, "micro_batches");
         cr_assert (n >= 1 && 40 % n == 0, "%s: %d micro-batches for a batch of 40", mode, n);
         if (strcmp (mode, "pipelearn") == 0)
@@ -350,6 +362,13 @@ s_auto_run (const char *mode)
         snprintf (line, sizeof line, "planner: device %d: split point %d, %d micro-batch",
                   i, p, n);
         cr_expect (pltest_log_has (&run, "server.log", line), "%s: plan not logged", mode);
+        char client[32];
+        snprintf (client, sizeof client, "client%d.log", i);
+        snprintf (line, sizeof line, "split %d, %d micro-batch", p, n);
+        char moved[64];
+        snprintf (moved, sizeof moved, "-> %d, micro-batches", p);
+        cr_expect (pltest_log_has (&run, client, line) || pltest_log_has (&run, client, moved),
+                   "%s: device %d does not say it runs split point %d", mode, i, p);
         snprintf (line, sizeof line, "client%d.log", i);
         cr_expect (pltest_log_has (&run, line, "client: profiled 5 units at batch 40"));
     }

@@ -424,21 +424,22 @@ Test (timeline, resume_keeps_the_earlier_epochs_only)
     longrow[sizeof longrow - 1] = 0;
     char text[8192];
     snprintf (text, sizeof text,
-              "who,stage,epoch,iteration,micro_batch,start_s,end_s\n"
-              "device0,forward,1,0,0,0.100000,0.200000\n"
-              "server,compute,2,0,0,0.300000,0.400000\n"
+              "who,stage,epoch,iteration,micro_batch,start_s,end_s,split_point,micro_batches\n"
+              "device0,forward,1,0,0,0.100000,0.200000,1,4\n"
+              "server,compute,2,0,0,0.300000,0.400000,1,4\n"
               "not a row\n"
               "%s\n"
-              "device1,backward,-3,0,0,0.5,0.6\n"
-              "device1,backward,1,0,0,0.500000,0.600000\n"
-              "device1,update,3,0,-1,9.0,9.1\n"
-              "device1,update,1,0,-1,0.7,0.8", longrow);
+              "device1,backward,-3,0,0,0.5,0.6,3,2\n"
+              "device1,backward,1,0,0,0.500000,0.600000,3,2\n"
+              "device1,update,3,0,-1,9.0,9.1,3,2\n"
+              "device1,update,1,0,-1,0.7,0.8,3,2", longrow);
     pltest_write (path, text);
     cr_assert_eq (pl_timeline_csv_keep_before (path, 2, err, sizeof err), 1, "%s", err);
     char *kept = pltest_read (path);
-    cr_assert_str_eq (kept, "who,stage,epoch,iteration,micro_batch,start_s,end_s\n"
-                            "device0,forward,1,0,0,0.100000,0.200000\n"
-                            "device1,backward,1,0,0,0.500000,0.600000\n");
+    cr_assert_str_eq (kept, "who,stage,epoch,iteration,micro_batch,start_s,end_s,"
+                            "split_point,micro_batches\n"
+                            "device0,forward,1,0,0,0.100000,0.200000,1,4\n"
+                            "device1,backward,1,0,0,0.500000,0.600000,3,2\n");
     free (kept);
     pltest_rmtree (dir);
 }

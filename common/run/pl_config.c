@@ -61,6 +61,8 @@ typedef enum {
 #define S_NONEMPTY  4u      //  S_STRING: "" is not allowed
 #define S_ENDPOINT  8u      //  S_STRING: must look like "transport://address"
 #define S_REGISTRY  16u     //  S_NAME: a model of nn_model_registry first
+#define S_PER_DEVICE 32u    //  S_INT (split_point only): a list of per-device values
+                            //  gives PL_PER_DEVICE and fills split_points
 
 typedef struct {
     const char *spelling;   //  normalised: lowercase, no '-', '_' or ' '
@@ -188,7 +190,9 @@ static const s_field_t s_fields[] = {
     { .key = "devices", .kind = S_INT, S_AT (devices), .min = 1, .max = S_DEVICES_MAX,
       .expect = "an integer from 1 to 1024" },
     { .key = "split_point", .kind = S_INT, S_AT (split_point), .min = 1, .max = INT_MAX,
-      .flags = S_AUTO, .expect = "an integer >= 1 or \"auto\"" },
+      .flags = S_AUTO | S_PER_DEVICE,
+      .expect = "an integer >= 1, \"auto\", or a list of integers >= 1 with one per device "
+                "(at most 64)" },
     { .key = "micro_batches", .kind = S_INT, S_AT (micro_batches), .min = 1,
       .max = S_BATCH_MAX, .flags = S_AUTO,
       .expect = "an integer from 1 to 4096 or \"auto\"" },
@@ -552,6 +556,36 @@ s_unknown_key (const char *source, const char *key, char *err, size_t err_size)
 //  ---------------------------------------------------------------------
 //  Applying one JSON value to one field
 
+//  "split_point": [1, 3]: one split point per device, each an integer in
+//  the field's range (that the list has one per device and fits the model
+//  is pl_config_check's, which knows both).
+static int
+s_apply_per_device (pl_config_t *self, const s_field_t *f, const s_alias_t *alias,
+                    const cJSON *item, const char *source, char *err, size_t err_size)
+{
+    int count = cJSON_GetArraySize (item);
+    if (count < 1 || count > PL_SPLIT_POINTS_MAX)
+        return s_value_error (source, f, alias, item, count < 1 ? "the list is empty"
+                              : "the list names more than 64 devices", err, err_size);
+    int i = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach (v, item) {
+        if (!cJSON_IsNumber (v) || !s_is_integral (v->valuedouble)
+        ||  v->valuedouble < f->min || v->valuedouble > INT_MAX) {
+            char got[96];
+            s_render (got, sizeof got, v);
+            return nn_errf (err, err_size, "%s: %s[%d]: expected an integer >= 1 (device "
+                            "%d's split point), got %s", source, f->key, i, i, got);
+        }
+        self->split_points[i++] = (int) v->valuedouble;
+    }
+    for (int k = i; k < PL_SPLIT_POINTS_MAX; k++)
+        self->split_points[k] = 0;
+    self->split_points_count = count;
+    *(int *) s_field_ptr (self, f) = PL_PER_DEVICE;
+    return 0;
+}
+
 static int
 s_apply (pl_config_t *self, const s_field_t *f, const s_alias_t *alias,
          const cJSON *item, const char *source, char *err, size_t err_size)
@@ -588,6 +622,8 @@ s_apply (pl_config_t *self, const s_field_t *f, const s_alias_t *alias,
         }
         case S_INT: {
             int value;
+            if ((f->flags & S_PER_DEVICE) && cJSON_IsArray (item))
+                return s_apply_per_device (self, f, alias, item, source, err, err_size);
             if ((f->flags & S_AUTO) && cJSON_IsString (item)
             && strcasecmp (item->valuestring, "auto") == 0)
                 value = PL_AUTO;
@@ -602,6 +638,8 @@ s_apply (pl_config_t *self, const s_field_t *f, const s_alias_t *alias,
                     return s_value_error (source, f, alias, item, NULL, err, err_size);
             }
             *(int *) target = value;
+            if (f->flags & S_PER_DEVICE)
+                self->split_points_count = 0;
             return 0;
         }
         case S_DOUBLE: {
@@ -959,7 +997,10 @@ s_check_field (const pl_config_t *self, const s_field_t *f, const char *source,
         }
         case S_INT: {
             int v = *(const int *) value;
-            if (((f->flags & S_AUTO) && v == PL_AUTO) || s_int_in_range (f, v))
+            if (((f->flags & S_AUTO) && v == PL_AUTO) || s_int_in_range (f, v)
+            ||  ((f->flags & S_PER_DEVICE) && v == PL_PER_DEVICE
+                 && self->split_points_count >= 1
+                 && self->split_points_count <= PL_SPLIT_POINTS_MAX))
                 return 0;
             return nn_errf (err, err_size, "%s: %s: expected %s, got %d",
                             source, f->key, f->expect, v);
@@ -992,6 +1033,36 @@ s_check_field (const pl_config_t *self, const s_field_t *f, const char *source,
     }
     assert (false);
     return -1;
+}
+
+//  "split_point": [P_0, P_1, ...]: one per device, each fits the model, in
+//  a mode where the server keeps one replica per device.
+static int
+s_check_per_device (const pl_config_t *self, const char *source, int units, char *err,
+                    size_t err_size)
+{
+    if (self->mode != PL_MODE_PIPELEARN && self->mode != PL_MODE_SFL)
+        return nn_errf (err, err_size,
+                        "%s: split_point, mode: a split point per device needs mode "
+                        "pipelearn or sfl; sl trains one server part that every device "
+                        "shares, so its devices share one split point", source);
+    if (self->split_points_count != self->devices)
+        return nn_errf (err, err_size,
+                        "%s: split_point, devices: %d split point(s) listed for %d "
+                        "device(s); give one per device", source, self->split_points_count,
+                        self->devices);
+    if (self->mode == PL_MODE_PIPELEARN && self->micro_batches == PL_AUTO)
+        return nn_errf (err, err_size,
+                        "%s: split_point, micro_batches: a split point per device needs "
+                        "micro_batches as a number; for the planner's choice of both give "
+                        "\"split_point\": \"auto\" (it plans each device's)", source);
+    for (int i = 0; i < self->split_points_count; i++)
+        if (self->split_points[i] < 1 || self->split_points[i] > units - 1)
+            return nn_errf (err, err_size,
+                            "%s: split_point[%d], model: %s has %d split units, so every "
+                            "split point must be in 1..%d, got %d for device %d", source, i,
+                            self->model, units, units - 1, self->split_points[i], i);
+    return 0;
 }
 
 int
@@ -1044,13 +1115,22 @@ pl_config_check (const pl_config_t *self, const char *source,
     if (splits) {
         int units = nn_model_registry_units (self->model);
         assert (units > 1);     //  the model field holds registry names only
-        if (self->split_point != PL_AUTO && self->split_point > units - 1)
+        if (self->split_point != PL_AUTO && self->split_point != PL_PER_DEVICE
+        &&  self->split_point > units - 1)
             return nn_errf (err, err_size,
                             "%s: split_point, model: %s has %d split units, so split_point "
                             "must be in 1..%d in mode %s, got %d",
                             source, self->model, units, units - 1, pl_mode_name (self->mode),
                             self->split_point);
+        if (self->split_point == PL_PER_DEVICE)
+            return s_check_per_device (self, source, units, err, err_size);
     }
+    else
+    if (self->split_point == PL_PER_DEVICE)
+        return nn_errf (err, err_size,
+                        "%s: split_point, mode: a split point per device needs mode "
+                        "pipelearn or sfl; fl trains the whole model on every device (no "
+                        "split point)", source);
     return 0;
 }
 
@@ -1098,6 +1178,13 @@ pl_config_to_json (const pl_config_t *self)
                 int v = *(const int *) value;
                 if ((f->flags & S_AUTO) && v == PL_AUTO)
                     added = cJSON_AddStringToObject (json, f->key, "auto");
+                else
+                if ((f->flags & S_PER_DEVICE) && v == PL_PER_DEVICE) {
+                    added = cJSON_CreateIntArray (self->split_points,
+                                                  self->split_points_count);
+                    if (added)
+                        cJSON_AddItemToObject (json, f->key, added);
+                }
                 else
                     added = cJSON_AddNumberToObject (json, f->key, v);
                 break;

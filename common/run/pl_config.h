@@ -21,6 +21,8 @@
 
 #define PL_AUTO (-1)    //  split_point / micro_batches chosen by the planner;
                         //  augment / flip chosen by the dataset
+#define PL_PER_DEVICE (-2)  //  split_point: one per device, in split_points
+#define PL_SPLIT_POINTS_MAX 64  //  devices a per-device split_point list names
 
 typedef struct {
     char experiment_name[64];   //  "pipelearn"
@@ -50,7 +52,10 @@ typedef struct {
     //  Daemons (issue: server and client).
     pl_mode_t mode;             //  "pipelearn" | "sfl" | "sl" | "fl" in a file
     int devices;                //  2
-    int split_point;            //  1, or PL_AUTO
+    int split_point;            //  1, PL_AUTO, or PL_PER_DEVICE ("split_point":
+                                //  [1, 3], a list with one entry per device)
+    int split_points[PL_SPLIT_POINTS_MAX];  //  PL_PER_DEVICE: device i's split point
+    int split_points_count;     //  entries of split_points in use (0 otherwise)
     int micro_batches;          //  4, or PL_AUTO
     int aggregation_frequency;  //  -1 = once per epoch
     char aggregation[16];       //  "fedavg" | "trimmed-mean" | "median"

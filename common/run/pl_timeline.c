@@ -5,13 +5,15 @@
 #include "pl_summary.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#define S_CSV_HEADER "who,stage,epoch,iteration,micro_batch,start_s,end_s\n"
+#define S_CSV_HEADER "who,stage,epoch,iteration,micro_batch,start_s,end_s,split_point," \
+                     "micro_batches\n"
 
 struct _pl_timeline_t {
     double origin;
@@ -144,9 +146,24 @@ pl_timeline_csv_keep_before (const char *path, int epoch, char *err, size_t err_
     return rc;
 }
 
+//  The device a row's who names ("device3", "server:d3", "link:d3"), 0 for
+//  any other ("server"), -1 for a malformed number.
+static int
+s_who_device (const char *who)
+{
+    const char *digits = strncmp (who, "device", 6) == 0 ? who + 6
+                       : strncmp (who, "server:d", 8) == 0 ? who + 8
+                       : strncmp (who, "link:d", 6) == 0 ? who + 6 : NULL;
+    if (!digits)
+        return 0;
+    char *end;
+    long id = strtol (digits, &end, 10);
+    return end == digits || *end || id < 0 || id > INT_MAX ? -1 : (int) id;
+}
+
 int
 pl_timeline_write_csv (const pl_timeline_t *self, const char *path, bool append,
-                       char *err, size_t err_size)
+                       const pl_timeline_plan_t *plan, char *err, size_t err_size)
 {
     FILE *f;
     double deadline = 0.0;
@@ -161,8 +178,11 @@ pl_timeline_write_csv (const pl_timeline_t *self, const char *path, bool append,
         fputs (S_CSV_HEADER, f);
     for (size_t i = 0; i < self->count; i++) {
         const pl_event_t *e = &self->events[i];
-        fprintf (f, "%s,%s,%d,%d,%d,%.6f,%.6f\n", e->who, e->stage, e->epoch, e->iteration,
-                 e->micro_batch, e->start_s, e->end_s);
+        int id = plan ? s_who_device (e->who) : -1;
+        bool known = id >= 0 && id < plan->count;
+        fprintf (f, "%s,%s,%d,%d,%d,%.6f,%.6f,%d,%d\n", e->who, e->stage, e->epoch,
+                 e->iteration, e->micro_batch, e->start_s, e->end_s,
+                 known ? plan->split[id] : -1, known ? plan->micro[id] : -1);
     }
     bool failed = ferror (f) != 0;
     int e = errno;

@@ -41,11 +41,21 @@ size_t pl_timeline_count (const pl_timeline_t *self);
 const pl_event_t *pl_timeline_events (const pl_timeline_t *self);
 //  Forget the events (after they were sent or written).
 void pl_timeline_clear (pl_timeline_t *self);
+//  Which split point and micro-batch count each device ran, for the rows'
+//  last two columns: a row of "deviceN", "server:dN" or "link:dN" gets
+//  device N's, any other ("server" in sl, where every device has one split
+//  point) device 0's; a device outside count, or no plan (NULL), -1.
+typedef struct {
+    int count;                  //  devices
+    const int *split;           //  count entries (borrowed)
+    const int *micro;           //  count entries (borrowed)
+} pl_timeline_plan_t;
+
 //  Write path as CSV with the header
-//  who,stage,epoch,iteration,micro_batch,start_s,end_s, or with append
-//  add the rows to what is there.
+//  who,stage,epoch,iteration,micro_batch,start_s,end_s,split_point,micro_batches,
+//  or with append add the rows to what is there. plan may be NULL.
 int pl_timeline_write_csv (const pl_timeline_t *self, const char *path, bool append,
-                           char *err, size_t err_size);
+                           const pl_timeline_plan_t *plan, char *err, size_t err_size);
 //  For a resumed run: rewrite the CSV at path (atomically) keeping only the
 //  rows of epochs before `epoch` (later ones are run again); rows that do
 //  not parse are dropped. 1 when the file was there (append to it from now

@@ -237,7 +237,8 @@ pltest_wait_log (pltest_run_t *run, const char *log, const char *needle, double 
 //  timeline.csv, as read back by the tests
 
 
-static const char pltest_header[] = "who,stage,epoch,iteration,micro_batch,start_s,end_s\n";
+static const char pltest_header[] = "who,stage,epoch,iteration,micro_batch,start_s,end_s,"
+                                    "split_point,micro_batches\n";
 
 //  Parse DIR/sub/timeline.csv; every line must be a well-formed row. The
 //  caller frees rows.
@@ -264,10 +265,10 @@ pltest_load_csv (const char *dir, const char *sub)
         }
         pltest_row_t *r = &csv.rows[csv.count];
         int used = 0;
-        int n = sscanf (line, "%15[^,],%15[^,],%d,%d,%d,%lf,%lf%n", r->who, r->stage,
+        int n = sscanf (line, "%15[^,],%15[^,],%d,%d,%d,%lf,%lf,%d,%d%n", r->who, r->stage,
                         &r->epoch, &r->iteration, &r->micro_batch, &r->start_s, &r->end_s,
-                        &used);
-        cr_assert (n == 7 && line[used] == '\0', "%s:%d: malformed row \"%s\"", path,
+                        &r->split_point, &r->micro_batches, &used);
+        cr_assert (n == 9 && line[used] == '\0', "%s:%d: malformed row \"%s\"", path,
                    line_no, line);
         csv.count++;
     }

@@ -47,6 +47,7 @@ typedef struct {
     char who[16], stage[16];
     int epoch, iteration, micro_batch;
     double start_s, end_s;
+    int split_point, micro_batches;     //  what the row's device ran (-1: none)
 } pltest_row_t;
 
 typedef struct {
