@@ -8,13 +8,13 @@
                    [--host-cores C] [--host-copy-mbps X]
 
     Without --costs it profiles this host (nn_profile) and uses the same
-    costs for the devices and the server. The model is nn_plan.h's;
+    costs for the devices and the server. The model is nn_estimate.h's;
     docs/planner.md explains it and the cost file format.
 */
 #include "nn_alloc.h"
 #include "nn_dataset.h"
 #include "nn_model.h"
-#include "nn_plan.h"
+#include "nn_estimate.h"
 #include "nn_profile.h"
 #include "pl_blas.h"
 #include "pl_config.h"
@@ -184,8 +184,8 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
             case 'D': {
                 char *end;
                 long d = strtol (optarg, &end, 10);
-                if (*end || d < 1 || d > NN_PLAN_MAX_DEVICES) {
-                    pl_log_error ("--devices: want 1..%d, got \"%s\"", NN_PLAN_MAX_DEVICES,
+                if (*end || d < 1 || d > NN_ESTIMATE_MAX_DEVICES) {
+                    pl_log_error ("--devices: want 1..%d, got \"%s\"", NN_ESTIMATE_MAX_DEVICES,
                                   optarg);
                     return -1;
                 }
@@ -320,14 +320,14 @@ s_json_number (const cJSON *obj, const char *key, bool allow_zero, double *out,
 }
 
 static int
-s_json_costs (const cJSON *obj, int units, nn_plan_costs_t *c, bool optional,
+s_json_costs (const cJSON *obj, int units, nn_estimate_costs_t *c, bool optional,
               const char *where, char *err, size_t err_size)
 {
     static const char *keys[] = { "fwd_s", "bwd_s", "fwd_fixed_s", "bwd_fixed_s", "upd_s" };
     double v[5][NN_MAX_UNITS];
     for (int k = 0; k < 5; k++)
         for (int u = 0; u < units; u++) {
-            const nn_plan_unit_cost_t *x = &c->unit[u];
+            const nn_estimate_unit_cost_t *x = &c->unit[u];
             double cur[5] = { x->fwd_s, x->bwd_s, x->fwd_fixed_s, x->bwd_fixed_s, x->upd_s };
             v[k][u] = cur[k];
         }
@@ -337,8 +337,8 @@ s_json_costs (const cJSON *obj, int units, nn_plan_costs_t *c, bool optional,
             return -1;
     c->units_count = units;
     for (int u = 0; u < units; u++) {
-        nn_plan_unit_cost_t *x = &c->unit[u];
-        *x = (nn_plan_unit_cost_t) { v[0][u], v[1][u], v[2][u], v[3][u], v[4][u] };
+        nn_estimate_unit_cost_t *x = &c->unit[u];
+        *x = (nn_estimate_unit_cost_t) { v[0][u], v[1][u], v[2][u], v[3][u], v[4][u] };
         if (x->fwd_fixed_s > x->fwd_s || x->bwd_fixed_s > x->bwd_s)
             return nn_errf (err, err_size, "%s: unit %d: a *_fixed_s exceeds the whole "
                             "batch's time", where, u);
@@ -360,8 +360,8 @@ s_json_costs (const cJSON *obj, int units, nn_plan_costs_t *c, bool optional,
 //  model's bytes are already filled from the spec; the file may override
 //  them. *heterogeneous is set when the file lists devices.
 static int
-s_load_costs (const char *path, int batch, int devices, nn_plan_input_t *in,
-              nn_plan_device_t *devs, bool *heterogeneous, char *err, size_t err_size)
+s_load_costs (const char *path, int batch, int devices, nn_estimate_input_t *in,
+              nn_estimate_device_t *devs, bool *heterogeneous, char *err, size_t err_size)
 {
     char *text = s_read_file (path, err, err_size);
     if (!text)
@@ -393,7 +393,7 @@ s_load_costs (const char *path, int batch, int devices, nn_plan_input_t *in,
                  cJSON_IsNumber (b) ? "another" : "none");
         goto done;
     }
-    nn_plan_model_t *m = &in->model;
+    nn_estimate_model_t *m = &in->model;
     if (s_json_array (root, "out_bytes", units, m->out_bytes, true, path, err, err_size)
     ||  s_json_array (root, "param_bytes", units, m->param_bytes, true, path, err, err_size)
     ||  s_json_number (root, "input_bytes", true, &m->input_bytes, path, err,
@@ -410,7 +410,7 @@ s_load_costs (const char *path, int batch, int devices, nn_plan_input_t *in,
     if (s_json_costs (srv, units, &in->server, false, where, err, err_size))
         goto done;
     //  Devices default to the server's costs (one host profiled).
-    nn_plan_costs_t dev_costs = in->server;
+    nn_estimate_costs_t dev_costs = in->server;
     const cJSON *dev = cJSON_GetObjectItemCaseSensitive (root, "device");
     if (dev) {
         snprintf (where, sizeof where, "%s: device", path);
@@ -421,15 +421,15 @@ s_load_costs (const char *path, int batch, int devices, nn_plan_input_t *in,
         if (s_json_costs (dev, units, &dev_costs, false, where, err, err_size))
             goto done;
     }
-    for (int d = 0; d < NN_PLAN_MAX_DEVICES; d++)
+    for (int d = 0; d < NN_ESTIMATE_MAX_DEVICES; d++)
         devs[d].costs = dev_costs;
     const cJSON *list = cJSON_GetObjectItemCaseSensitive (root, "devices");
     *heterogeneous = false;
     if (list) {
         int n = cJSON_GetArraySize (list);
-        if (!cJSON_IsArray (list) || n < 1 || n > NN_PLAN_MAX_DEVICES) {
+        if (!cJSON_IsArray (list) || n < 1 || n > NN_ESTIMATE_MAX_DEVICES) {
             nn_errf (err, err_size, "%s: \"devices\": expected an array of 1..%d objects",
-                     path, NN_PLAN_MAX_DEVICES);
+                     path, NN_ESTIMATE_MAX_DEVICES);
             goto done;
         }
         if (devices != n) {
@@ -451,8 +451,8 @@ s_load_costs (const char *path, int batch, int devices, nn_plan_input_t *in,
             ||  s_json_number (o, "downlink_mbps", false, &down, where, err, err_size)
             ||  s_json_number (o, "rtt_ms", true, &rtt, where, err, err_size))
                 goto done;
-            devs[d].uplink_Bps = nn_plan_link_payload_Bps (up);
-            devs[d].downlink_Bps = nn_plan_link_payload_Bps (down);
+            devs[d].uplink_Bps = nn_estimate_link_payload_Bps (up);
+            devs[d].downlink_Bps = nn_estimate_link_payload_Bps (down);
             devs[d].rtt_s = rtt / 1e3;
         }
         *heterogeneous = true;
@@ -464,12 +464,12 @@ done:
 }
 
 static cJSON *
-s_costs_json (const nn_plan_costs_t *c)
+s_costs_json (const nn_estimate_costs_t *c)
 {
     cJSON *o = cJSON_CreateObject ();
     double v[5][NN_MAX_UNITS];
     for (int u = 0; u < c->units_count; u++) {
-        const nn_plan_unit_cost_t *x = &c->unit[u];
+        const nn_estimate_unit_cost_t *x = &c->unit[u];
         v[0][u] = x->fwd_s;
         v[1][u] = x->bwd_s;
         v[2][u] = x->fwd_fixed_s;
@@ -483,7 +483,7 @@ s_costs_json (const nn_plan_costs_t *c)
 }
 
 static int
-s_write_costs (const char *path, int batch, const nn_plan_input_t *in, const char *model,
+s_write_costs (const char *path, int batch, const nn_estimate_input_t *in, const char *model,
                char *err, size_t err_size)
 {
     cJSON *root = cJSON_CreateObject ();
@@ -519,7 +519,7 @@ s_write_costs (const char *path, int batch, const nn_plan_input_t *in, const cha
 //  Output
 
 static cJSON *
-s_candidate_json (const nn_plan_candidate_t *c)
+s_candidate_json (const nn_estimate_candidate_t *c)
 {
     cJSON *o = cJSON_CreateObject ();
     cJSON_AddNumberToObject (o, "split_point", c->split_point);
@@ -528,7 +528,7 @@ s_candidate_json (const nn_plan_candidate_t *c)
     cJSON_AddNumberToObject (o, "estimated_epoch_s", c->epoch_s);
     cJSON_AddNumberToObject (o, "host_floor_s", c->host_floor_s);
     cJSON *s = cJSON_AddObjectToObject (o, "stages");
-    const nn_plan_stages_t *st = &c->stages;
+    const nn_estimate_stages_t *st = &c->stages;
     cJSON_AddNumberToObject (s, "device_forward_s", st->device_forward_s);
     cJSON_AddNumberToObject (s, "upload_s", st->upload_s);
     cJSON_AddNumberToObject (s, "server_s", st->server_s);
@@ -545,13 +545,13 @@ s_candidate_json (const nn_plan_candidate_t *c)
 }
 
 static void
-s_print_json (const nn_plan_t *plan, const nn_plan_input_t *in, bool heterogeneous)
+s_print_json (const nn_estimate_t *plan, const nn_estimate_input_t *in, bool heterogeneous)
 {
     cJSON *root = cJSON_CreateObject ();
     cJSON *cands = cJSON_AddArrayToObject (root, "candidates");
-    for (int i = 0; i < nn_plan_candidates_count (plan, 0); i++)
-        cJSON_AddItemToArray (cands, s_candidate_json (nn_plan_candidate (plan, 0, i)));
-    const nn_plan_candidate_t *ch = nn_plan_chosen (plan, 0);
+    for (int i = 0; i < nn_estimate_candidates_count (plan, 0); i++)
+        cJSON_AddItemToArray (cands, s_candidate_json (nn_estimate_candidate (plan, 0, i)));
+    const nn_estimate_candidate_t *ch = nn_estimate_chosen (plan, 0);
     cJSON *chosen = cJSON_AddObjectToObject (root, "chosen");
     cJSON_AddNumberToObject (chosen, "split_point", ch->split_point);
     cJSON_AddNumberToObject (chosen, "micro_batches", ch->micro_batches);
@@ -562,7 +562,7 @@ s_print_json (const nn_plan_t *plan, const nn_plan_input_t *in, bool heterogeneo
         //  Candidates are device 0's; each device's own choice is here.
         cJSON *per = cJSON_AddArrayToObject (chosen, "per_device");
         for (int d = 0; d < in->devices_count; d++) {
-            const nn_plan_candidate_t *c = nn_plan_chosen (plan, d);
+            const nn_estimate_candidate_t *c = nn_estimate_chosen (plan, d);
             cJSON *o = cJSON_CreateObject ();
             cJSON_AddNumberToObject (o, "device", d);
             cJSON_AddNumberToObject (o, "split_point", c->split_point);
@@ -572,16 +572,15 @@ s_print_json (const nn_plan_t *plan, const nn_plan_input_t *in, bool heterogeneo
             cJSON_AddItemToArray (per, o);
         }
         int p = 0, n = 0;
-        double epoch = nn_plan_common (plan, &p, &n);
+        double epoch = nn_estimate_common (plan, &p, &n);
         cJSON *common = cJSON_AddObjectToObject (chosen, "common");
         cJSON_AddNumberToObject (common, "split_point", p);
         cJSON_AddNumberToObject (common, "micro_batches", n);
         cJSON_AddNumberToObject (common, "estimated_epoch_s", epoch);
     }
     cJSON *modes = cJSON_AddObjectToObject (root, "modes");
-    for (int k = 0; k < NN_PLAN_MODES_COUNT; k++)
-        cJSON_AddNumberToObject (modes, nn_plan_mode_name (k),
-                                 nn_plan_mode (plan, k)->epoch_s);
+    for (pl_mode_t k = PL_MODE_FL; k <= PL_MODE_PIPELEARN; k++)
+        cJSON_AddNumberToObject (modes, pl_mode_name (k), nn_estimate_mode (plan, k)->epoch_s);
     char *text = cJSON_Print (root);
     if (text)
         printf ("%s\n", text);
@@ -590,12 +589,12 @@ s_print_json (const nn_plan_t *plan, const nn_plan_input_t *in, bool heterogeneo
 }
 
 static void
-s_print_text (const nn_plan_t *plan, const nn_plan_input_t *in, bool heterogeneous)
+s_print_text (const nn_estimate_t *plan, const nn_estimate_input_t *in, bool heterogeneous)
 {
     int devs = heterogeneous ? in->devices_count : 1;
     for (int d = 0; d < devs; d++) {
-        const nn_plan_device_t *dv = &in->devices[d];
-        double wire = nn_plan_link_payload_Bps (1.0);     //  payload B/s per Mbit/s
+        const nn_estimate_device_t *dv = &in->devices[d];
+        double wire = nn_estimate_link_payload_Bps (1.0);     //  payload B/s per Mbit/s
         printf ("%sdevice %d: uplink %.1f Mbit/s, downlink %.1f Mbit/s on the wire (TCP "
                 "payload %.1f/%.1f), RTT %.1f ms; %d device(s), %d server worker(s), batch %d, "
                 "%d iterations/epoch\n", d ? "\n" : "", d, dv->uplink_Bps / wire,
@@ -609,10 +608,10 @@ s_print_text (const nn_plan_t *plan, const nn_plan_input_t *in, bool heterogeneo
         printf ("%3s %4s %9s %9s %8s %8s %8s %8s %8s %8s %9s%s\n", "P", "N", "iter_s",
                 "epoch_s", "dev_fwd", "upload", "server", "download", "dev_bwd", "update",
                 "MB/iter", in->host_cores > 0 ? "    host_s" : "");
-        const nn_plan_candidate_t *ch = nn_plan_chosen (plan, d);
-        for (int i = 0; i < nn_plan_candidates_count (plan, d); i++) {
-            const nn_plan_candidate_t *c = nn_plan_candidate (plan, d, i);
-            const nn_plan_stages_t *s = &c->stages;
+        const nn_estimate_candidate_t *ch = nn_estimate_chosen (plan, d);
+        for (int i = 0; i < nn_estimate_candidates_count (plan, d); i++) {
+            const nn_estimate_candidate_t *c = nn_estimate_candidate (plan, d, i);
+            const nn_estimate_stages_t *s = &c->stages;
             char host[32] = "";
             if (in->host_cores > 0)
                 snprintf (host, sizeof host, " %9.4f", c->host_floor_s);
@@ -636,7 +635,7 @@ s_print_text (const nn_plan_t *plan, const nn_plan_input_t *in, bool heterogeneo
             }
         }
         double bytes = in->model.out_bytes[p - 1];
-        int ref = nn_plan_reference_micro_batches (dfwd, dbwd, sfwd, sbwd,
+        int ref = nn_estimate_reference_micro_batches (dfwd, dbwd, sfwd, sbwd,
                                                    bytes / dv->uplink_Bps,
                                                    bytes / dv->downlink_Bps, in->batch_size);
         printf ("chosen for device %d: split_point %d, micro_batches %d: %.4f s/iteration, "
@@ -645,14 +644,14 @@ s_print_text (const nn_plan_t *plan, const nn_plan_input_t *in, bool heterogeneo
     }
     if (heterogeneous) {
         int p = 0, n = 0;
-        double epoch = nn_plan_common (plan, &p, &n);
+        double epoch = nn_estimate_common (plan, &p, &n);
         printf ("\none plan for every device: split_point %d, micro_batches %d, %.2f s/epoch "
                 "(per-device plans: %.2f s/epoch)\n", p, n, epoch,
-                nn_plan_mode (plan, NN_PLAN_PIPELEARN)->epoch_s);
+                nn_estimate_mode (plan, PL_MODE_PIPELEARN)->epoch_s);
     }
     printf ("\n%-10s %10s %10s %4s %4s\n", "mode", "epoch_s", "iter_s", "P", "N");
-    for (int k = 0; k < NN_PLAN_MODES_COUNT; k++) {
-        const nn_plan_mode_t *m = nn_plan_mode (plan, k);
+    for (pl_mode_t k = PL_MODE_FL; k <= PL_MODE_PIPELEARN; k++) {
+        const nn_estimate_mode_t *m = nn_estimate_mode (plan, k);
         char p[16], n[16];
         //  0: the devices' plans differ (see each device's choice above).
         snprintf (p, sizeof p, "%d", m->split_point);
@@ -661,27 +660,27 @@ s_print_text (const nn_plan_t *plan, const nn_plan_input_t *in, bool heterogeneo
             snprintf (p, sizeof p, "each");
         if (!m->micro_batches)
             snprintf (n, sizeof n, "each");
-        printf ("%-10s %10.2f %10.4f %4s %4s\n", nn_plan_mode_name (k), m->epoch_s,
+        printf ("%-10s %10.2f %10.4f %4s %4s\n", pl_mode_name (k), m->epoch_s,
                 m->iteration_s, p, n);
     }
-    double pl = nn_plan_mode (plan, NN_PLAN_PIPELEARN)->epoch_s;
+    double pl = nn_estimate_mode (plan, PL_MODE_PIPELEARN)->epoch_s;
     printf ("pipelearn speed-up (estimated; > 1 = pipelearn faster): vs fl %.2fx, "
             "vs sfl %.2fx, vs sl %.2fx\n",
-            nn_plan_mode (plan, NN_PLAN_FL)->epoch_s / pl,
-            nn_plan_mode (plan, NN_PLAN_SFL)->epoch_s / pl,
-            nn_plan_mode (plan, NN_PLAN_SL)->epoch_s / pl);
+            nn_estimate_mode (plan, PL_MODE_FL)->epoch_s / pl,
+            nn_estimate_mode (plan, PL_MODE_SFL)->epoch_s / pl,
+            nn_estimate_mode (plan, PL_MODE_SL)->epoch_s / pl);
 }
 
 //  Devices f times slower: every device time, per-call parts included.
 static void
-s_slow_devices (nn_plan_device_t *devs, double f)
+s_slow_devices (nn_estimate_device_t *devs, double f)
 {
     if (f <= 0.0 || f == 1.0)
         return;
-    for (int d = 0; d < NN_PLAN_MAX_DEVICES; d++)
+    for (int d = 0; d < NN_ESTIMATE_MAX_DEVICES; d++)
         for (int u = 0; u < devs[d].costs.units_count; u++) {
-            nn_plan_unit_cost_t *k = &devs[d].costs.unit[u];
-            *k = (nn_plan_unit_cost_t) { k->fwd_s * f, k->bwd_s * f, k->fwd_fixed_s * f,
+            nn_estimate_unit_cost_t *k = &devs[d].costs.unit[u];
+            *k = (nn_estimate_unit_cost_t) { k->fwd_s * f, k->bwd_s * f, k->fwd_fixed_s * f,
                                          k->bwd_fixed_s * f, k->upd_s * f };
         }
     pl_log_info ("devices modelled %g times slower than the costs given", f);
@@ -746,8 +745,8 @@ main (int argc, char **argv)
     }
     nn_dataset_destroy (&train);
 
-    static nn_plan_device_t devs[NN_PLAN_MAX_DEVICES];
-    nn_plan_input_t in = { 0 };
+    static nn_estimate_device_t devs[NN_ESTIMATE_MAX_DEVICES];
+    nn_estimate_input_t in = { 0 };
     in.batch_size = cfg.batch_size;
     in.iterations = iterations;
     in.aggregation_frequency = cfg.aggregation_frequency;
@@ -764,9 +763,9 @@ main (int argc, char **argv)
         pl_log_error ("%s", err);
         return 1;
     }
-    for (int d = 0; d < NN_PLAN_MAX_DEVICES; d++) {
-        devs[d].uplink_Bps = nn_plan_link_payload_Bps (args.up_mbps);
-        devs[d].downlink_Bps = nn_plan_link_payload_Bps (args.down_mbps);
+    for (int d = 0; d < NN_ESTIMATE_MAX_DEVICES; d++) {
+        devs[d].uplink_Bps = nn_estimate_link_payload_Bps (args.up_mbps);
+        devs[d].downlink_Bps = nn_estimate_link_payload_Bps (args.down_mbps);
         devs[d].rtt_s = args.rtt_ms / 1e3;
     }
     bool heterogeneous = false;
@@ -789,7 +788,7 @@ main (int argc, char **argv)
             pl_log_error ("%s", err);
             return 1;
         }
-        for (int d = 0; d < NN_PLAN_MAX_DEVICES; d++)
+        for (int d = 0; d < NN_ESTIMATE_MAX_DEVICES; d++)
             devs[d].costs = in.server;
         pl_log_info ("profile: units forward %.4f s + backward %.4f s per batch; the whole "
                      "model %.4f s + %.4f s", rep.units_fwd_s, rep.units_bwd_s,
@@ -828,7 +827,7 @@ main (int argc, char **argv)
                      in.host_copy_Bps * 8e-6, cfg.host_copy_mbps > 0.0 ? "" : " (measured)");
     }
 
-    nn_plan_t *plan = nn_plan_new (&in, err, sizeof err);
+    nn_estimate_t *plan = nn_estimate_new (&in, err, sizeof err);
     if (!plan) {
         pl_log_error ("%s", err);
         return 1;
@@ -841,6 +840,6 @@ main (int argc, char **argv)
         s_print_json (plan, &in, heterogeneous);
     else
         s_print_text (plan, &in, heterogeneous);
-    nn_plan_destroy (&plan);
+    nn_estimate_destroy (&plan);
     return 0;
 }
