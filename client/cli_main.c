@@ -33,11 +33,12 @@
 #include "nn_kernels.h"
 #include "nn_model.h"
 #include "nn_optim.h"
-#include "pl_blas.h"
+#include "pl_args.h"
 #include "pl_config.h"
 #include "cli_run.h"
 #include "cli_state.h"
 #include "pl_curve.h"
+#include "pl_daemon.h"
 #include "pl_log.h"
 #include "pl_summary.h"
 #include "pl_timeline.h"
@@ -112,10 +113,8 @@ s_parse_args (int argc, char **argv, cli_args_t *a)
             case 'I': a->insecure = true; break;
             case 'd': a->data_dir = optarg; break;
             case 'L':
-                if (pl_log_set_format_name (optarg)) {
-                    pl_log_error ("--log-format: want text or json, got \"%s\"", optarg);
+                if (pl_args_log_format (optarg))
                     return -1;
-                }
                 break;
             case 'i':
                 a->device_id = (int) strtol (optarg, &end, 10);
@@ -150,7 +149,9 @@ s_parse_args (int argc, char **argv, cli_args_t *a)
             default: s_usage (stderr); return -1;
         }
     }
-    if (!a->connect || optind < argc) {
+    if (pl_args_end (argc, argv, s_usage))
+        return -1;
+    if (!a->connect) {
         s_usage (stderr);
         return -1;
     }
@@ -951,9 +952,7 @@ cli_run (int argc, char **argv)
     pl_args_unlock ();
     if (parsed)
         return 2;
-    pl_blas_set_threads (1);
-    zsys_init ();
-    zsys_handler_set (NULL);
+    pl_daemon_run_setup ();
     struct sigaction sa = { .sa_handler = s_on_signal };
     sigemptyset (&sa.sa_mask);
     sigaction (SIGINT, &sa, NULL);

@@ -16,6 +16,7 @@
 #include "nn_model.h"
 #include "nn_estimate.h"
 #include "nn_profile.h"
+#include "pl_args.h"
 #include "pl_blas.h"
 #include "pl_config.h"
 #include "pl_hostcopy.h"
@@ -135,12 +136,8 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
         { "list-models", no_argument, NULL, 'L' },
         { NULL, 0, NULL, 0 }
     };
-    char err[NN_ERR_SIZE];
-    //  The config file first, so that every other flag overrides it.
-    if (pl_config_load_args (cfg, argc, argv, &args->config_path, err, sizeof err)) {
-        pl_log_error ("%s", err);
+    if (pl_args_config (cfg, argc, argv, &args->config_path))
         return -1;
-    }
     args->up_mbps = s_links[0].up_mbps;
     args->down_mbps = s_links[0].down_mbps;
     args->rtt_ms = s_links[0].rtt_ms;
@@ -151,10 +148,8 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
             case 'c':
                 break;
             case 's':
-                if (pl_config_set (cfg, optarg, err, sizeof err)) {
-                    pl_log_error ("%s", err);
+                if (pl_args_set (cfg, optarg))
                     return -1;
-                }
                 break;
             case 'l': {
                 size_t i, n = sizeof s_links / sizeof s_links[0];
@@ -201,7 +196,7 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
                 break;
             case 'j': args->json = true; break;
             case 'H': {
-                char key[64];
+                char key[64], err[NN_ERR_SIZE];
                 snprintf (key, sizeof key, "host_cores=%s", optarg);
                 if (pl_config_set (cfg, key, err, sizeof err)) {
                     pl_log_error ("--host-cores: %s", err);
@@ -221,11 +216,9 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
             default: s_usage (stderr); return -1;
         }
     }
-    if (optind < argc) {
-        pl_log_error ("unexpected argument \"%s\"", argv[optind]);
-        s_usage (stderr);
+    if (pl_args_end (argc, argv, s_usage))
         return -1;
-    }
+    char err[NN_ERR_SIZE];
     //  Explicit rates win over --link, whatever the order.
     if (up > 0.0)
         args->up_mbps = up;

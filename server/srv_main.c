@@ -17,9 +17,10 @@
     epoch when every device's STATS for that epoch has arrived.
 */
 #include "nn_alloc.h"
-#include "pl_blas.h"
+#include "pl_args.h"
 #include "pl_config.h"
 #include "pl_curve.h"
+#include "pl_daemon.h"
 #include "pl_log.h"
 #include "pl_summary.h"
 #include "pl_timeline.h"
@@ -100,12 +101,8 @@ s_parse_args (int argc, char **argv, srv_args_t *args, pl_config_t *cfg)
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
-    char err[NN_ERR_SIZE];
-    //  The config file first, so that every other flag overrides it.
-    if (pl_config_load_args (cfg, argc, argv, &args->config_path, err, sizeof err)) {
-        pl_log_error ("%s", err);
+    if (pl_args_config (cfg, argc, argv, &args->config_path))
         return -1;
-    }
     int c;
     while ((c = getopt_long (argc, argv, "c:r:b:s:E:qh", opts, NULL)) != -1) {
         switch (c) {
@@ -121,17 +118,13 @@ s_parse_args (int argc, char **argv, srv_args_t *args, pl_config_t *cfg)
             case 'q': args->quiet = true; break;
             case 'M': snprintf (cfg->metrics, sizeof cfg->metrics, "%s", optarg); break;
             case 'L':
-                if (pl_log_set_format_name (optarg)) {
-                    pl_log_error ("--log-format: want text or json, got \"%s\"", optarg);
+                if (pl_args_log_format (optarg))
                     return -1;
-                }
                 break;
             case 'h': s_usage (stdout); exit (0);
             case 's':
-                if (pl_config_set (cfg, optarg, err, sizeof err)) {
-                    pl_log_error ("%s", err);
+                if (pl_args_set (cfg, optarg))
                     return -1;
-                }
                 break;
             default: s_usage (stderr); return -1;
         }
@@ -141,11 +134,8 @@ s_parse_args (int argc, char **argv, srv_args_t *args, pl_config_t *cfg)
                       "replaces it: give one");
         return -1;
     }
-    if (optind < argc) {
-        pl_log_error ("unexpected argument \"%s\"", argv[optind]);
-        s_usage (stderr);
+    if (pl_args_end (argc, argv, s_usage))
         return -1;
-    }
     if (args->insecure ? (args->cert || args->allow) : !(args->cert && args->allow)) {
         pl_log_error ("security: give --cert FILE_secret and --allow DIR (CurveZMQ, the "
                       "default; keys from pipelearn-keygen), or --insecure alone for plain "
@@ -153,6 +143,7 @@ s_parse_args (int argc, char **argv, srv_args_t *args, pl_config_t *cfg)
         return -1;
     }
     const char *src = args->config_path ? args->config_path : "config";
+    char err[NN_ERR_SIZE];
     if (pl_config_check (cfg, src, err, sizeof err)) {
         pl_log_error ("%s", err);
         return -1;
@@ -400,10 +391,8 @@ srv_run (int argc, char **argv)
         nn_free (self);
         return 2;
     }
-    pl_blas_set_threads (1);
     s_raise_nofile ();
-    zsys_init ();
-    zsys_handler_set (NULL);
+    pl_daemon_run_setup ();
     struct sigaction sa = { .sa_handler = s_on_signal };
     sigemptyset (&sa.sa_mask);
     sigaction (SIGINT, &sa, NULL);
