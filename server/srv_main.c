@@ -22,6 +22,7 @@
 #include "pl_curve.h"
 #include "pl_daemon.h"
 #include "pl_log.h"
+#include "pl_stop.h"
 #include "pl_summary.h"
 #include "pl_timeline.h"
 #include "srv_ckpt.h"
@@ -36,24 +37,11 @@
 
 #include <czmq.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
-
-static volatile sig_atomic_t s_interrupted = 0;
-static volatile sig_atomic_t s_reload = 0;
-
-static void
-s_on_signal (int sig)
-{
-    if (sig == SIGHUP)
-        s_reload = 1;
-    else
-        s_interrupted = 1;
-}
 
 
 static void
@@ -266,7 +254,7 @@ s_on_sighup (srv_t *self)
 static void
 s_loop (srv_t *self)
 {
-    while (!self->done && !s_interrupted) {
+    while (!self->done && !self->stop.stop) {
         //  Wake often enough to notice a deadline within a tenth of it.
         double tick = self->cfg->device_timeout_s * 100.0;
         void *which = zpoller_wait (self->poller, tick < 1000.0 ? (int) tick + 1 : 1000);
@@ -283,12 +271,12 @@ s_loop (srv_t *self)
         if (which && self->pool)
             s_on_workers (self, which);
         else
-        if (zpoller_terminated (self->poller) && s_interrupted)
+        if (zpoller_terminated (self->poller) && self->stop.stop)
             break;          //  other signals (SIGHUP) also end a poll: go on
         if (self->pool && !self->done)
             s_on_workers (self, NULL);
-        if (s_reload) {
-            s_reload = 0;
+        if (self->stop.reload) {
+            self->stop.reload = 0;
             s_on_sighup (self);
         }
         if (!self->done)
@@ -347,7 +335,7 @@ s_answer_complete (srv_t *self)
     double until = pl_monotonic () + self->cfg->device_timeout_s;
     pl_log_info ("server: telling devices for %.0f s that the run is complete",
                  self->cfg->device_timeout_s);
-    while (!s_interrupted && pl_monotonic () < until) {
+    while (!self->stop.stop && pl_monotonic () < until) {
         zmq_pollitem_t item = { self->rh, 0, ZMQ_POLLIN, 0 };
         if (zmq_poll (&item, 1, 200) <= 0)
             continue;
@@ -369,6 +357,7 @@ static int
 s_finish (srv_t *self, int rc)
 {
     srv_setup_teardown (self);
+    pl_stop_detach (&self->stop);
     pl_config_t *cfg = (pl_config_t *) self->cfg;      //  srv_run's, to free
     nn_free (cfg);
     nn_free (self);
@@ -393,11 +382,13 @@ srv_run (int argc, char **argv)
     }
     s_raise_nofile ();
     pl_daemon_run_setup ();
-    struct sigaction sa = { .sa_handler = s_on_signal };
-    sigemptyset (&sa.sa_mask);
-    sigaction (SIGINT, &sa, NULL);
-    sigaction (SIGTERM, &sa, NULL);
-    sigaction (SIGHUP, &sa, NULL);
+    //  SIGINT/SIGTERM end this run, SIGHUP re-reads --allow (pl_stop.h).
+    if (pl_stop_attach (&self->stop, true)) {
+        pl_log_error ("server: more than %d runs in this process", PL_STOP_MAX_RUNS);
+        nn_free (cfg);
+        nn_free (self);
+        return 1;
+    }
     self->quiet = args.quiet;
     self->tty = isatty (STDOUT_FILENO);
     self->results = args.results_dir ? args.results_dir : self->cfg->results_dir;
@@ -405,6 +396,7 @@ srv_run (int argc, char **argv)
     if (!args.resume && srv_ckpt_claim_fresh (self->results, args.force, ckerr,
                                               sizeof ckerr)) {
         pl_log_error ("server: %s", ckerr);
+        pl_stop_detach (&self->stop);
         nn_free (cfg);
         nn_free (self);
         return 1;
@@ -441,7 +433,7 @@ srv_run (int argc, char **argv)
                       "are incomplete");
         self->rc = 1;
     }
-    if (s_interrupted && !self->done)
+    if (self->stop.stop && !self->done)
         s_interrupted_notice (self);
     if (self->rc == 0)
         pl_log_info ("server: results in %s (peak RSS %ld KiB)", self->results,
