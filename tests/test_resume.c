@@ -397,11 +397,6 @@ Test (resume, failed_final_write_is_not_a_complete_run, .timeout = 400)
     pltest_rmtree (run.dir);
 }
 
-//  A complete run whose model.ckpt was lost: --resume writes it again from
-//  the final checkpoint (the same weights), and exits 1 when it cannot
-//  (never 0 without a model). A new run without --resume in its directory
-//  is refused, touching nothing (it used to replace round 1 and keep the
-//  old higher rounds); with --force it replaces the old run entirely.
 //  A device started after its run finished (a reboot, `docker-compose up`
 //  on a finished results volume): the server, started with --resume as
 //  its supervisor always does, finds the run complete and answers the
@@ -423,6 +418,11 @@ Test (resume, a_device_after_the_run_is_told_it_is_complete, .timeout = 400)
     pltest_rmtree (run.dir);
 }
 
+//  A complete run whose model.ckpt was lost: --resume writes it again from
+//  the final checkpoint (the same weights), and exits 1 when it cannot
+//  (never 0 without a model). A new run without --resume in its directory
+//  is refused, touching nothing (it used to replace round 1 and keep the
+//  old higher rounds); with --force it replaces the old run entirely.
 Test (resume, finished_run_keeps_its_model_and_refuses_a_fresh_run, .timeout = 400)
 {
     pltest_run_t run = { 0 };

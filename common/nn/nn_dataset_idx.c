@@ -278,6 +278,24 @@ s_positions (const int *picks, int picks_count, int count, char *err, size_t err
     return pos;
 }
 
+//  Opens both files (s_open_pair), applies limit and checks both payloads
+//  hold that many images and labels: the image count; -1 with err set.
+static int
+s_open_checked (s_idx_file_t *img, s_idx_file_t *lbl, const char *images_path,
+                const char *labels_path, int limit, char *err, size_t err_size)
+{
+    if (s_open_pair (img, lbl, images_path, labels_path, err, err_size))
+        return -1;
+    int count = (int) img->dims[0];
+    if (limit > 0 && limit < count)
+        count = limit;
+    size_t image_bytes = (size_t) img->dims[1] * img->dims[2];
+    if (s_check_size (img, 16, (size_t) count * image_bytes, "pixels", err, err_size)
+    ||  s_check_size (lbl, 8, (size_t) count, "labels", err, err_size))
+        return -1;
+    return count;
+}
+
 nn_dataset_t *
 nn_dataset_load_idx_select (const char *images_path, const char *labels_path, int limit,
                             nn_dataset_select_fn select, void *arg,
@@ -289,15 +307,10 @@ nn_dataset_load_idx_select (const char *images_path, const char *labels_path, in
     uint8_t *labels = NULL, *chunk = NULL;
     int *picks = NULL, *pos = NULL;
     nn_dataset_t *ds = NULL, *all = NULL;
-    if (s_open_pair (&img, &lbl, images_path, labels_path, err, err_size))
+    int count = s_open_checked (&img, &lbl, images_path, labels_path, limit, err, err_size);
+    if (count < 0)
         goto done;
-    int count = (int) img.dims[0];
-    if (limit > 0 && limit < count)
-        count = limit;
     size_t image_bytes = (size_t) img.dims[1] * img.dims[2];
-    if (s_check_size (&img, 16, (size_t) count * image_bytes, "pixels", err, err_size)
-    ||  s_check_size (&lbl, 8, (size_t) count, "labels", err, err_size))
-        goto done;
     labels = s_read_payload (&lbl, (size_t) count, "labels", err, err_size);
     if (!labels || s_check_labels (labels, count, labels_path, err, err_size))
         goto done;
@@ -346,15 +359,10 @@ nn_dataset_load_idx (const char *images_path, const char *labels_path, int limit
     s_idx_file_t img = { 0 }, lbl = { 0 };
     uint8_t *pixels = NULL, *labels = NULL;
     nn_dataset_t *ds = NULL;
-    if (s_open_pair (&img, &lbl, images_path, labels_path, err, err_size))
+    int count = s_open_checked (&img, &lbl, images_path, labels_path, limit, err, err_size);
+    if (count < 0)
         goto done;
-    int count = (int) img.dims[0];
-    if (limit > 0 && limit < count)
-        count = limit;
     size_t image_bytes = (size_t) img.dims[1] * img.dims[2];
-    if (s_check_size (&img, 16, (size_t) count * image_bytes, "pixels", err, err_size)
-    ||  s_check_size (&lbl, 8, (size_t) count, "labels", err, err_size))
-        goto done;
     pixels = s_read_payload (&img, (size_t) count * image_bytes, "pixels",
                              err, err_size);
     if (!pixels)

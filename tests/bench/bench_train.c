@@ -1,46 +1,58 @@
-/*  pipelearn-bench: training throughput of our VGG5 against PyTorch's,
-    measured in the same run, on the same shapes, with the same threads.
+/*  pipelearn-bench: training throughput of one of our models against
+    PyTorch's twin of it (tests/torch_models.py), measured in the same run,
+    on the same shapes, with the same threads.
 
-    pipelearn-bench [--threads T] [--images N] [--repeats R] [--no-torch]
-                    [--no-rss] [--json FILE] [--micro M] [--isa LEVEL] [--cpu-time]
+    pipelearn-bench [--model NAME] [--input HxWxC[,HxWxC...]] [--batch B]
+                    [--micro M[,M...]] [--threads T] [--images N]
+                    [--repeats R] [--warmup W] [--no-torch] [--json FILE]
+                    [--isa LEVEL] [--train-rss]
 
-    For each setting (batch 100 whole; batch 100 as 4 micro-batches of 25;
-    as 10 micro-batches of 10 — what the PipeLearn pipeline feeds each
-    side) it times R repeats of N images and prints the medians, PyTorch's
-    medians and the ratio. With --rss it also runs pipelearn-train for one
-    epoch on all of Fashion-MNIST and reports its peak RSS beyond the
-    dataset's 8-bit size.
+    For each input shape (default 28x28x1 and 32x32x3; a model that needs
+    32x32, VGG11, takes 28x28 padded to 32x32 as "pad_to": 32 does) and
+    each setting (batch B whole, and B as B/M micro-batches of M for each M
+    of --micro, default 25 and 10: what the PipeLearn pipeline feeds each
+    side) it trains R repeats of N images (forward, backward, one SGD step
+    with momentum per batch) and prints, for ours and for PyTorch, the
+    medians of images per second of wall time and of each side's CPU time,
+    the two ratios, and each side's peak RSS. Each side of each setting
+    runs in a process of its own (ours: this program with --worker;
+    PyTorch: tests/bench/torch_bench.py), one after the other, so that a
+    peak RSS is one side's alone and neither side's threads compete with
+    the other's. "+" figures are the peak beyond the process's resident set
+    before the model was built (the program and its libraries: for PyTorch,
+    the interpreter and libtorch).
+
+    On a machine shared with other jobs, time-sharing stretches wall time
+    but not CPU time: with --threads 1 the CPU-time figures are each side's
+    compute, and the steadier ratio; with more threads CPU time also counts
+    OpenMP's spin-waiting.
 
     --isa generic|avx2|avx512 runs as a CPU of that kind would: our
     kernels at that level (PIPELEARN_ISA), OpenBLAS on that level's cores
     (OPENBLAS_CORETYPE Haswell for avx2, Prescott for generic, unless set)
     and PyTorch restricted to it (ATEN_CPU_CAPABILITY, DNNL_MAX_CPU_ISA);
     the process re-executes itself once with those set, since OpenBLAS
-    reads its core when it loads. It also prints this host's single-core
-    OpenBLAS sgemm peak and the share of it VGG5's convolutions reach.
+    reads its core when it loads. Every row names the kernel level and
+    OpenBLAS core our worker ran and PyTorch's ATen level.
 
-    --cpu-time divides images by each side's process CPU time instead of
-    wall time: on a machine shared with other jobs, time-sharing stretches
-    wall time but not CPU time. With --threads 1 that is each side's
-    compute; with more threads it also counts OpenMP's spin-waiting.
+    --train-rss also runs pipelearn-train for one epoch on all of
+    Fashion-MNIST (VGG5, the default config) and reports its peak RSS
+    beyond the dataset's 8-bit size.
 */
-#include "nn_alloc.h"
-#include "nn_dataset.h"
-#include "nn_kernels.h"
+#include "bench_train.h"
+
 #include "nn_isa.h"
 #include "nn_model.h"
-#include "nn_optim.h"
 #include "pl_blas.h"
 #include "pl_log.h"
-#include "pl_timeline.h"
 
 #include <cJSON.h>
-#include <cblas.h>
 #include <getopt.h>
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #ifndef PL_SOURCE_DIR
@@ -50,122 +62,140 @@
 #define PL_BUILD_DIR "build"
 #endif
 
+#define S_MAX_LIST 8                //  input shapes, micro-batch sizes
+#define S_CLASSES 10
+
 typedef struct {
-    int batch, micro;
-} s_setting_t;
+    int h, w, c;
+} s_input_t;
 
-static const s_setting_t s_settings[] = { { 100, 1 }, { 100, 4 }, { 100, 10 } };
-#define S_SETTINGS 3
-#define S_MAX_REPEATS 15
+//  The figures of one side of one setting, as its process printed them.
+typedef struct {
+    bool ok;
+    double per_s, per_cpu_s;        //  medians, images per second
+    double rss_start_kb, peak_rss_kb;
+    char level[32];                 //  ours: kernel level; PyTorch: ATen's
+    char core[32];                  //  ours: OpenBLAS core; PyTorch: version
+    cJSON *json;                    //  the whole line, owned
+} s_side_t;
 
-static int
-s_cmp (const void *a, const void *b)
-{
-    double x = *(const double *) a, y = *(const double *) b;
-    return (x > y) - (x < y);
-}
-
-static double
-s_median (double *v, int n)
-{
-    qsort (v, (size_t) n, sizeof (double), s_cmp);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-//  One mini-batch of `batch` images as `micro` micro-batches: gradient
-//  accumulation with the loss scaled by 1/micro, one SGD step.
+//  "model name" of /proc/cpuinfo (x86), else "CPU part"/"Hardware", else
+//  "unknown", into buf.
 static void
-s_step (nn_model_t *m, const nn_dataset_t *ds, int *cursor, const s_setting_t *s,
-        float *x, int *y, float *d, int *idx)
+s_cpu_name (char *buf, size_t size)
 {
-    int mb = s->batch / s->micro;
-    nn_sgd_t sgd = { 0.01f, 0.9f, 0.0f };
-    nn_model_zero_grad (m);
-    for (int k = 0; k < s->micro; k++) {
-        for (int i = 0; i < mb; i++)
-            idx[i] = (*cursor)++ % ds->count;
-        nn_dataset_batch (x, y, ds, idx, mb, NULL, NULL);
-        const float *out = nn_model_forward (m, x, mb, true, NULL);
-        nn_softmax_xent (d, out, y, mb, 10, 1.0f / s->micro, NULL);
-        nn_model_backward (m, d, NULL);
+    snprintf (buf, size, "unknown");
+    FILE *f = fopen ("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets (line, sizeof line, f)) {
+        char *colon = strchr (line, ':');
+        if (!colon || (strncmp (line, "model name", 10) && strncmp (line, "Hardware", 8)))
+            continue;
+        colon += 1 + strspn (colon + 1, " \t");
+        colon[strcspn (colon, "\n")] = '\0';
+        snprintf (buf, size, "%s", colon);
+        break;
     }
-    nn_sgd_step (nn_model_weights (m), nn_model_optim_state (m), nn_model_grads (m),
-                 nn_model_params_count (m), &sgd);
+    fclose (f);
 }
 
-//  Seconds of this process's CPU time (all threads).
-static double
-s_cpu_seconds (void)
+//  Runs cmd (stderr folded into stdout) and parses the last line that
+//  starts with '{'. On failure prints what the command said and returns a
+//  side with ok false.
+static s_side_t
+s_run_side (const char *cmd, const char *level_key, const char *core_key)
 {
-    struct timespec t;
-    clock_gettime (CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double) t.tv_sec + 1e-9 * (double) t.tv_nsec;
+    s_side_t side = { .ok = false };
+    char full[8300], said[8192] = "", line[8192], json[8192] = "";
+    snprintf (full, sizeof full, "%s 2>&1", cmd);
+    FILE *p = popen (full, "r");
+    if (!p)
+        return side;
+    while (fgets (line, sizeof line, p)) {
+        if (line[0] == '{')
+            snprintf (json, sizeof json, "%s", line);
+        else if (strlen (said) + strlen (line) < sizeof said)
+            strcat (said, line);
+    }
+    int rc = pclose (p);
+    cJSON *j = rc == 0 ? cJSON_Parse (json) : NULL;
+    const cJSON *rate = cJSON_GetObjectItem (j, "images_per_s");
+    const cJSON *cpu = cJSON_GetObjectItem (j, "images_per_cpu_s");
+    const cJSON *start = cJSON_GetObjectItem (j, "rss_start_kb");
+    const cJSON *peak = cJSON_GetObjectItem (j, "peak_rss_kb");
+    const cJSON *level = cJSON_GetObjectItem (j, level_key);
+    const cJSON *core = cJSON_GetObjectItem (j, core_key);
+    if (!cJSON_IsNumber (rate) || !cJSON_IsNumber (cpu) || !cJSON_IsNumber (start)
+        || !cJSON_IsNumber (peak) || !cJSON_IsString (level) || !cJSON_IsString (core)) {
+        fprintf (stderr, "pipelearn-bench: `%s` failed (exit %d):\n%s%s", cmd, rc, said, json);
+        cJSON_Delete (j);
+        return side;
+    }
+    side.ok = true;
+    side.per_s = rate->valuedouble, side.per_cpu_s = cpu->valuedouble;
+    side.rss_start_kb = start->valuedouble, side.peak_rss_kb = peak->valuedouble;
+    snprintf (side.level, sizeof side.level, "%s", level->valuestring);
+    snprintf (side.core, sizeof side.core, "%s", core->valuestring);
+    side.json = j;
+    return side;
 }
 
-static double
-s_ours (const s_setting_t *s, int threads, int images, int repeats, bool cpu_time,
-        double *runs)
+//  "28x28x1,32x32x3" into list; the count, or -1 if malformed.
+static int
+s_parse_inputs (const char *text, s_input_t *list)
+{
+    int n = 0;
+    for (const char *p = text; *p && n < S_MAX_LIST; n++) {
+        int used = 0;
+        if (sscanf (p, "%dx%dx%d%n", &list[n].h, &list[n].w, &list[n].c, &used) != 3
+            || list[n].h < 1 || list[n].w < 1 || list[n].c < 1)
+            return -1;
+        p += used;
+        if (*p == ',')
+            p++;
+        else if (*p)
+            return -1;
+    }
+    return n;
+}
+
+//  "25,10" into list; the count, or -1 if malformed.
+static int
+s_parse_ints (const char *text, int *list)
+{
+    int n = 0;
+    for (const char *p = text; *p && n < S_MAX_LIST; n++) {
+        char *end;
+        long v = strtol (p, &end, 10);
+        if (end == p || v < 1 || v > 100000)
+            return -1;
+        list[n] = (int) v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',')
+            return -1;
+    }
+    return n;
+}
+
+//  The shape the model is timed on for `in`: `in` itself, or padded up to
+//  a multiple of 32 when the model refuses it and takes that (VGG11 on
+//  28x28, as "pad_to": 32 does). -1 with the model's message if neither.
+static int
+s_fit_input (const char *model, s_input_t in, s_input_t *fit, char *err, size_t err_size)
 {
     nn_model_spec_t spec;
-    nn_model_spec_vgg5 (&spec, 1, 28, 10, true);
-    int mb = s->batch / s->micro;
-    nn_model_t *m = nn_model_new (&spec, 0, spec.units_count, mb, NULL, 0);
-    nn_model_set_threads (m, threads);
-    nn_rng_t rng;
-    nn_rng_seed (&rng, 1);
-    nn_model_init (m, &rng);
-    //  8-bit pixels converted per batch, as in training.
-    nn_dataset_t *ds = nn_dataset_synthetic (2000, 28, 28, 1, 10, 1);
-    float *x = nn_alloc_aligned (sizeof (float) * 784 * (size_t) mb);
-    int *y = nn_malloc (sizeof (int) * (size_t) mb), *idx = nn_malloc (sizeof (int) * (size_t) mb);
-    float *d = nn_malloc (sizeof (float) * 10 * (size_t) mb);
-    int cursor = 0;
-    for (int w = 0; w < 5; w++)
-        s_step (m, ds, &cursor, s, x, y, d, idx);
-    int steps = (images + s->batch - 1) / s->batch;
-    for (int r = 0; r < repeats; r++) {
-        double t0 = cpu_time ? s_cpu_seconds () : pl_monotonic ();
-        for (int k = 0; k < steps; k++)
-            s_step (m, ds, &cursor, s, x, y, d, idx);
-        double t1 = cpu_time ? s_cpu_seconds () : pl_monotonic ();
-        runs[r] = steps * s->batch / (t1 - t0);
-    }
-    nn_free (x), nn_free (y), nn_free (idx), nn_free (d);
-    nn_dataset_destroy (&ds);
-    nn_model_destroy (&m);
-    double copy[S_MAX_REPEATS];
-    memcpy (copy, runs, sizeof (double) * (size_t) repeats);
-    return s_median (copy, repeats);
-}
-
-//  PyTorch's figure for the same setting, from tests/bench/torch_vgg5.py.
-static double
-s_torch (const s_setting_t *s, int threads, int images, int repeats, bool cpu_time,
-         char *version, size_t version_size)
-{
-    char cmd[2048], line[8192] = "";
-    snprintf (cmd, sizeof cmd,
-              "/usr/bin/python3 %s/tests/bench/torch_vgg5.py --batch %d --micro-batches %d "
-              "--threads %d --images %d --repeats %d%s 2>/dev/null",
-              PL_SOURCE_DIR, s->batch, s->micro, threads, images, repeats,
-              cpu_time ? " --cpu-time" : "");
-    FILE *p = popen (cmd, "r");
-    if (!p)
-        return -1.0;
-    char buf[8192];
-    while (fgets (buf, sizeof buf, p))
-        if (buf[0] == '{')
-            snprintf (line, sizeof line, "%s", buf);
-    if (pclose (p) != 0)
-        return -1.0;
-    cJSON *j = cJSON_Parse (line);
-    cJSON *v = cJSON_GetObjectItem (j, "images_per_s");
-    double rate = cJSON_IsNumber (v) ? v->valuedouble : -1.0;
-    cJSON *ver = cJSON_GetObjectItem (j, "version");
-    if (cJSON_IsString (ver))
-        snprintf (version, version_size, "%s", ver->valuestring);
-    cJSON_Delete (j);
-    return rate;
+    *fit = in;
+    if (nn_model_spec_by_name (&spec, model, in.c, in.h, in.w, S_CLASSES, err, err_size) == 0)
+        return 0;
+    s_input_t pad = { (in.h + 31) / 32 * 32, (in.w + 31) / 32 * 32, in.c };
+    char ignored[256];
+    if (nn_model_spec_by_name (&spec, model, pad.c, pad.h, pad.w, S_CLASSES, ignored,
+                               sizeof ignored))
+        return -1;
+    *fit = pad;
+    return 0;
 }
 
 //  Peak RSS of pipelearn-train over one full Fashion-MNIST epoch, in KiB.
@@ -235,74 +265,22 @@ s_isa_env (int argc, char **argv)
     return 2;
 }
 
-//  The best of 5 single-thread sgemms of 1024^3, in GFLOP/s.
-static double
-s_sgemm_peak (void)
+static void
+s_add_side (cJSON *row, const char *key, s_side_t *side)
 {
-    const int n = 1024;
-    float *a = nn_alloc_aligned (sizeof (float) * n * n);
-    float *b = nn_alloc_aligned (sizeof (float) * n * n);
-    float *c = nn_alloc_aligned (sizeof (float) * n * n);
-    for (int i = 0; i < n * n; i++)
-        a[i] = (float) (i % 7) * 0.1f, b[i] = (float) (i % 5) * 0.1f;
-    double best = 0.0;
-    for (int r = 0; r < 6; r++) {
-        double t0 = pl_monotonic ();
-        cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n,
-                     0.0f, c, n);
-        double rate = 2.0 * n * n * n / (pl_monotonic () - t0) / 1e9;
-        if (r > 0 && rate > best)
-            best = rate;
+    if (side->ok) {
+        cJSON_AddItemToObject (row, key, side->json);
+        side->json = NULL;
     }
-    nn_free (a), nn_free (b), nn_free (c);
-    return best;
 }
 
-//  VGG5's three convolutions at batch 100 on one thread: forward and
-//  backward (weights, and input but for the first), the best of 5, in
-//  GFLOP/s of the matrix work (2 * pixels * k * r*s*c per product).
-static double
-s_conv_rate (int repeats)
+static int
+s_usage (void)
 {
-    static const nn_conv_shape_t shapes[] = {
-        { .n = 100, .h = 28, .w = 28, .c = 1, .k = 32, .r = 3, .s = 3, .stride = 1, .pad = 1 },
-        { .n = 100, .h = 14, .w = 14, .c = 32, .k = 64, .r = 3, .s = 3, .stride = 1, .pad = 1 },
-        { .n = 100, .h = 7, .w = 7, .c = 64, .k = 64, .r = 3, .s = 3, .stride = 1, .pad = 1 },
-    };
-    double flops = 0.0, secs = 0.0;
-    nn_rng_t rng;
-    nn_rng_seed (&rng, 7);
-    for (int l = 0; l < 3; l++) {
-        nn_conv_shape_t sh = shapes[l];
-        nn_conv_shape_finish (&sh);
-        size_t in = (size_t) sh.n * sh.h * sh.w * sh.c, out = (size_t) sh.n * sh.p * sh.q * sh.k;
-        size_t wn = (size_t) sh.k * sh.r * sh.s * sh.c;
-        float *x = nn_alloc_aligned (sizeof (float) * in), *dx = nn_alloc_aligned (sizeof (float) * in);
-        float *y = nn_alloc_aligned (sizeof (float) * out), *dy = nn_alloc_aligned (sizeof (float) * out);
-        float *w = nn_alloc_aligned (sizeof (float) * wn), *dw = nn_alloc_aligned (sizeof (float) * wn);
-        float *scratch = nn_alloc_aligned (sizeof (float) * nn_conv2d_scratch_count (&sh));
-        for (size_t i = 0; i < in; i++)
-            x[i] = (float) nn_rng_normal (&rng);
-        for (size_t i = 0; i < out; i++)
-            dy[i] = (float) nn_rng_normal (&rng);
-        for (size_t i = 0; i < wn; i++)
-            w[i] = (float) (0.1 * nn_rng_normal (&rng));
-        bool first = l == 0;
-        double best = 1e30;
-        for (int r = 0; r < repeats + 1; r++) {
-            double t0 = pl_monotonic ();
-            nn_conv2d_forward (y, x, w, NULL, &sh, scratch);
-            nn_conv2d_backward (first ? NULL : dx, dw, NULL, dy, x, w, &sh, scratch);
-            double t = pl_monotonic () - t0;
-            if (r > 0 && t < best)
-                best = t;
-        }
-        flops += (first ? 2.0 : 3.0) * 2.0 * sh.n * sh.p * sh.q * (double) wn;
-        secs += best;
-        nn_free (x), nn_free (dx), nn_free (y), nn_free (dy), nn_free (w), nn_free (dw);
-        nn_free (scratch);
-    }
-    return flops / secs / 1e9;
+    fprintf (stderr, "usage: pipelearn-bench [--model NAME] [--input HxWxC[,HxWxC...]] "
+             "[--batch B] [--micro M[,M...]] [--threads T] [--images N] [--repeats R] "
+             "[--warmup W] [--no-torch] [--json FILE] [--isa LEVEL] [--train-rss]\n");
+    return 2;
 }
 
 int
@@ -313,91 +291,184 @@ main (int argc, char **argv)
         return isa_rc;
     if (pl_blas_setup (argv))
         return 2;
-    int threads = 2, images = 2000, repeats = 5;
-    bool torch = true, rss = true, cpu_time = false;
-    int only_micro = 0;             //  0: every setting; else that micro-batch size
-    const char *json_path = NULL;
+    if (argc > 1 && strcmp (argv[1], "--worker") == 0)
+        return bench_worker_main (argc - 1, argv + 1);
+    const char *model_arg = "vgg5", *json_path = NULL;
+    const char *inputs_arg = "28x28x1,32x32x3", *micro_arg = "25,10";
+    int threads = 1, images = 500, repeats = 3, warmup = 2, batch = 100;
+    bool torch = true, train_rss = false;
     static const struct option opts[] = {
+        { "model", required_argument, NULL, 'M' }, { "input", required_argument, NULL, 'I' },
+        { "batch", required_argument, NULL, 'b' }, { "micro", required_argument, NULL, 'm' },
         { "threads", required_argument, NULL, 't' }, { "images", required_argument, NULL, 'n' },
-        { "repeats", required_argument, NULL, 'r' }, { "no-torch", no_argument, NULL, 'T' },
-        { "no-rss", no_argument, NULL, 'R' }, { "json", required_argument, NULL, 'j' },
-        { "micro", required_argument, NULL, 'm' }, { "isa", required_argument, NULL, 'i' },
-        { "cpu-time", no_argument, NULL, 'c' },
+        { "repeats", required_argument, NULL, 'r' }, { "warmup", required_argument, NULL, 'w' },
+        { "no-torch", no_argument, NULL, 'T' }, { "json", required_argument, NULL, 'j' },
+        { "isa", required_argument, NULL, 'i' }, { "train-rss", no_argument, NULL, 'R' },
         { NULL, 0, NULL, 0 }
     };
-    int c;
-    while ((c = getopt_long (argc, argv, "t:n:r:TRj:m:i:c", opts, NULL)) != -1)
-        switch (c) {
+    int opt;
+    while ((opt = getopt_long (argc, argv, "", opts, NULL)) != -1)
+        switch (opt) {
+            case 'M': model_arg = optarg; break;
+            case 'I': inputs_arg = optarg; break;
+            case 'b': batch = atoi (optarg); break;
+            case 'm': micro_arg = optarg; break;
             case 't': threads = atoi (optarg); break;
             case 'n': images = atoi (optarg); break;
             case 'r': repeats = atoi (optarg); break;
+            case 'w': warmup = atoi (optarg); break;
             case 'T': torch = false; break;
-            case 'c': cpu_time = true; break;
-            case 'R': rss = false; break;
             case 'j': json_path = optarg; break;
-            case 'm': only_micro = atoi (optarg); break;
             case 'i': break;            //  taken by s_isa_env
-            default:
-                fprintf (stderr, "usage: pipelearn-bench [--threads T] [--images N] "
-                         "[--repeats R] [--no-torch] [--no-rss] [--json FILE] [--micro M] "
-                         "[--isa LEVEL] [--cpu-time]\n");
-                return 2;
+            case 'R': train_rss = true; break;
+            default: return s_usage ();
         }
-    if (threads < 1 || images < 100 || repeats < 1 || repeats > S_MAX_REPEATS) {
-        fprintf (stderr, "pipelearn-bench: need threads >= 1, images >= 100, 1 <= repeats <= %d\n",
-                 S_MAX_REPEATS);
+    if (optind < argc)
+        return s_usage ();
+    const nn_model_entry_t *entry = nn_model_registry_find (model_arg);
+    if (!entry) {
+        char names[512];
+        fprintf (stderr, "pipelearn-bench: --model %s: not a model (known: %s)\n", model_arg,
+                 nn_model_registry_names (names, sizeof names));
         return 2;
     }
+    const char *model = entry->name;
+    s_input_t inputs[S_MAX_LIST];
+    int micros[S_MAX_LIST];
+    int inputs_count = s_parse_inputs (inputs_arg, inputs);
+    int micros_count = s_parse_ints (micro_arg, micros);
+    if (inputs_count < 1 || micros_count < 1 || threads < 1 || batch < 1 || images < 1
+        || repeats < 1 || repeats > BENCH_MAX_REPEATS || warmup < 0) {
+        fprintf (stderr, "pipelearn-bench: need --input HxWxC[,...], --micro M[,...], "
+                 "threads, batch, images >= 1, warmup >= 0, 1 <= repeats <= %d\n",
+                 BENCH_MAX_REPEATS);
+        return 2;
+    }
+    //  The settings: the whole batch, then each micro-batch size that
+    //  divides it into more than one piece.
+    int settings[S_MAX_LIST + 1], settings_count = 0;
+    settings[settings_count++] = batch;
+    for (int i = 0; i < micros_count; i++) {
+        if (micros[i] < batch && batch % micros[i] == 0)
+            settings[settings_count++] = micros[i];
+        else if (micros[i] != batch)
+            fprintf (stderr, "pipelearn-bench: micro-batch %d does not divide batch %d into "
+                     "pieces; skipped\n", micros[i], batch);
+    }
+    char self[4096];
+    ssize_t len = readlink ("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0 || (size_t) len >= sizeof self - 1) {
+        fprintf (stderr, "pipelearn-bench: cannot read /proc/self/exe\n");
+        return 2;
+    }
+    self[len] = '\0';
     pl_blas_set_threads (1);
-    char version[64] = "-";
+
+    char cpu[256];
+    s_cpu_name (cpu, sizeof cpu);
+    const char *aten = getenv ("ATEN_CPU_CAPABILITY");
     cJSON *out = cJSON_CreateObject ();
+    cJSON_AddStringToObject (out, "cpu", cpu);
+    cJSON_AddStringToObject (out, "model", model);
     cJSON_AddStringToObject (out, "openblas_core", pl_blas_corename ());
     cJSON_AddStringToObject (out, "kernels", nn_isa_name (nn_isa_active ()));
     cJSON_AddNumberToObject (out, "threads", threads);
-    cJSON_AddStringToObject (out, "clock", cpu_time ? "cpu" : "wall");
-    cJSON *rows = cJSON_AddArrayToObject (out, "settings");
-    printf ("VGG5 training, 28x28x1, %d thread(s), OpenBLAS core %s, kernels %s, "
-            "median of %d x %d images%s\n", threads, pl_blas_corename (),
-            nn_isa_name (nn_isa_active ()), repeats, images,
-            cpu_time ? ", images per second of CPU time" : "");
-    double peak = s_sgemm_peak (), conv = s_conv_rate (5);
+    cJSON_AddNumberToObject (out, "images", images);
+    cJSON_AddNumberToObject (out, "repeats", repeats);
+    printf ("%s training, %d thread(s), median of %d x %d images, batch %d\n"
+            "CPU: %s; kernels %s (%s=%s), OpenBLAS core %s; PyTorch ATEN_CPU_CAPABILITY=%s\n",
+            model, threads, repeats, images, batch, cpu, nn_isa_name (nn_isa_active ()),
+            NN_ISA_ENV, getenv (NN_ISA_ENV) ? getenv (NN_ISA_ENV) : "unset",
+            pl_blas_corename (), aten ? aten : "unset");
+    double peak = bench_sgemm_peak ();
     cJSON_AddNumberToObject (out, "sgemm_peak_gflops", peak);
-    cJSON_AddNumberToObject (out, "conv_gflops", conv);
-    printf ("one core: OpenBLAS sgemm 1024^3 %.1f GFLOP/s; VGG5's convolutions at batch 100 "
-            "(forward + backward) %.1f GFLOP/s = %.0f%% of it\n", peak, conv,
-            100.0 * conv / peak);
-    printf ("%-8s %-6s %14s %14s %8s\n", "batch", "micro", "ours img/s", "torch img/s", "ratio");
-    for (int i = 0; i < S_SETTINGS; i++) {
-        const s_setting_t *s = &s_settings[i];
-        if (only_micro && s->batch / s->micro != only_micro)
-            continue;
-        double runs[S_MAX_REPEATS];
-        //  Interleave: ours, then PyTorch, per setting, so drift hits both.
-        double ours = s_ours (s, threads, images, repeats, cpu_time, runs);
-        double peer = torch ? s_torch (s, threads, images, repeats, cpu_time, version,
-                                       sizeof version)
-                            : -1.0;
-        char peer_s[32] = "-", ratio_s[32] = "-";
-        if (peer > 0) {
-            snprintf (peer_s, sizeof peer_s, "%.0f", peer);
-            snprintf (ratio_s, sizeof ratio_s, "%.2fx", ours / peer);
-        }
-        printf ("%-8d %-6d %14.0f %14s %8s\n", s->batch, s->batch / s->micro, ours, peer_s, ratio_s);
-        fflush (stdout);
-        cJSON *row = cJSON_CreateObject ();
-        cJSON_AddNumberToObject (row, "batch", s->batch);
-        cJSON_AddNumberToObject (row, "micro_batch", s->batch / s->micro);
-        cJSON_AddNumberToObject (row, "ours_images_per_s", ours);
-        cJSON_AddItemToObject (row, "ours_runs", cJSON_CreateDoubleArray (runs, repeats));
-        if (peer > 0) {
-            cJSON_AddNumberToObject (row, "torch_images_per_s", peer);
-            cJSON_AddNumberToObject (row, "ratio", ours / peer);
-        }
-        cJSON_AddItemToArray (rows, row);
+    printf ("one core, thread CPU time: OpenBLAS sgemm 1024^3 %.1f GFLOP/s", peak);
+    if (strcmp (model, "vgg5") == 0) {
+        double conv = bench_vgg5_conv_rate (5);
+        cJSON_AddNumberToObject (out, "conv_gflops", conv);
+        printf ("; VGG5's convolutions at batch 100 (forward + backward) %.1f GFLOP/s = "
+                "%.0f%% of it", conv, 100.0 * conv / peak);
     }
-    if (torch)
-        printf ("PyTorch %s (python3-torch), same threads, same model and batch shapes\n", version);
-    if (rss) {
+    printf ("\nimages/s of wall time and of each side's CPU time (img/CPU-s); ratio = ours / "
+            "PyTorch's; peak RSS in MiB (+ beyond the process before the model)\n");
+    printf ("%-9s %-6s %-5s %9s %9s %9s %9s %6s %6s %14s %14s  %s\n", "input", "batch", "micro",
+            "ours/s", "ours/CPUs", "torch/s", "torch/CPUs", "ratio", "CPU", "ours RSS",
+            "torch RSS", "ours kernels/OpenBLAS, torch ATen");
+    cJSON *rows = cJSON_AddArrayToObject (out, "settings");
+    int failed = 0;
+    for (int s = 0; s < inputs_count; s++) {
+        s_input_t in;
+        char err[256];
+        if (inputs[s].h != inputs[s].w || s_fit_input (model, inputs[s], &in, err, sizeof err)) {
+            fprintf (stderr, "pipelearn-bench: %s on %dx%dx%d: %s\n", model, inputs[s].h,
+                     inputs[s].w, inputs[s].c,
+                     inputs[s].h != inputs[s].w ? "square inputs only" : err);
+            failed++;
+            continue;
+        }
+        char in_s[32];
+        snprintf (in_s, sizeof in_s, "%dx%dx%d", in.h, in.w, in.c);
+        if (in.h != inputs[s].h)
+            printf ("(%dx%dx%d padded to %s: %s needs it)\n", inputs[s].h, inputs[s].w,
+                    inputs[s].c, in_s, model);
+        for (int k = 0; k < settings_count; k++) {
+            int mb = settings[k], pieces = batch / mb;
+            char cmd[8192];
+            snprintf (cmd, sizeof cmd, "'%s' --worker --model %s --input %s --batch %d "
+                      "--micro-batches %d --threads %d --images %d --repeats %d --warmup %d",
+                      self, model, in_s, batch, pieces, threads, images, repeats, warmup);
+            s_side_t ours = s_run_side (cmd, "kernels", "openblas_core");
+            s_side_t peer = { .ok = false };
+            if (torch) {
+                snprintf (cmd, sizeof cmd, "/usr/bin/python3 '%s/tests/bench/torch_bench.py' "
+                          "--model %s --in-c %d --side %d --batch %d --micro-batches %d "
+                          "--threads %d --images %d --repeats %d --warmup %d", PL_SOURCE_DIR,
+                          model, in.c, in.h, batch, pieces, threads, images, repeats, warmup);
+                peer = s_run_side (cmd, "cpu_capability", "version");
+            }
+            failed += !ours.ok + (torch && !peer.ok);
+            char f[8][32];
+            for (int i = 0; i < 8; i++)
+                snprintf (f[i], sizeof f[i], "-");
+            if (ours.ok) {
+                snprintf (f[0], 32, "%.0f", ours.per_s);
+                snprintf (f[1], 32, "%.0f", ours.per_cpu_s);
+                snprintf (f[6], 32, "%.1f(+%.1f)", ours.peak_rss_kb / 1024.0,
+                          (ours.peak_rss_kb - ours.rss_start_kb) / 1024.0);
+            }
+            if (peer.ok) {
+                snprintf (f[2], 32, "%.0f", peer.per_s);
+                snprintf (f[3], 32, "%.0f", peer.per_cpu_s);
+                snprintf (f[7], 32, "%.1f(+%.1f)", peer.peak_rss_kb / 1024.0,
+                          (peer.peak_rss_kb - peer.rss_start_kb) / 1024.0);
+            }
+            cJSON *row = cJSON_CreateObject ();
+            cJSON_AddStringToObject (row, "input", in_s);
+            cJSON_AddNumberToObject (row, "batch", batch);
+            cJSON_AddNumberToObject (row, "micro_batch", mb);
+            if (ours.ok && peer.ok) {
+                snprintf (f[4], 32, "%.2fx", ours.per_s / peer.per_s);
+                snprintf (f[5], 32, "%.2fx", ours.per_cpu_s / peer.per_cpu_s);
+                cJSON_AddNumberToObject (row, "ratio", ours.per_s / peer.per_s);
+                cJSON_AddNumberToObject (row, "ratio_cpu", ours.per_cpu_s / peer.per_cpu_s);
+            }
+            printf ("%-9s %-6d %-5d %9s %9s %9s %9s %6s %6s %14s %14s  %s/%s, %s\n", in_s,
+                    batch, mb, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7],
+                    ours.ok ? ours.level : "-", ours.ok ? ours.core : "-",
+                    peer.ok ? peer.level : "-");
+            fflush (stdout);
+            s_add_side (row, "ours", &ours);
+            s_add_side (row, "torch", &peer);
+            if (peer.ok && !cJSON_GetObjectItem (out, "torch_version"))
+                cJSON_AddStringToObject (out, "torch_version", peer.core);
+            cJSON_AddItemToArray (rows, row);
+        }
+    }
+    const cJSON *version = cJSON_GetObjectItem (out, "torch_version");
+    if (cJSON_IsString (version))
+        printf ("PyTorch %s (python3-torch, tests/torch_models.py, channels_last), same "
+                "threads, one BLAS thread, same batch shapes\n", version->valuestring);
+    if (train_rss) {
         double acc = 0.0;
         long kb = s_train_rss (threads, &acc);
         //  70000 images of 784 bytes plus their labels, as stored.
@@ -410,8 +481,10 @@ main (int argc, char **argv)
             cJSON_AddNumberToObject (out, "train_rss_beyond_dataset_kb", (double) (kb - dataset_kb));
             cJSON_AddNumberToObject (out, "train_test_acc", acc);
         }
-        else
+        else {
             printf ("pipelearn-train RSS run failed (is dataset-fashion-mnist installed?)\n");
+            failed++;
+        }
     }
     if (json_path) {
         char *text = cJSON_Print (out);
@@ -420,8 +493,12 @@ main (int argc, char **argv)
             fprintf (f, "%s\n", text);
             fclose (f);
         }
+        else {
+            fprintf (stderr, "pipelearn-bench: cannot write %s\n", json_path);
+            failed++;
+        }
         free (text);
     }
     cJSON_Delete (out);
-    return 0;
+    return failed ? 1 : 0;
 }

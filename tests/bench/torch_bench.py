@@ -1,17 +1,28 @@
 #!/usr/bin/python3
-"""torch_vgg5.py: PyTorch peer of pipelearn's VGG5 training benchmark.
+"""torch_bench.py: PyTorch peer of pipelearn-bench (tests/bench/bench_train.c).
 
-Trains the PipeLearn reference VGG5 on Fashion-MNIST-shaped random data
-(28x28x1, 10 classes) and prints throughput as one JSON line.
+Trains one of the paper's models as tests/torch_models.py builds it (the
+PyTorch twins of pipelearn's models) on random 8-bit images of the given
+shape, 10 classes, and prints throughput and memory as one JSON line:
 
-  /usr/bin/python3 tests/bench/torch_vgg5.py --batch 100 --threads 2 --images 2000
+  /usr/bin/python3 tests/bench/torch_bench.py --model resnet18 --in-c 3 --side 32 \\
+      --batch 100 --micro-batches 4 --threads 1 --images 500
+
+Each timed repeat measures wall time and this process's CPU time; the
+medians of both are printed. rss_start_kb is the resident set after torch
+is imported and its threads set, before the model exists; peak_rss_kb is
+getrusage's peak of this process alone (the caller's memory is not in it).
+"cpu_capability" is ATen's kernel level (ATEN_CPU_CAPABILITY restricts it;
+oneDNN's convolutions follow DNNL_MAX_CPU_ISA).
 
 Needs Debian's python3-torch (run with /usr/bin/python3, not a pyenv python).
 """
 import argparse
 import json
 import os
+import resource
 import statistics
+import sys
 import time
 
 #  Debian's torch links the pthread OpenBLAS (used for the Linear layers),
@@ -24,56 +35,51 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import torch  # noqa: E402
-import torch.nn as nn
+import torch.nn as nn  # noqa: E402
 
-#  Fashion-MNIST normalisation, as common/nn/nn_dataset.c uses.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import torch_models  # noqa: E402
+
+#  Fashion-MNIST normalisation, as common/nn/nn_dataset.c uses (the figure
+#  does not depend on it).
 MEAN, STD = 0.2860, 0.3530
 POOL = 2000             #  pre-generated images, cycled through
-SIDE, CLASSES = 28, 10
+CLASSES = 10
 
 
-def vgg5(bn):
-    """The reference VGG5; bn=False drops the BatchNorm layers."""
-    def block(cin, cout, pool):
-        layers = [nn.Conv2d(cin, cout, 3, padding=1, bias=True)]
-        if bn:
-            layers.append(nn.BatchNorm2d(cout))
-        layers.append(nn.ReLU(inplace=True))
-        if pool:
-            layers.append(nn.MaxPool2d(2))
-        return layers
-    model = nn.Sequential(
-        *block(1, 32, True), *block(32, 64, True), *block(64, 64, False),
-        nn.Flatten(),
-        nn.Linear(64 * 7 * 7, 128),
-        #  No ReLU here: a quirk of the reference, kept so results compare.
-        nn.Linear(128, CLASSES))
-    for m in model.modules():
-        if isinstance(m, (nn.Conv2d, nn.Linear)):
-            nn.init.xavier_uniform_(m.weight)
-            nn.init.zeros_(m.bias)
-    return model
+def rss_now_kb():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def cpu_capability():
+    for line in torch.__config__.show().splitlines():
+        if "CPU capability usage:" in line:
+            return line.split(":", 1)[1].strip()
+    return "unknown"
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="vgg5", choices=torch_models.MODELS)
+    p.add_argument("--in-c", type=int, default=1)
+    p.add_argument("--side", type=int, default=28)
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--threads", type=int, required=True)
     p.add_argument("--images", type=int, required=True,
                    help="images processed per timed repeat")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--no-bn", action="store_true")
     p.add_argument("--micro-batches", type=int, default=1,
                    help="split each mini-batch into M micro-batches, "
                         "accumulate grads, one optimizer step (as PipeLearn feeds each side)")
     p.add_argument("--eval", action="store_true", help="time inference only (no grad)")
-    p.add_argument("--cpu-time", action="store_true",
-                   help="images per second of this process's CPU time, not of wall time "
-                        "(steadier on a machine shared with other jobs)")
     #  Default channels_last (NHWC): on the 2-core dev box (PyTorch 1.13,
-    #  oneDNN) it beat NCHW in every training config tried, e.g. with 2
+    #  oneDNN) it beat NCHW in every VGG5 training config tried, e.g. with 2
     #  threads 1240 vs 1080 img/s at batch 100, 880 vs 800 at 25, 650 vs 560
     #  at 10. Pass --memory-format contiguous to re-check elsewhere.
     p.add_argument("--memory-format", choices=("contiguous", "channels_last"),
@@ -92,18 +98,19 @@ def main():
             torch.set_num_interop_threads(1)
         except RuntimeError:
             pass
-    torch.manual_seed(1)
+    rss_start = rss_now_kb()
 
     fmt = (torch.channels_last if a.memory_format == "channels_last"
            else torch.contiguous_format)
-    model = vgg5(not a.no_bn).to(memory_format=fmt)
+    model = torch_models.build(a.model, a.in_c, a.side, CLASSES, channels_last=False, seed=1)
+    model = model.to(memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()          #  mean over the batch
 
     #  8-bit pixel pool and labels, generated once; the conversion to
     #  normalised float happens per batch inside the timed loop, as the C
     #  side converts its 8-bit pixels per batch.
-    pool = torch.randint(0, 256, (POOL, 1, SIDE, SIDE), dtype=torch.uint8)
+    pool = torch.randint(0, 256, (POOL, a.in_c, a.side, a.side), dtype=torch.uint8)
     labels = torch.randint(0, CLASSES, (POOL,))
     B, M = a.batch, a.micro_batches
     mb = B // M
@@ -139,27 +146,33 @@ def main():
         step = train_step
 
     steps = -(-a.images // B)                  #  ceil: at least N images
-    rates = []
+    wall, cpu = [], []
     with torch.set_grad_enabled(not a.eval):
         for _ in range(a.warmup):
             step()
-        clock = time.process_time if a.cpu_time else time.perf_counter
         for _ in range(a.repeats):
-            t0 = clock()
+            t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(steps):
                 step()
-            rates.append(steps * B / (clock() - t0))
+            t1, c1 = time.perf_counter(), time.process_time()
+            wall.append(steps * B / (t1 - t0))
+            cpu.append(steps * B / (c1 - c0))
 
     print(json.dumps({
-        "impl": "pytorch", "version": torch.__version__,
+        "impl": "pytorch", "version": torch.__version__, "model": a.model,
+        "input": "%dx%dx%d" % (a.side, a.side, a.in_c),
         "batch": B, "micro_batches": M, "threads": a.threads,
-        "images_per_s": round(statistics.median(rates), 1),
-        "repeats": [round(r, 1) for r in rates],
+        "images_per_s": round(statistics.median(wall), 1),
+        "images_per_cpu_s": round(statistics.median(cpu), 1),
+        "runs_wall": [round(r, 1) for r in wall],
+        "runs_cpu": [round(r, 1) for r in cpu],
+        "rss_start_kb": rss_start,
+        "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "cpu_capability": cpu_capability(),
         "mkldnn": torch.backends.mkldnn.is_available(),
-        "bn": not a.no_bn, "memory_format": a.memory_format,
+        "memory_format": a.memory_format,
         "blas_threads": os.environ["OPENBLAS_NUM_THREADS"],
         "mode": "eval" if a.eval else "train",
-        "clock": "cpu" if a.cpu_time else "wall",
     }))
 
 
