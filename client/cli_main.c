@@ -33,12 +33,14 @@
 #include "nn_kernels.h"
 #include "nn_model.h"
 #include "nn_optim.h"
-#include "pl_blas.h"
+#include "pl_args.h"
 #include "pl_config.h"
 #include "cli_run.h"
 #include "cli_state.h"
 #include "pl_curve.h"
+#include "pl_daemon.h"
 #include "pl_log.h"
+#include "pl_stop.h"
 #include "pl_summary.h"
 #include "pl_timeline.h"
 #include "proto_msg.h"
@@ -48,20 +50,10 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static volatile sig_atomic_t s_interrupted = 0;
-
-static void
-s_on_signal (int sig)
-{
-    (void) sig;
-    s_interrupted = 1;
-}
 
 
 static void
@@ -113,10 +105,8 @@ s_parse_args (int argc, char **argv, cli_args_t *a)
             case 'I': a->insecure = true; break;
             case 'd': a->data_dir = optarg; break;
             case 'L':
-                if (pl_log_set_format_name (optarg)) {
-                    pl_log_error ("--log-format: want text or json, got \"%s\"", optarg);
+                if (pl_args_log_format (optarg))
                     return -1;
-                }
                 break;
             case 'i':
                 a->device_id = (int) strtol (optarg, &end, 10);
@@ -151,7 +141,9 @@ s_parse_args (int argc, char **argv, cli_args_t *a)
             default: s_usage (stderr); return -1;
         }
     }
-    if (!a->connect || optind < argc) {
+    if (pl_args_end (argc, argv, s_usage))
+        return -1;
+    if (!a->connect) {
         s_usage (stderr);
         return -1;
     }
@@ -181,8 +173,8 @@ s_tl_now (const cli_t *self)
     return pl_timeline_now (self->timeline);
 }
 
-//  The longest a wait for the server sleeps before it looks at
-//  s_interrupted again.
+//  The longest a wait for the server sleeps before it looks at the stop
+//  flag again.
 #define S_POLL_SLICE_MS 200
 
 //  Next message from the server that is not a HEARTBEAT, waiting at most
@@ -193,13 +185,13 @@ s_recv (cli_t *self, int timeout_ms)
 {
     bool patient = timeout_ms < 0;
     double deadline = pl_monotonic () + (patient ? self->args.timeout_s : timeout_ms / 1000.0);
-    while (!s_interrupted) {
+    while (!self->stop->stop) {
         double left = deadline - pl_monotonic ();
         if (left < 0)
             left = 0;
         zmq_pollitem_t item = { self->dh, 0, ZMQ_POLLIN, 0 };
         //  In slices: SIGTERM may be delivered to another thread of this
-        //  process (OpenBLAS's, OpenMP's), which sets s_interrupted but
+        //  process (OpenBLAS's, OpenMP's), which sets the stop flag but
         //  leaves this poll asleep until its timeout (--timeout, 60 s): CI
         //  saw a stopped device still running 10 s after the signal.
         long ms = (long) (left * 1000.0 + 0.5);
@@ -463,7 +455,7 @@ s_pump (cli_t *self, int timeout_ms)
     //  ERROR ("server stopping") read here ends the run now, not after
     //  --timeout of waiting for gradients that will not come.
     if (!msg)
-        return timeout_ms == 0 && !self->bye && !self->recv_failed && !s_interrupted ? 1 : -1;
+        return timeout_ms == 0 && !self->bye && !self->recv_failed && !self->stop->stop ? 1 : -1;
     if (proto_msg_type (msg) != PROTO_MSG_GRADIENTS) {
         s_unexpected (self, &msg, "GRADIENTS");
         return -1;
@@ -840,10 +832,11 @@ typedef enum {
 //  shard, models) is freed before it returns. rejoining: the server said
 //  it would resume, so silence is "not back yet", not an error.
 static s_end_t
-s_session (const cli_args_t *args, bool rejoining)
+s_session (const cli_args_t *args, const pl_stop_t *stop, bool rejoining)
 {
     cli_t *self = nn_calloc (1, sizeof *self);
     self->args = *args;
+    self->stop = stop;
     self->rejoining = rejoining;
     s_end_t end = S_END_FAILED;
     self->dealer = zsock_new (ZMQ_DEALER);
@@ -898,7 +891,7 @@ s_session (const cli_args_t *args, bool rejoining)
         end = S_END_DIVERGED;
     }
     else
-    if (s_interrupted) {
+    if (self->stop->stop) {
         //  Stopped by SIGTERM/SIGINT: leave the run properly (the server
         //  drops this device and goes on; restarted, it rejoins).
         proto_msg_t *bye = proto_msg_new (PROTO_MSG_BYE);
@@ -938,35 +931,18 @@ s_session (const cli_args_t *args, bool rejoining)
 
 //  Sleep seconds, waking early for SIGTERM/SIGINT.
 static void
-s_nap (double seconds)
+s_nap (const pl_stop_t *stop, double seconds)
 {
     double until = pl_monotonic () + seconds;
-    while (!s_interrupted && pl_monotonic () < until)
+    while (!stop->stop && pl_monotonic () < until)
         zclock_sleep (S_POLL_SLICE_MS);
 }
 
-int
-cli_run (int argc, char **argv)
+//  cli_run's sessions, until one ends the run: its exit status.
+static int
+s_run (const cli_args_t *args, const pl_stop_t *stop)
 {
-    cli_args_t args = { 0 };
-    pl_args_lock ();
-    int parsed = s_parse_args (argc, argv, &args);
-    pl_args_unlock ();
-    if (parsed)
-        return 2;
-    pl_blas_set_threads (1);
-    zsys_init ();
-    zsys_handler_set (NULL);
-    struct sigaction sa = { .sa_handler = s_on_signal };
-    sigemptyset (&sa.sa_mask);
-    sigaction (SIGINT, &sa, NULL);
-    sigaction (SIGTERM, &sa, NULL);
-    //  A SIGTERM or SIGINT that came between zsys_init and these lines went
-    //  to CZMQ's handler, which only sets zsys_interrupted: the client
-    //  never saw it. It is this process's stop as well.
-    if (zsys_interrupted)
-        s_interrupted = 1;
-    if (args.insecure)
+    if (args->insecure)
         pl_log_warn ("client: --insecure: plain TCP; the server is not authenticated");
     //  A planned server stop is not this device's failure: rather than exit
     //  (and be restarted by systemd or Compose in a loop while the server is
@@ -975,7 +951,7 @@ cli_run (int argc, char **argv)
     //  for as long as the server stays away. Every other end is final.
     double backoff_s = 0.0;
     for (;;) {
-        s_end_t end = s_session (&args, backoff_s > 0);
+        s_end_t end = s_session (args, stop, backoff_s > 0);
         if (end == S_END_RESUMING)
             backoff_s = 1.0;
         else
@@ -989,10 +965,37 @@ cli_run (int argc, char **argv)
                  : end == S_END_DIVERGED ? CLI_EXIT_DIVERGED : 1;
         pl_log_info ("client: waiting for the server to resume the run; joining again in "
                      "%.0f s", backoff_s);
-        s_nap (backoff_s);
-        if (s_interrupted) {
+        s_nap (stop, backoff_s);
+        if (stop->stop) {
             pl_log_info ("client: stopped by a signal while waiting for the server");
             return 0;
         }
     }
+}
+
+int
+cli_run (int argc, char **argv)
+{
+    cli_args_t args = { 0 };
+    pl_args_lock ();
+    int parsed = s_parse_args (argc, argv, &args);
+    pl_args_unlock ();
+    if (parsed)
+        return 2;
+    pl_daemon_run_setup ();
+    //  This run's flags, for all its sessions (pl_stop.h): SIGINT and
+    //  SIGTERM end it.
+    pl_stop_t stop;
+    if (pl_stop_attach (&stop, false)) {
+        pl_log_error ("client: more than %d runs in this process", PL_STOP_MAX_RUNS);
+        return 1;
+    }
+    //  A SIGTERM or SIGINT that came between zsys_init and pl_stop_attach
+    //  went to CZMQ's handler, which only sets zsys_interrupted: the client
+    //  never saw it. It is this run's stop as well.
+    if (zsys_interrupted)
+        stop.stop = 1;
+    int rc = s_run (&args, &stop);
+    pl_stop_detach (&stop);
+    return rc;
 }

@@ -26,7 +26,7 @@ cli_planning_profile (cli_t *self)
     char err[NN_ERR_SIZE];
     nn_profile_args_t args = { .batch_size = self->batch, .threads = self->args.threads,
                                .seed = self->assign.seed, .now = pl_monotonic_clock };
-    nn_plan_costs_t costs;
+    nn_estimate_costs_t costs;
     double t0 = pl_monotonic ();
     if (nn_profile_run (&self->spec, &args, &costs, NULL, NULL, err, sizeof err)) {
         pl_log_error ("client: profiling: %s", err);
@@ -38,7 +38,7 @@ cli_planning_profile (cli_t *self)
                                                                         : 1) };
     double fwd = 0.0, bwd = 0.0;
     for (int u = 0; u < costs.units_count; u++) {
-        const nn_plan_unit_cost_t *c = &costs.unit[u];
+        const nn_estimate_unit_cost_t *c = &costs.unit[u];
         p.unit[u] = (proto_unit_cost_t) { c->fwd_s, c->bwd_s, c->fwd_fixed_s, c->bwd_fixed_s,
                                           c->upd_s };
         fwd += c->fwd_s;

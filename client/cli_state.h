@@ -14,6 +14,7 @@
 #include "nn_model.h"
 #include "nn_optim.h"
 #include "pl_config.h"
+#include "pl_stop.h"
 #include "pl_timeline.h"
 #include "proto_msg.h"
 
@@ -35,6 +36,7 @@ typedef struct {
 
 typedef struct {
     cli_args_t args;
+    const pl_stop_t *stop;      //  the run's signal flags (cli_run's; pl_stop.h)
     zsock_t *dealer;
     void *dh;
     pl_config_t cfg;

@@ -220,7 +220,7 @@ typedef struct {
 
 //  PROFILE: what one split unit costs on the device, in seconds, for a
 //  whole mini-batch of the run's batch size (nn_profile measures it; the
-//  fields mirror nn_plan_unit_cost_t). Finite, 0 <= fixed <= total <=
+//  fields mirror nn_estimate_unit_cost_t). Finite, 0 <= fixed <= total <=
 //  PROTO_COST_MAX_S.
 typedef struct {
     double fwd_s, bwd_s, fwd_fixed_s, bwd_fixed_s, upd_s;

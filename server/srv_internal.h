@@ -21,6 +21,7 @@
 #include "nn_dataset.h"
 #include "nn_model.h"
 #include "pl_config.h"
+#include "pl_stop.h"
 #include "pl_curve.h"
 #include "pl_summary.h"
 #include "pl_timeline.h"
@@ -88,6 +89,7 @@ typedef struct {
     //  The run's config, read-only once checked: what changes during a run
     //  (the split point, N) is the assignment below.
     const pl_config_t *cfg;
+    pl_stop_t stop;             //  the signals' flags for this run (pl_stop.h)
     pl_mode_t mode;
     nn_model_spec_t spec;
     int units, batch, eval_batch;

@@ -17,10 +17,12 @@
     epoch when every device's STATS for that epoch has arrived.
 */
 #include "nn_alloc.h"
-#include "pl_blas.h"
+#include "pl_args.h"
 #include "pl_config.h"
 #include "pl_curve.h"
+#include "pl_daemon.h"
 #include "pl_log.h"
+#include "pl_stop.h"
 #include "pl_summary.h"
 #include "pl_timeline.h"
 #include "srv_ckpt.h"
@@ -35,24 +37,11 @@
 
 #include <czmq.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
-
-static volatile sig_atomic_t s_interrupted = 0;
-static volatile sig_atomic_t s_reload = 0;
-
-static void
-s_on_signal (int sig)
-{
-    if (sig == SIGHUP)
-        s_reload = 1;
-    else
-        s_interrupted = 1;
-}
 
 
 static void
@@ -100,12 +89,8 @@ s_parse_args (int argc, char **argv, srv_args_t *args, pl_config_t *cfg)
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
-    char err[NN_ERR_SIZE];
-    //  The config file first, so that every other flag overrides it.
-    if (pl_config_load_args (cfg, argc, argv, &args->config_path, err, sizeof err)) {
-        pl_log_error ("%s", err);
+    if (pl_args_config (cfg, argc, argv, &args->config_path))
         return -1;
-    }
     int c;
     while ((c = getopt_long (argc, argv, "c:r:b:s:E:qh", opts, NULL)) != -1) {
         switch (c) {
@@ -121,17 +106,13 @@ s_parse_args (int argc, char **argv, srv_args_t *args, pl_config_t *cfg)
             case 'q': args->quiet = true; break;
             case 'M': snprintf (cfg->metrics, sizeof cfg->metrics, "%s", optarg); break;
             case 'L':
-                if (pl_log_set_format_name (optarg)) {
-                    pl_log_error ("--log-format: want text or json, got \"%s\"", optarg);
+                if (pl_args_log_format (optarg))
                     return -1;
-                }
                 break;
             case 'h': s_usage (stdout); exit (0);
             case 's':
-                if (pl_config_set (cfg, optarg, err, sizeof err)) {
-                    pl_log_error ("%s", err);
+                if (pl_args_set (cfg, optarg))
                     return -1;
-                }
                 break;
             default: s_usage (stderr); return -1;
         }
@@ -141,11 +122,8 @@ s_parse_args (int argc, char **argv, srv_args_t *args, pl_config_t *cfg)
                       "replaces it: give one");
         return -1;
     }
-    if (optind < argc) {
-        pl_log_error ("unexpected argument \"%s\"", argv[optind]);
-        s_usage (stderr);
+    if (pl_args_end (argc, argv, s_usage))
         return -1;
-    }
     if (args->insecure ? (args->cert || args->allow) : !(args->cert && args->allow)) {
         pl_log_error ("security: give --cert FILE_secret and --allow DIR (CurveZMQ, the "
                       "default; keys from pipelearn-keygen), or --insecure alone for plain "
@@ -153,6 +131,7 @@ s_parse_args (int argc, char **argv, srv_args_t *args, pl_config_t *cfg)
         return -1;
     }
     const char *src = args->config_path ? args->config_path : "config";
+    char err[NN_ERR_SIZE];
     if (pl_config_check (cfg, src, err, sizeof err)) {
         pl_log_error ("%s", err);
         return -1;
@@ -275,7 +254,7 @@ s_on_sighup (srv_t *self)
 static void
 s_loop (srv_t *self)
 {
-    while (!self->done && !s_interrupted) {
+    while (!self->done && !self->stop.stop) {
         //  Wake often enough to notice a deadline within a tenth of it.
         double tick = self->cfg->device_timeout_s * 100.0;
         void *which = zpoller_wait (self->poller, tick < 1000.0 ? (int) tick + 1 : 1000);
@@ -292,12 +271,12 @@ s_loop (srv_t *self)
         if (which && self->pool)
             s_on_workers (self, which);
         else
-        if (zpoller_terminated (self->poller) && s_interrupted)
+        if (zpoller_terminated (self->poller) && self->stop.stop)
             break;          //  other signals (SIGHUP) also end a poll: go on
         if (self->pool && !self->done)
             s_on_workers (self, NULL);
-        if (s_reload) {
-            s_reload = 0;
+        if (self->stop.reload) {
+            self->stop.reload = 0;
             s_on_sighup (self);
         }
         if (!self->done)
@@ -356,7 +335,7 @@ s_answer_complete (srv_t *self)
     double until = pl_monotonic () + self->cfg->device_timeout_s;
     pl_log_info ("server: telling devices for %.0f s that the run is complete",
                  self->cfg->device_timeout_s);
-    while (!s_interrupted && pl_monotonic () < until) {
+    while (!self->stop.stop && pl_monotonic () < until) {
         zmq_pollitem_t item = { self->rh, 0, ZMQ_POLLIN, 0 };
         if (zmq_poll (&item, 1, 200) <= 0)
             continue;
@@ -378,6 +357,7 @@ static int
 s_finish (srv_t *self, int rc)
 {
     srv_setup_teardown (self);
+    pl_stop_detach (&self->stop);
     pl_config_t *cfg = (pl_config_t *) self->cfg;      //  srv_run's, to free
     nn_free (cfg);
     nn_free (self);
@@ -400,22 +380,22 @@ srv_run (int argc, char **argv)
         nn_free (self);
         return 2;
     }
-    pl_blas_set_threads (1);
     s_raise_nofile ();
-    zsys_init ();
-    zsys_handler_set (NULL);
-    struct sigaction sa = { .sa_handler = s_on_signal };
-    sigemptyset (&sa.sa_mask);
-    sigaction (SIGINT, &sa, NULL);
-    sigaction (SIGTERM, &sa, NULL);
-    sigaction (SIGHUP, &sa, NULL);
-    //  A SIGTERM or SIGINT that came between zsys_init and these lines went
-    //  to CZMQ's handler, which only sets zsys_interrupted: every
+    pl_daemon_run_setup ();
+    //  SIGINT/SIGTERM end this run, SIGHUP re-reads --allow (pl_stop.h).
+    if (pl_stop_attach (&self->stop, true)) {
+        pl_log_error ("server: more than %d runs in this process", PL_STOP_MAX_RUNS);
+        nn_free (cfg);
+        nn_free (self);
+        return 1;
+    }
+    //  A SIGTERM or SIGINT that came between zsys_init and pl_stop_attach
+    //  went to CZMQ's handler, which only sets zsys_interrupted: every
     //  zpoller_wait then returns at once, and the server spun at 100 % CPU,
     //  never stopping (test_blas's early SIGTERM on a loaded host). It is
-    //  this process's stop as well.
+    //  this run's stop as well.
     if (zsys_interrupted)
-        s_interrupted = 1;
+        self->stop.stop = 1;
     self->quiet = args.quiet;
     self->tty = isatty (STDOUT_FILENO);
     self->results = args.results_dir ? args.results_dir : self->cfg->results_dir;
@@ -423,6 +403,7 @@ srv_run (int argc, char **argv)
     if (!args.resume && srv_ckpt_claim_fresh (self->results, args.force, ckerr,
                                               sizeof ckerr)) {
         pl_log_error ("server: %s", ckerr);
+        pl_stop_detach (&self->stop);
         nn_free (cfg);
         nn_free (self);
         return 1;
@@ -459,7 +440,7 @@ srv_run (int argc, char **argv)
                       "are incomplete");
         self->rc = 1;
     }
-    if (s_interrupted && !self->done)
+    if (self->stop.stop && !self->done)
         s_interrupted_notice (self);
     if (self->rc == 0)
         pl_log_info ("server: results in %s (peak RSS %ld KiB)", self->results,

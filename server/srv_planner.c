@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "nn_alloc.h"
-#include "nn_plan.h"
+#include "nn_estimate.h"
 #include "nn_profile.h"
 #include "pl_hostcopy.h"
 #include "pl_log.h"
@@ -18,7 +18,7 @@
 //  What the planner knows of a device slot; it outlives the slot's sessions.
 typedef struct {
     bool profiled;              //  costs came from its PROFILE
-    nn_plan_costs_t costs;
+    nn_estimate_costs_t costs;
     srv_linkrate_t link;        //  probes and traffic samples
     bool measured;              //  rtt/up/down hold a finished measurement
     double rtt_s, up_Bps, down_Bps;     //  the last measurement
@@ -35,8 +35,8 @@ struct _srv_planner_t {
     bool measure;                   //  devices profile and are probed (measure_link)
     bool probing;                   //  epoch-end probes in progress
     int fixed_micro;                //  the config's N when not "auto"
-    nn_plan_costs_t server;         //  this host, one worker thread
-    nn_plan_model_t model;          //  transfer sizes at batch B
+    nn_estimate_costs_t server;         //  this host, one worker thread
+    nn_estimate_model_t model;          //  transfer sizes at batch B
     int iterations;                 //  per epoch, for the estimates
     double host_copy_Bps;           //  host_cores > 0: loopback bytes per core-second
     size_t frame_limit;             //  the server's largest frame (0: none)
@@ -74,7 +74,7 @@ s_pipelearn (const srv_planner_t *self)
 //  The planner's input for every device slot: its profile (or this host's
 //  until it sent one) and its measured link (or the configured one).
 static void
-s_input (const srv_planner_t *self, nn_plan_input_t *in, nn_plan_device_t *devs)
+s_input (const srv_planner_t *self, nn_estimate_input_t *in, nn_estimate_device_t *devs)
 {
     const pl_config_t *cfg = self->args.cfg;
     memset (in, 0, sizeof *in);
@@ -100,23 +100,23 @@ s_input (const srv_planner_t *self, nn_plan_input_t *in, nn_plan_device_t *devs)
             devs[i].rtt_s = s->rtt_s;
         }
         else {
-            devs[i].uplink_Bps = nn_plan_link_payload_Bps (cfg->uplink_mbps);
-            devs[i].downlink_Bps = nn_plan_link_payload_Bps (cfg->downlink_mbps);
+            devs[i].uplink_Bps = nn_estimate_link_payload_Bps (cfg->uplink_mbps);
+            devs[i].downlink_Bps = nn_estimate_link_payload_Bps (cfg->downlink_mbps);
             devs[i].rtt_s = cfg->rtt_ms / 1000.0;
         }
     }
 }
 
 //  A plan for the current input with P pinned (0 = free). NULL logged.
-static nn_plan_t *
+static nn_estimate_t *
 s_plan_at (const srv_planner_t *self, int split_point)
 {
-    nn_plan_input_t in;
-    nn_plan_device_t devs[SRV_MAX_DEVICES];
+    nn_estimate_input_t in;
+    nn_estimate_device_t devs[SRV_MAX_DEVICES];
     s_input (self, &in, devs);
     in.split_point = split_point;
     char err[NN_ERR_SIZE];
-    nn_plan_t *plan = nn_plan_new (&in, err, sizeof err);
+    nn_estimate_t *plan = nn_estimate_new (&in, err, sizeof err);
     if (!plan)
         pl_log_error ("server: planner: %s", err);
     return plan;
@@ -125,11 +125,11 @@ s_plan_at (const srv_planner_t *self, int split_point)
 //  The run's epoch estimate when device i runs (p[i], n[i]): rounds are
 //  barriers, so the slowest device's epoch.
 static double
-s_epoch_each (const nn_plan_t *plan, int devices, const int *p, const int *n)
+s_epoch_each (const nn_estimate_t *plan, int devices, const int *p, const int *n)
 {
     double worst = 0.0;
     for (int i = 0; i < devices; i++) {
-        const nn_plan_candidate_t *c = nn_plan_find (plan, i, p[i], n[i]);
+        const nn_estimate_candidate_t *c = nn_estimate_find (plan, i, p[i], n[i]);
         if (c && c->epoch_s > worst)
             worst = c->epoch_s;
     }
@@ -138,7 +138,7 @@ s_epoch_each (const nn_plan_t *plan, int devices, const int *p, const int *n)
 
 //  The same with every device at split_point.
 static double
-s_epoch_of (const nn_plan_t *plan, int devices, int split_point, const int *n)
+s_epoch_of (const nn_estimate_t *plan, int devices, int split_point, const int *n)
 {
     int p[SRV_MAX_DEVICES];
     for (int i = 0; i < devices; i++)
@@ -148,7 +148,7 @@ s_epoch_of (const nn_plan_t *plan, int devices, int split_point, const int *n)
 
 //  summary.json "plan": what was chosen (a) from what.
 static void
-s_plan_json (const srv_planner_t *self, const nn_plan_t *plan, const srv_assign_t *a,
+s_plan_json (const srv_planner_t *self, const nn_estimate_t *plan, const srv_assign_t *a,
              double epoch_s, cJSON *root)
 {
     const pl_config_t *cfg = self->args.cfg;
@@ -171,8 +171,8 @@ s_plan_json (const srv_planner_t *self, const nn_plan_t *plan, const srv_assign_
     if (cfg->host_cores > 0)
         cJSON_AddNumberToObject (pj, "host_copy_mbps", s_mbps (self->host_copy_Bps));
     cJSON *devs = cJSON_AddArrayToObject (pj, "devices");
-    nn_plan_input_t in;
-    nn_plan_device_t dv[SRV_MAX_DEVICES];
+    nn_estimate_input_t in;
+    nn_estimate_device_t dv[SRV_MAX_DEVICES];
     s_input (self, &in, dv);
     for (int i = 0; i < devices; i++) {
         const s_slot_t *s = &self->slot[i];
@@ -198,9 +198,8 @@ s_plan_json (const srv_planner_t *self, const nn_plan_t *plan, const srv_assign_
         cJSON_AddItemToArray (devs, o);
     }
     cJSON *modes = cJSON_AddObjectToObject (pj, "modes");
-    for (int m = 0; m < NN_PLAN_MODES_COUNT; m++)
-        cJSON_AddNumberToObject (modes, nn_plan_mode_name ((nn_plan_mode_kind_t) m),
-                                 nn_plan_mode (plan, (nn_plan_mode_kind_t) m)->epoch_s);
+    for (pl_mode_t m = PL_MODE_FL; m <= PL_MODE_PIPELEARN; m++)
+        cJSON_AddNumberToObject (modes, pl_mode_name (m), nn_estimate_mode (plan, m)->epoch_s);
 }
 
 //  ---------------------------------------------------------------------
@@ -239,18 +238,18 @@ s_provisional (srv_planner_t *self, srv_assign_t *assign, cJSON *summary_root)
     //  epoch estimates assume 10000 samples per device.
     int per_device = cfg->samples > 0 ? cfg->samples / self->args.devices : 10000;
     self->iterations = per_device > batch ? (per_device + batch - 1) / batch : 1;
-    nn_plan_t *plan = s_plan_at (self, self->auto_split ? 0 : cfg->split_point);
+    nn_estimate_t *plan = s_plan_at (self, self->auto_split ? 0 : cfg->split_point);
     if (!plan)
         return -1;
     int p = 0, n = 1;
     double epoch_s;
     if (mode == PL_MODE_SL) {
-        const nn_plan_mode_t *sl = nn_plan_mode (plan, NN_PLAN_SL);
+        const nn_estimate_mode_t *sl = nn_estimate_mode (plan, PL_MODE_SL);
         p = sl->split_point;
         epoch_s = sl->epoch_s;
     }
     else
-        epoch_s = nn_plan_common (plan, &p, &n);
+        epoch_s = nn_estimate_common (plan, &p, &n);
     srv_assign_uniform (assign, self->args.devices, p, s_pipelearn (self) ? n : 1);
     s_plan_json (self, plan, assign, epoch_s, summary_root);
     cJSON *pj = cJSON_GetObjectItemCaseSensitive (summary_root, "plan");
@@ -259,15 +258,15 @@ s_provisional (srv_planner_t *self, srv_assign_t *assign, cJSON *summary_root)
                  "(fl %.1f, sl %.1f, sfl %.1f, pipelearn %.1f) for %d device(s) on the "
                  "configured %g/%g Mbit/s, %g ms link, devices as fast as this host (profiled "
                  "in %.1f s)%s", p, s_pipelearn (self) ? n : 1, epoch_s,
-                 nn_plan_mode (plan, NN_PLAN_FL)->epoch_s,
-                 nn_plan_mode (plan, NN_PLAN_SL)->epoch_s,
-                 nn_plan_mode (plan, NN_PLAN_SFL)->epoch_s,
-                 nn_plan_mode (plan, NN_PLAN_PIPELEARN)->epoch_s, self->args.devices,
+                 nn_estimate_mode (plan, PL_MODE_FL)->epoch_s,
+                 nn_estimate_mode (plan, PL_MODE_SL)->epoch_s,
+                 nn_estimate_mode (plan, PL_MODE_SFL)->epoch_s,
+                 nn_estimate_mode (plan, PL_MODE_PIPELEARN)->epoch_s, self->args.devices,
                  cfg->uplink_mbps, cfg->downlink_mbps, cfg->rtt_ms, profile_s,
                  mode == PL_MODE_FL ? ""
                  : self->measure ? "; provisional until the devices' profiles and links are in"
                  : "; provisional until the devices' profiles are in");
-    nn_plan_destroy (&plan);
+    nn_estimate_destroy (&plan);
     return 0;
 }
 
@@ -375,7 +374,7 @@ srv_planner_on_profile (srv_planner_t *self, int id, const proto_msg_t *msg, boo
     double fwd = 0.0, bwd = 0.0;
     for (uint32_t u = 0; u < p->units; u++) {
         const proto_unit_cost_t *c = &p->unit[u];
-        s->costs.unit[u] = (nn_plan_unit_cost_t) { c->fwd_s, c->bwd_s, c->fwd_fixed_s,
+        s->costs.unit[u] = (nn_estimate_unit_cost_t) { c->fwd_s, c->bwd_s, c->fwd_fixed_s,
                                                    c->bwd_fixed_s, c->upd_s };
         fwd += c->fwd_s;
         bwd += c->bwd_s;
@@ -463,13 +462,13 @@ srv_planner_take_replans (srv_planner_t *self)
 //  Each device's best N at split point P (cur's N if pinned), and its
 //  estimate.
 static void
-s_choose_micro (const srv_planner_t *self, const nn_plan_t *plan, const srv_assign_t *cur,
+s_choose_micro (const srv_planner_t *self, const nn_estimate_t *plan, const srv_assign_t *cur,
                 int split_point, int *n, double *est)
 {
     for (int i = 0; i < self->args.devices; i++) {
-        const nn_plan_candidate_t *c = nn_plan_chosen (plan, i);
+        const nn_estimate_candidate_t *c = nn_estimate_chosen (plan, i);
         n[i] = self->auto_micro ? c->micro_batches : cur->micro[i];
-        const nn_plan_candidate_t *f = nn_plan_find (plan, i, split_point, n[i]);
+        const nn_estimate_candidate_t *f = nn_estimate_find (plan, i, split_point, n[i]);
         est[i] = f ? f->iteration_s : c->iteration_s;
     }
 }
@@ -481,19 +480,19 @@ s_start_each (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_root,
               srv_planner_decision_t *out)
 {
     int devices = self->args.devices;
-    nn_plan_t *plan = s_plan_at (self, 0);
+    nn_estimate_t *plan = s_plan_at (self, 0);
     if (!plan)
         return -1;
-    nn_plan_input_t in;
-    nn_plan_device_t dv[SRV_MAX_DEVICES];
+    nn_estimate_input_t in;
+    nn_estimate_device_t dv[SRV_MAX_DEVICES];
     s_input (self, &in, dv);
     out->next = *cur;
     for (int i = 0; i < devices; i++) {
         s_slot_t *s = &self->slot[i];
-        const nn_plan_candidate_t *c = nn_plan_chosen (plan, i);
+        const nn_estimate_candidate_t *c = nn_estimate_chosen (plan, i);
         out->next.split[i] = c->split_point;
         out->next.micro[i] = self->auto_micro ? c->micro_batches : cur->micro[i];
-        const nn_plan_candidate_t *f = nn_plan_find (plan, i, out->next.split[i],
+        const nn_estimate_candidate_t *f = nn_estimate_find (plan, i, out->next.split[i],
                                                      out->next.micro[i]);
         double est = f ? f->iteration_s : c->iteration_s;
         out->tell[i] = true;
@@ -510,7 +509,7 @@ s_start_each (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_root,
         out->tell[i] = false;
     double epoch_s = s_epoch_each (plan, devices, out->next.split, out->next.micro);
     s_plan_json (self, plan, &out->next, epoch_s, summary_root);
-    nn_plan_destroy (&plan);
+    nn_estimate_destroy (&plan);
     return 1;
 }
 
@@ -529,17 +528,17 @@ srv_planner_start (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_
     int split = srv_assign_split (cur);
     int p = split;
     if (self->auto_split) {
-        nn_plan_t *free_plan = s_plan_at (self, 0);
+        nn_estimate_t *free_plan = s_plan_at (self, 0);
         if (!free_plan)
             return -1;
         int n_common;
         if (self->args.mode == PL_MODE_SL)
-            p = nn_plan_mode (free_plan, NN_PLAN_SL)->split_point;
+            p = nn_estimate_mode (free_plan, PL_MODE_SL)->split_point;
         else
-            nn_plan_common (free_plan, &p, &n_common);
-        nn_plan_destroy (&free_plan);
+            nn_estimate_common (free_plan, &p, &n_common);
+        nn_estimate_destroy (&free_plan);
     }
-    nn_plan_t *plan = s_plan_at (self, p);
+    nn_estimate_t *plan = s_plan_at (self, p);
     if (!plan)
         return -1;
     int n[SRV_MAX_DEVICES];
@@ -549,8 +548,8 @@ srv_planner_start (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_
         pl_log_info ("server: planner: split point %d -> %d from the devices' profiles%s",
                      split, p, self->measure ? " and links" : "");
     out->next = *cur;
-    nn_plan_input_t in;
-    nn_plan_device_t dv[SRV_MAX_DEVICES];
+    nn_estimate_input_t in;
+    nn_estimate_device_t dv[SRV_MAX_DEVICES];
     s_input (self, &in, dv);
     for (int i = 0; i < devices; i++) {
         s_slot_t *s = &self->slot[i];
@@ -569,7 +568,7 @@ srv_planner_start (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_
         out->tell[i] = false;
     double epoch_s = s_epoch_of (plan, devices, p, n);
     s_plan_json (self, plan, &out->next, epoch_s, summary_root);
-    nn_plan_destroy (&plan);
+    nn_estimate_destroy (&plan);
     return 1;
 }
 
@@ -614,24 +613,24 @@ s_replan_record (int id, const char *what, double before, double after)
 //  told), 0 if not.
 static int
 s_replan_split (srv_planner_t *self, const srv_assign_t *cur, const bool *active, int epoch,
-                const nn_plan_t *plan, int p, const int *n, srv_planner_decision_t *out)
+                const nn_estimate_t *plan, int p, const int *n, srv_planner_decision_t *out)
 {
     const pl_config_t *cfg = self->args.cfg;
     int devices = self->args.devices;
     double now_s = s_epoch_of (plan, devices, p, n);
-    nn_plan_t *free_plan = s_plan_at (self, 0);
+    nn_estimate_t *free_plan = s_plan_at (self, 0);
     int p2 = p, n2 = 1;
     if (free_plan)
-        nn_plan_common (free_plan, &p2, &n2);
-    nn_plan_destroy (&free_plan);
-    nn_plan_t *at2 = p2 != p ? s_plan_at (self, p2) : NULL;
+        nn_estimate_common (free_plan, &p2, &n2);
+    nn_estimate_destroy (&free_plan);
+    nn_estimate_t *at2 = p2 != p ? s_plan_at (self, p2) : NULL;
     if (!at2)
         return 0;
     int m[SRV_MAX_DEVICES];
     double e2[SRV_MAX_DEVICES];
     s_choose_micro (self, at2, cur, p2, m, e2);
     double next = s_epoch_of (at2, devices, p2, m);
-    nn_plan_destroy (&at2);
+    nn_estimate_destroy (&at2);
     double gain = now_s > 0 ? (now_s - next) / now_s : 0.0;
     if (gain <= cfg->replan_gain)
         return 0;
@@ -659,11 +658,11 @@ s_replan_split (srv_planner_t *self, const srv_assign_t *cur, const bool *active
 //  0 if no plan could be made.
 static int
 s_replan_each (srv_planner_t *self, const srv_assign_t *cur, const bool *drifted,
-               char (*reason)[200], const nn_plan_device_t *dv, int epoch,
+               char (*reason)[200], const nn_estimate_device_t *dv, int epoch,
                srv_planner_decision_t *out)
 {
     const pl_config_t *cfg = self->args.cfg;
-    nn_plan_t *free_plan = s_plan_at (self, 0);
+    nn_estimate_t *free_plan = s_plan_at (self, 0);
     if (!free_plan)
         return 0;
     out->next = *cur;
@@ -671,23 +670,23 @@ s_replan_each (srv_planner_t *self, const srv_assign_t *cur, const bool *drifted
         if (!drifted[i])
             continue;
         s_slot_t *s = &self->slot[i];
-        const nn_plan_candidate_t *c = nn_plan_chosen (free_plan, i);
-        const nn_plan_candidate_t *old = nn_plan_find (free_plan, i, cur->split[i],
+        const nn_estimate_candidate_t *c = nn_estimate_chosen (free_plan, i);
+        const nn_estimate_candidate_t *old = nn_estimate_find (free_plan, i, cur->split[i],
                                                        cur->micro[i]);
         double before = old ? old->iteration_s : s->est_iteration_s;
         int p2 = c->split_point, n2 = self->auto_micro ? c->micro_batches : cur->micro[i];
-        const nn_plan_candidate_t *f = nn_plan_find (free_plan, i, p2, n2);
+        const nn_estimate_candidate_t *f = nn_estimate_find (free_plan, i, p2, n2);
         double after = f ? f->iteration_s : c->iteration_s;
         double gain = before > 0 ? (before - after) / before : 0.0;
         if (p2 != cur->split[i] && gain <= cfg->replan_gain) {
             //  Not worth a move: the best N at the split point it has.
             p2 = cur->split[i];
-            nn_plan_t *at = s_plan_at (self, p2);
-            n2 = at && self->auto_micro ? nn_plan_chosen (at, i)->micro_batches
+            nn_estimate_t *at = s_plan_at (self, p2);
+            n2 = at && self->auto_micro ? nn_estimate_chosen (at, i)->micro_batches
                                         : cur->micro[i];
-            f = at ? nn_plan_find (at, i, p2, n2) : NULL;
+            f = at ? nn_estimate_find (at, i, p2, n2) : NULL;
             after = f ? f->iteration_s : before;
-            nn_plan_destroy (&at);
+            nn_estimate_destroy (&at);
         }
         pl_log_info ("server: re-plan at epoch %d: device %d: %s: split point %d -> %d, "
                      "micro-batches %d -> %d (estimated iteration %.3f -> %.3f s)", epoch, i,
@@ -711,7 +710,7 @@ s_replan_each (srv_planner_t *self, const srv_assign_t *cur, const bool *drifted
         s->plan_down_Bps = dv[i].downlink_Bps;
         s->est_iteration_s = after;
     }
-    nn_plan_destroy (&free_plan);
+    nn_estimate_destroy (&free_plan);
     return 1;
 }
 
@@ -723,8 +722,8 @@ srv_planner_replan (srv_planner_t *self, const srv_assign_t *cur, const bool *ac
     const pl_config_t *cfg = self->args.cfg;
     int devices = self->args.devices;
     memset (out->tell, 0, sizeof out->tell);
-    nn_plan_input_t in;
-    nn_plan_device_t dv[SRV_MAX_DEVICES];
+    nn_estimate_input_t in;
+    nn_estimate_device_t dv[SRV_MAX_DEVICES];
     s_input (self, &in, dv);
     bool drifted[SRV_MAX_DEVICES] = { false };
     char reason[SRV_MAX_DEVICES][200];
@@ -751,7 +750,7 @@ srv_planner_replan (srv_planner_t *self, const srv_assign_t *cur, const bool *ac
     if (self->per_device)
         return s_replan_each (self, cur, drifted, reason, dv, epoch, out);
     int p = srv_assign_split (cur);
-    nn_plan_t *plan = s_plan_at (self, p);
+    nn_estimate_t *plan = s_plan_at (self, p);
     if (!plan)
         return 0;
     int n[SRV_MAX_DEVICES];
@@ -763,7 +762,7 @@ srv_planner_replan (srv_planner_t *self, const srv_assign_t *cur, const bool *ac
             n[i] = cur->micro[i];       //  only a drifted device is re-planned
             continue;
         }
-        const nn_plan_candidate_t *old = nn_plan_find (plan, i, p, cur->micro[i]);
+        const nn_estimate_candidate_t *old = nn_estimate_find (plan, i, p, cur->micro[i]);
         double old_est = old ? old->iteration_s : s->est_iteration_s;
         if (n[i] != cur->micro[i])
             pl_log_info ("server: re-plan at epoch %d: device %d: %s: micro-batches %d -> %d "
@@ -784,7 +783,7 @@ srv_planner_replan (srv_planner_t *self, const srv_assign_t *cur, const bool *ac
     }
     int moved = self->auto_split
               ? s_replan_split (self, cur, active, epoch, plan, p, n, out) : 0;
-    nn_plan_destroy (&plan);
+    nn_estimate_destroy (&plan);
     if (moved)
         return 1;
     out->next = *cur;

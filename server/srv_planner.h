@@ -11,7 +11,7 @@
       and, with measure_link, has its RTT, downlink and uplink measured by
       PROBE round trips;
     - when every device is in, the planner chooses each device's own split
-      point and micro-batch count in pipelearn and sfl (nn_plan_chosen:
+      point and micro-batch count in pipelearn and sfl (nn_estimate_chosen:
       the server keeps a replica per device at its split point and
       averages per unit), one split point for all in sl (one replica);
       the server tells each device (PLAN) before the first MODEL;

@@ -1,6 +1,7 @@
 /*  srv_run.h: pipelearn-server as a function, so that tests can run a
-    server and its devices in one process over inproc://. main (srv_bin.c)
-    adds the process setup (OpenBLAS core, malloc tuning) around it. */
+    server and its devices in one process over inproc://. main (srv_bin.c,
+    pl_daemon_main) adds the process setup (OpenBLAS core, malloc tuning)
+    around it. */
 #ifndef SRV_RUN_H_INCLUDED
 #define SRV_RUN_H_INCLUDED
 

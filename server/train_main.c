@@ -12,6 +12,7 @@
 #include "nn_kernels.h"
 #include "nn_model.h"
 #include "nn_optim.h"
+#include "pl_args.h"
 #include "pl_blas.h"
 #include "pl_config.h"
 #include "pl_log.h"
@@ -64,12 +65,8 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
         { "list-models", no_argument, NULL, 'L' },
         { NULL, 0, NULL, 0 }
     };
-    char err[NN_ERR_SIZE];
-    //  The config file first, so that every other flag overrides it.
-    if (pl_config_load_args (cfg, argc, argv, &args->config_path, err, sizeof err)) {
-        pl_log_error ("%s", err);
+    if (pl_args_config (cfg, argc, argv, &args->config_path))
         return -1;
-    }
     int c;
     while ((c = getopt_long (argc, argv, "c:r:s:e:n:t:d:S:qhL", opts, NULL)) != -1) {
         char set[1024];
@@ -90,16 +87,12 @@ s_parse_args (int argc, char **argv, s_args_t *args, pl_config_t *cfg)
         }
         if (key)
             snprintf (set, sizeof set, "%s=%s", key, optarg);
-        if (pl_config_set (cfg, set, err, sizeof err)) {
-            pl_log_error ("%s", err);
+        if (pl_args_set (cfg, set))
             return -1;
-        }
     }
-    if (optind < argc) {
-        pl_log_error ("unexpected argument \"%s\"", argv[optind]);
-        s_usage (stderr);
+    if (pl_args_end (argc, argv, s_usage))
         return -1;
-    }
+    char err[NN_ERR_SIZE];
     if (pl_config_check (cfg, args->config_path ? args->config_path : "config",
                          err, sizeof err)) {
         pl_log_error ("%s", err);

@@ -2,10 +2,12 @@
     and batch-norm train/eval semantics. */
 #include <criterion/criterion.h>
 
-#include "gradcheck.c"
+#include "gradcheck.h"
 #include "nn_alloc.h"
+#include "nn_kernels.h"
 
 #include <math.h>
+#include <string.h>
 
 #define L(...) ((nn_layer_spec_t) { __VA_ARGS__ })
 

@@ -5,7 +5,7 @@
 
 #include "nn_alloc.h"
 #include "nn_model.h"
-#include "nn_plan.h"
+#include "nn_estimate.h"
 #include "nn_profile.h"
 #include "nn_rng.h"
 #include "pl_hostcopy.h"
@@ -20,8 +20,8 @@
 
 //  A plan input with its own devices.
 typedef struct {
-    nn_plan_input_t in;
-    nn_plan_device_t dev[NN_PLAN_MAX_DEVICES];
+    nn_estimate_input_t in;
+    nn_estimate_device_t dev[NN_ESTIMATE_MAX_DEVICES];
 } s_case_t;
 
 //  U units, every unit fwd/bwd seconds on both sides (device costs times
@@ -32,13 +32,13 @@ s_case (s_case_t *c, int units, double fwd, double bwd, double dev_slow,
         const double *out_bytes, double up_Bps, double down_Bps, double rtt_s, int devices)
 {
     memset (c, 0, sizeof *c);
-    nn_plan_input_t *in = &c->in;
+    nn_estimate_input_t *in = &c->in;
     in->model.units_count = units;
     in->server.units_count = units;
     for (int u = 0; u < units; u++) {
         in->model.out_bytes[u] = out_bytes[u];
         in->model.param_bytes[u] = 100.0;
-        in->server.unit[u] = (nn_plan_unit_cost_t) { .fwd_s = fwd, .bwd_s = bwd };
+        in->server.unit[u] = (nn_estimate_unit_cost_t) { .fwd_s = fwd, .bwd_s = bwd };
     }
     in->model.label_bytes = 400.0;
     in->server_workers = devices;
@@ -63,7 +63,7 @@ s_case (s_case_t *c, int units, double fwd, double bwd, double dev_slow,
 static void
 s_fixed_fraction (s_case_t *c, double fraction)
 {
-    nn_plan_costs_t *sides[NN_PLAN_MAX_DEVICES + 1];
+    nn_estimate_costs_t *sides[NN_ESTIMATE_MAX_DEVICES + 1];
     sides[0] = &c->in.server;
     for (int d = 0; d < c->in.devices_count; d++)
         sides[d + 1] = &c->dev[d].costs;
@@ -74,11 +74,11 @@ s_fixed_fraction (s_case_t *c, double fraction)
         }
 }
 
-static nn_plan_t *
+static nn_estimate_t *
 s_plan (const s_case_t *c)
 {
     char err[NN_ERR_SIZE];
-    nn_plan_t *plan = nn_plan_new (&c->in, err, sizeof err);
+    nn_estimate_t *plan = nn_estimate_new (&c->in, err, sizeof err);
     cr_assert_not_null (plan, "%s", err);
     return plan;
 }
@@ -92,18 +92,18 @@ Test (plan, slow_uplink_picks_the_smallest_output)
     const double outs[5] = { 4e6, 2e6, 1e5, 1e6, 4e3 };
     s_case_t c;
     s_case (&c, 5, 0.01, 0.02, 1.0, outs, 1e5, 1e7, 0.02, 1);
-    nn_plan_t *plan = s_plan (&c);
-    cr_assert_eq (nn_plan_chosen (plan, 0)->split_point, 3,
+    nn_estimate_t *plan = s_plan (&c);
+    cr_assert_eq (nn_estimate_chosen (plan, 0)->split_point, 3,
                   "P = %d; unit 2 (P = 3) has the smallest output",
-                  nn_plan_chosen (plan, 0)->split_point);
-    nn_plan_destroy (&plan);
+                  nn_estimate_chosen (plan, 0)->split_point);
+    nn_estimate_destroy (&plan);
     cr_assert_null (plan);
     //  Move the smallest output and the choice follows it.
     const double outs2[5] = { 4e6, 1e5, 2e6, 1e6, 4e3 };
     s_case (&c, 5, 0.01, 0.02, 1.0, outs2, 1e5, 1e7, 0.02, 1);
     plan = s_plan (&c);
-    cr_assert_eq (nn_plan_chosen (plan, 0)->split_point, 2);
-    nn_plan_destroy (&plan);
+    cr_assert_eq (nn_estimate_chosen (plan, 0)->split_point, 2);
+    nn_estimate_destroy (&plan);
 }
 
 Test (plan, slow_device_pushes_the_split_earlier)
@@ -112,16 +112,16 @@ Test (plan, slow_device_pushes_the_split_earlier)
     s_case_t c;
     //  A device as fast as the server: the tiny output after unit 3 wins.
     s_case (&c, 5, 0.01, 0.02, 1.0, outs, 1.25e6, 3.125e6, 0.06, 1);
-    nn_plan_t *plan = s_plan (&c);
-    int fast = nn_plan_chosen (plan, 0)->split_point;
-    nn_plan_destroy (&plan);
+    nn_estimate_t *plan = s_plan (&c);
+    int fast = nn_estimate_chosen (plan, 0)->split_point;
+    nn_estimate_destroy (&plan);
     cr_assert_eq (fast, 4, "P = %d with an equal device", fast);
     int last = fast;
     for (double slow = 2.0; slow <= 256.0; slow *= 2.0) {
         s_case (&c, 5, 0.01, 0.02, slow, outs, 1.25e6, 3.125e6, 0.06, 1);
         plan = s_plan (&c);
-        int p = nn_plan_chosen (plan, 0)->split_point;
-        nn_plan_destroy (&plan);
+        int p = nn_estimate_chosen (plan, 0)->split_point;
+        nn_estimate_destroy (&plan);
         cr_assert_leq (p, last, "device %gx slower moved P later (%d -> %d)", slow, last, p);
         last = p;
     }
@@ -137,9 +137,9 @@ Test (plan, more_micro_batches_when_transfer_dominates)
         s_case (&c, 5, 0.01, 0.02, 2.0, s_outs, up, 2.5 * up, 0.02, 1);
         s_fixed_fraction (&c, 0.2);
         c.in.split_point = 1;
-        nn_plan_t *plan = s_plan (&c);
-        int n = nn_plan_chosen (plan, 0)->micro_batches;
-        nn_plan_destroy (&plan);
+        nn_estimate_t *plan = s_plan (&c);
+        int n = nn_estimate_chosen (plan, 0)->micro_batches;
+        nn_estimate_destroy (&plan);
         cr_assert_geq (n, last, "uplink %g B/s: N fell from %d to %d", up, last, n);
         last = n;
     }
@@ -157,25 +157,25 @@ Test (plan, one_micro_batch_when_compute_dominates)
     //  Free links, an instant server: nothing to overlap; all N tie -> 1.
     s_case (&c, 5, 0.01, 0.02, 1.0, s_outs, 1e15, 1e15, 0.0, 1);
     for (int u = 0; u < 5; u++)
-        c.in.server.unit[u] = (nn_plan_unit_cost_t) { 0 };
-    nn_plan_t *plan = s_plan (&c);
-    cr_assert_eq (nn_plan_chosen (plan, 0)->micro_batches, 1);
-    nn_plan_destroy (&plan);
+        c.in.server.unit[u] = (nn_estimate_unit_cost_t) { 0 };
+    nn_estimate_t *plan = s_plan (&c);
+    cr_assert_eq (nn_estimate_chosen (plan, 0)->micro_batches, 1);
+    nn_estimate_destroy (&plan);
     //  Now with per-call costs (30%): more calls only cost.
     s_case (&c, 5, 0.01, 0.02, 1.0, s_outs, 1e15, 1e15, 0.0, 1);
     s_fixed_fraction (&c, 0.3);
     for (int u = 0; u < 5; u++)
-        c.in.server.unit[u] = (nn_plan_unit_cost_t) { 1e-6, 1e-6, 1e-6, 1e-6, 0 };
+        c.in.server.unit[u] = (nn_estimate_unit_cost_t) { 1e-6, 1e-6, 1e-6, 1e-6, 0 };
     plan = s_plan (&c);
-    cr_assert_eq (nn_plan_chosen (plan, 0)->micro_batches, 1);
-    nn_plan_destroy (&plan);
+    cr_assert_eq (nn_estimate_chosen (plan, 0)->micro_batches, 1);
+    nn_estimate_destroy (&plan);
     //  A server as busy as the device, negligible transfer, no per-call
     //  cost: overlapping the two is worth it (N > 1): the model's claim.
     s_case (&c, 5, 0.01, 0.02, 1.0, s_outs, 1e15, 1e15, 0.0, 1);
     c.in.split_point = 2;
     plan = s_plan (&c);
-    cr_assert_gt (nn_plan_chosen (plan, 0)->micro_batches, 1);
-    nn_plan_destroy (&plan);
+    cr_assert_gt (nn_estimate_chosen (plan, 0)->micro_batches, 1);
+    nn_estimate_destroy (&plan);
 }
 
 //  A random but valid input: 1..4 devices, 2..8 units, any batch.
@@ -183,7 +183,7 @@ static void
 s_random_case (s_case_t *c, nn_rng_t *rng)
 {
     memset (c, 0, sizeof *c);
-    nn_plan_input_t *in = &c->in;
+    nn_estimate_input_t *in = &c->in;
     int units = 2 + (int) nn_rng_below (rng, 7);
     in->model.units_count = units;
     in->batch_size = 1 + (int) nn_rng_below (rng, 128);
@@ -199,12 +199,12 @@ s_random_case (s_case_t *c, nn_rng_t *rng)
         in->model.param_bytes[u] = pow (10.0, 2.0 + 5.0 * nn_rng_uniform_double (rng));
     }
     in->model.label_bytes = 4.0 * in->batch_size;
-    nn_plan_costs_t *sides[5] = { &in->server, &c->dev[0].costs, &c->dev[1].costs,
+    nn_estimate_costs_t *sides[5] = { &in->server, &c->dev[0].costs, &c->dev[1].costs,
                                   &c->dev[2].costs, &c->dev[3].costs };
     for (int s = 0; s < 5; s++) {
         sides[s]->units_count = units;
         for (int u = 0; u < units; u++) {
-            nn_plan_unit_cost_t *k = &sides[s]->unit[u];
+            nn_estimate_unit_cost_t *k = &sides[s]->unit[u];
             k->fwd_s = pow (10.0, -4.0 + 3.0 * nn_rng_uniform_double (rng));
             k->bwd_s = pow (10.0, -4.0 + 3.0 * nn_rng_uniform_double (rng));
             k->fwd_fixed_s = k->fwd_s * 0.5 * nn_rng_uniform_double (rng);
@@ -228,19 +228,19 @@ Test (plan, estimator_equals_event_simulation)
     for (int seed = 0; seed < 400; seed++) {
         s_case_t c;
         s_random_case (&c, &rng);
-        cr_assert_eq (nn_plan_check (&c.in, err, sizeof err), 0, "%s", err);
+        cr_assert_eq (nn_estimate_check (&c.in, err, sizeof err), 0, "%s", err);
         int ns[128];
-        int nc = nn_plan_micro_batch_set (&c.in, ns, 128);
+        int nc = nn_estimate_micro_batch_set (&c.in, ns, 128);
         int ps[4], nsel[4];
         for (int d = 0; d < c.in.devices_count; d++) {
             ps[d] = 1 + (int) nn_rng_below (&rng, (uint32_t) c.in.model.units_count - 1);
             nsel[d] = ns[nn_rng_below (&rng, (uint32_t) nc)];
         }
         double sim[4];
-        nn_plan_simulate_events (&c.in, ps, nsel, false, sim);
-        double share = nn_plan_server_share (&c.in);
+        nn_estimate_simulate_events (&c.in, ps, nsel, false, sim);
+        double share = nn_estimate_server_share (&c.in);
         for (int d = 0; d < c.in.devices_count; d++) {
-            double est = nn_plan_estimate (&c.in, d, ps[d], nsel[d], share, NULL);
+            double est = nn_estimate_iteration (&c.in, d, ps[d], nsel[d], share, NULL);
             cr_assert (est > 0.0);
             cr_assert_leq (fabs (est - sim[d]), 1e-9 * sim[d],
                            "seed %d device %d P %d N %d: estimate %.12g, simulation %.12g",
@@ -264,10 +264,10 @@ Test (plan, estimate_respects_lower_bounds)
         s_random_case (&c, &rng);
         int p = 1 + (int) nn_rng_below (&rng, (uint32_t) c.in.model.units_count - 1);
         int ns[128];
-        int nc = nn_plan_micro_batch_set (&c.in, ns, 128);
+        int nc = nn_estimate_micro_batch_set (&c.in, ns, 128);
         int n = ns[nn_rng_below (&rng, (uint32_t) nc)];
-        nn_plan_stages_t st;
-        double t = nn_plan_estimate (&c.in, 0, p, n, 1.0, &st);
+        nn_estimate_stages_t st;
+        double t = nn_estimate_iteration (&c.in, 0, p, n, 1.0, &st);
         double device = st.device_forward_s + st.device_backward_s + st.device_update_s;
         double chain = (st.device_forward_s + st.upload_s + st.server_s + st.download_s
                         + st.device_backward_s) / n + st.latency_s + st.device_update_s;
@@ -290,16 +290,16 @@ Test (plan, pooled_server_equals_the_estimate_when_every_device_has_a_worker)
         s_random_case (&c, &rng);
         c.in.server_workers = c.in.devices_count + (int) nn_rng_below (&rng, 2);
         int ns[128];
-        int nc = nn_plan_micro_batch_set (&c.in, ns, 128);
+        int nc = nn_estimate_micro_batch_set (&c.in, ns, 128);
         int ps[4], nsel[4];
         for (int d = 0; d < c.in.devices_count; d++) {
             ps[d] = 1 + (int) nn_rng_below (&rng, (uint32_t) c.in.model.units_count - 1);
             nsel[d] = ns[nn_rng_below (&rng, (uint32_t) nc)];
         }
         double pooled[4];
-        nn_plan_simulate_events (&c.in, ps, nsel, true, pooled);
+        nn_estimate_simulate_events (&c.in, ps, nsel, true, pooled);
         for (int d = 0; d < c.in.devices_count; d++) {
-            double est = nn_plan_estimate (&c.in, d, ps[d], nsel[d], 1.0, NULL);
+            double est = nn_estimate_iteration (&c.in, d, ps[d], nsel[d], 1.0, NULL);
             cr_assert_leq (fabs (est - pooled[d]), 1e-9 * est, "seed %d device %d", seed, d);
         }
     }
@@ -324,20 +324,20 @@ Test (plan, share_factor_approximates_a_shared_pool)
         for (int d = 1; d < c.in.devices_count; d++)
             c.dev[d] = c.dev[0];
         int ns[128];
-        int nc = nn_plan_micro_batch_set (&c.in, ns, 128);
+        int nc = nn_estimate_micro_batch_set (&c.in, ns, 128);
         int p = 1 + (int) nn_rng_below (&rng, (uint32_t) c.in.model.units_count - 1);
         int n = ns[nn_rng_below (&rng, (uint32_t) nc)];
         int ps[4] = { p, p, p, p }, nsel[4] = { n, n, n, n };
         double pooled[4];
-        nn_plan_simulate_events (&c.in, ps, nsel, true, pooled);
+        nn_estimate_simulate_events (&c.in, ps, nsel, true, pooled);
         double slowest = 0.0;
         for (int d = 0; d < c.in.devices_count; d++)
             slowest = pooled[d] > slowest ? pooled[d] : slowest;
-        double est = nn_plan_estimate (&c.in, 0, p, n, nn_plan_server_share (&c.in), NULL);
+        double est = nn_estimate_iteration (&c.in, 0, p, n, nn_estimate_server_share (&c.in), NULL);
         double rel = fabs (est - slowest) / slowest;
         worst = rel > worst ? rel : worst;
         mean += rel / cases;
-        mean_unshared += fabs (nn_plan_estimate (&c.in, 0, p, n, 1.0, NULL) - slowest)
+        mean_unshared += fabs (nn_estimate_iteration (&c.in, 0, p, n, 1.0, NULL) - slowest)
                        / slowest / cases;
     }
     cr_log_info ("share model vs pooled simulation: mean relative error %.4f, worst %.3f; "
@@ -353,21 +353,21 @@ Test (plan, sl_is_devices_times_one_device)
     s_case (&one, 5, 0.01, 0.02, 3.0, s_outs, 1.25e6, 3.125e6, 0.06, 1);
     s_case (&three, 5, 0.01, 0.02, 3.0, s_outs, 1.25e6, 3.125e6, 0.06, 3);
     one.in.split_point = three.in.split_point = 2;
-    nn_plan_t *p1 = s_plan (&one), *p3 = s_plan (&three);
-    double sfl1 = nn_plan_mode (p1, NN_PLAN_SFL)->epoch_s;
-    double sl3 = nn_plan_mode (p3, NN_PLAN_SL)->epoch_s;
+    nn_estimate_t *p1 = s_plan (&one), *p3 = s_plan (&three);
+    double sfl1 = nn_estimate_mode (p1, PL_MODE_SFL)->epoch_s;
+    double sl3 = nn_estimate_mode (p3, PL_MODE_SL)->epoch_s;
     cr_assert_float_eq (sl3, 3.0 * sfl1, 1e-9 * sl3, "sl %.6f vs 3 x sfl(1 device) %.6f", sl3,
                         3.0 * sfl1);
     //  And by hand: iterations x iteration + one fetch and return of the
     //  device part.
-    double it = nn_plan_estimate (&one.in, 0, 2, 1, 1.0, NULL);
+    double it = nn_estimate_iteration (&one.in, 0, 2, 1, 1.0, NULL);
     double agg = 200.0 / 1.25e6 + 200.0 / 3.125e6 + 0.06;
     cr_assert_float_eq (sfl1, 100 * it + agg, 1e-9 * sfl1);
     //  Three devices with three workers train in parallel: SFL does not
     //  grow with them, SL does.
-    cr_assert_float_eq (nn_plan_mode (p3, NN_PLAN_SFL)->epoch_s, sfl1, 1e-9 * sfl1);
-    nn_plan_destroy (&p1);
-    nn_plan_destroy (&p3);
+    cr_assert_float_eq (nn_estimate_mode (p3, PL_MODE_SFL)->epoch_s, sfl1, 1e-9 * sfl1);
+    nn_estimate_destroy (&p1);
+    nn_estimate_destroy (&p3);
 }
 
 Test (plan, heterogeneous_devices_get_their_own_plans)
@@ -385,35 +385,35 @@ Test (plan, heterogeneous_devices_get_their_own_plans)
     }
     c.dev[1].uplink_Bps = 1.25e8;
     c.dev[1].downlink_Bps = 1.25e8;
-    nn_plan_t *plan = s_plan (&c);
-    const nn_plan_candidate_t *a = nn_plan_chosen (plan, 0), *b = nn_plan_chosen (plan, 1);
+    nn_estimate_t *plan = s_plan (&c);
+    const nn_estimate_candidate_t *a = nn_estimate_chosen (plan, 0), *b = nn_estimate_chosen (plan, 1);
     cr_assert (a->split_point != b->split_point || a->micro_batches != b->micro_batches,
                "both devices got P %d N %d", a->split_point, a->micro_batches);
     cr_assert_lt (b->split_point, a->split_point);
     //  The epoch waits for the slow device.
-    double pl = nn_plan_mode (plan, NN_PLAN_PIPELEARN)->epoch_s;
+    double pl = nn_estimate_mode (plan, PL_MODE_PIPELEARN)->epoch_s;
     cr_assert_float_eq (pl, fmax (a->epoch_s, b->epoch_s), 1e-9);
     //  One plan for both cannot beat each on its own (beyond the 1%
     //  near-best margin), and is one of the evaluated candidates.
     int p = 0, n = 0;
-    double common = nn_plan_common (plan, &p, &n);
+    double common = nn_estimate_common (plan, &p, &n);
     cr_assert_geq (common, pl / 1.01, "common %g, per device %g", common, pl);
-    const nn_plan_candidate_t *c0 = nn_plan_find (plan, 0, p, n);
-    const nn_plan_candidate_t *c1 = nn_plan_find (plan, 1, p, n);
+    const nn_estimate_candidate_t *c0 = nn_estimate_find (plan, 0, p, n);
+    const nn_estimate_candidate_t *c1 = nn_estimate_find (plan, 1, p, n);
     cr_assert (c0 && c1);
     cr_assert_float_eq (common, fmax (c0->epoch_s, c1->epoch_s), 1e-9);
-    cr_assert_eq (nn_plan_find (plan, 0, a->split_point, a->micro_batches), a);
-    cr_assert_null (nn_plan_find (plan, 0, 1, 3));
-    nn_plan_destroy (&plan);
+    cr_assert_eq (nn_estimate_find (plan, 0, a->split_point, a->micro_batches), a);
+    cr_assert_null (nn_estimate_find (plan, 0, 1, 3));
+    nn_estimate_destroy (&plan);
     //  Identical devices: the common plan is each device's plan.
     s_case (&c, 5, 0.01, 0.02, 1.0, outs, 1.25e6, 3.125e6, 0.06, 3);
     s_fixed_fraction (&c, 0.1);
     plan = s_plan (&c);
-    common = nn_plan_common (plan, &p, &n);
-    cr_assert_eq (p, nn_plan_chosen (plan, 2)->split_point);
-    cr_assert_eq (n, nn_plan_chosen (plan, 2)->micro_batches);
-    cr_assert_float_eq (common, nn_plan_mode (plan, NN_PLAN_PIPELEARN)->epoch_s, 1e-9);
-    nn_plan_destroy (&plan);
+    common = nn_estimate_common (plan, &p, &n);
+    cr_assert_eq (p, nn_estimate_chosen (plan, 2)->split_point);
+    cr_assert_eq (n, nn_estimate_chosen (plan, 2)->micro_batches);
+    cr_assert_float_eq (common, nn_estimate_mode (plan, PL_MODE_PIPELEARN)->epoch_s, 1e-9);
+    nn_estimate_destroy (&plan);
 }
 
 Test (plan, mode_ordering)
@@ -423,11 +423,11 @@ Test (plan, mode_ordering)
     for (int seed = 0; seed < 200; seed++) {
         s_case_t c;
         s_random_case (&c, &rng);
-        nn_plan_t *plan = s_plan (&c);
-        double fl = nn_plan_mode (plan, NN_PLAN_FL)->epoch_s;
-        double sl = nn_plan_mode (plan, NN_PLAN_SL)->epoch_s;
-        double sfl = nn_plan_mode (plan, NN_PLAN_SFL)->epoch_s;
-        double pl = nn_plan_mode (plan, NN_PLAN_PIPELEARN)->epoch_s;
+        nn_estimate_t *plan = s_plan (&c);
+        double fl = nn_estimate_mode (plan, PL_MODE_FL)->epoch_s;
+        double sl = nn_estimate_mode (plan, PL_MODE_SL)->epoch_s;
+        double sfl = nn_estimate_mode (plan, PL_MODE_SFL)->epoch_s;
+        double pl = nn_estimate_mode (plan, PL_MODE_PIPELEARN)->epoch_s;
         //  N = 1 is a pipelearn candidate, so the pipeline never loses
         //  by more than the near-best margin it trades for fewer messages.
         cr_assert_leq (pl, sfl * (1.01 + 1e-9), "seed %d: pipelearn %g > sfl %g", seed, pl,
@@ -435,28 +435,28 @@ Test (plan, mode_ordering)
         //  With a worker per device and one exchange per epoch, taking
         //  turns cannot beat training in parallel. (With frequent rounds
         //  it can: sl exchanges parameters once per turn, sfl every round.)
-        if (c.in.server_workers >= c.in.devices_count && nn_plan_rounds (&c.in) == 1)
+        if (c.in.server_workers >= c.in.devices_count && nn_estimate_rounds (&c.in) == 1)
             cr_assert_leq (sfl, sl * (1 + 1e-9), "seed %d: sfl %g > sl %g", seed, sfl, sl);
         cr_assert (fl > 0.0 && sl > 0.0);
-        nn_plan_destroy (&plan);
+        nn_estimate_destroy (&plan);
     }
     //  A fast device on a slow link: FL (parameters once per epoch) wins.
     s_case_t c;
     s_case (&c, 5, 0.01, 0.02, 1.0, s_outs, 1.25e5, 3e5, 0.06, 2);
-    nn_plan_t *plan = s_plan (&c);
-    cr_assert_lt (nn_plan_mode (plan, NN_PLAN_FL)->epoch_s,
-                  nn_plan_mode (plan, NN_PLAN_PIPELEARN)->epoch_s);
-    nn_plan_destroy (&plan);
+    nn_estimate_t *plan = s_plan (&c);
+    cr_assert_lt (nn_estimate_mode (plan, PL_MODE_FL)->epoch_s,
+                  nn_estimate_mode (plan, PL_MODE_PIPELEARN)->epoch_s);
+    nn_estimate_destroy (&plan);
     //  A slow device on a fast link: the split modes beat FL, and the
     //  pipeline beats SFL.
     s_case (&c, 5, 0.01, 0.02, 10.0, s_outs, 1.25e7, 3e7, 0.01, 2);
     plan = s_plan (&c);
-    double pl = nn_plan_mode (plan, NN_PLAN_PIPELEARN)->epoch_s;
-    cr_assert_lt (pl, nn_plan_mode (plan, NN_PLAN_FL)->epoch_s);
-    cr_assert_lt (pl, nn_plan_mode (plan, NN_PLAN_SFL)->epoch_s * 0.95);
-    cr_assert_lt (nn_plan_mode (plan, NN_PLAN_SFL)->epoch_s,
-                  nn_plan_mode (plan, NN_PLAN_SL)->epoch_s);
-    nn_plan_destroy (&plan);
+    double pl = nn_estimate_mode (plan, PL_MODE_PIPELEARN)->epoch_s;
+    cr_assert_lt (pl, nn_estimate_mode (plan, PL_MODE_FL)->epoch_s);
+    cr_assert_lt (pl, nn_estimate_mode (plan, PL_MODE_SFL)->epoch_s * 0.95);
+    cr_assert_lt (nn_estimate_mode (plan, PL_MODE_SFL)->epoch_s,
+                  nn_estimate_mode (plan, PL_MODE_SL)->epoch_s);
+    nn_estimate_destroy (&plan);
 }
 
 Test (plan, aggregation_rounds_cost_traffic)
@@ -467,16 +467,16 @@ Test (plan, aggregation_rounds_cost_traffic)
         c.in.model.param_bytes[u] = 1e6;
     c.in.split_point = 2;
     c.in.micro_batches = 4;
-    nn_plan_t *once = s_plan (&c);
+    nn_estimate_t *once = s_plan (&c);
     c.in.aggregation_frequency = 10;
-    cr_assert_eq (nn_plan_rounds (&c.in), 10);
-    nn_plan_t *often = s_plan (&c);
+    cr_assert_eq (nn_estimate_rounds (&c.in), 10);
+    nn_estimate_t *often = s_plan (&c);
     double agg = 2e6 / 1.25e6 + 2e6 / 3.125e6 + 0.06;
-    cr_assert_float_eq (nn_plan_chosen (once, 0)->aggregation_s, agg, 1e-12);
-    cr_assert_float_eq (nn_plan_mode (often, NN_PLAN_PIPELEARN)->epoch_s
-                        - nn_plan_mode (once, NN_PLAN_PIPELEARN)->epoch_s, 9 * agg, 1e-9);
-    nn_plan_destroy (&once);
-    nn_plan_destroy (&often);
+    cr_assert_float_eq (nn_estimate_chosen (once, 0)->aggregation_s, agg, 1e-12);
+    cr_assert_float_eq (nn_estimate_mode (often, PL_MODE_PIPELEARN)->epoch_s
+                        - nn_estimate_mode (once, PL_MODE_PIPELEARN)->epoch_s, 9 * agg, 1e-9);
+    nn_estimate_destroy (&once);
+    nn_estimate_destroy (&often);
 }
 
 Test (plan, pins_are_honoured)
@@ -485,50 +485,50 @@ Test (plan, pins_are_honoured)
     s_case (&c, 5, 0.01, 0.02, 1.0, s_outs, 1.25e6, 3.125e6, 0.06, 1);
     c.in.split_point = 3;
     c.in.micro_batches = 5;
-    nn_plan_t *plan = s_plan (&c);
-    cr_assert_eq (nn_plan_chosen (plan, 0)->split_point, 3);
-    cr_assert_eq (nn_plan_chosen (plan, 0)->micro_batches, 5);
-    nn_plan_destroy (&plan);
+    nn_estimate_t *plan = s_plan (&c);
+    cr_assert_eq (nn_estimate_chosen (plan, 0)->split_point, 3);
+    cr_assert_eq (nn_estimate_chosen (plan, 0)->micro_batches, 5);
+    nn_estimate_destroy (&plan);
     //  A pinned N outside the default set (1-sample micro-batches) is
     //  still planned for.
     c.in.micro_batches = 100;
     plan = s_plan (&c);
-    cr_assert_eq (nn_plan_chosen (plan, 0)->micro_batches, 100);
-    nn_plan_destroy (&plan);
+    cr_assert_eq (nn_estimate_chosen (plan, 0)->micro_batches, 100);
+    nn_estimate_destroy (&plan);
 }
 
 Test (plan, micro_batch_set_divides_the_batch)
 {
-    nn_plan_input_t in = { .batch_size = 100 };
+    nn_estimate_input_t in = { .batch_size = 100 };
     int ns[128];
-    int n = nn_plan_micro_batch_set (&in, ns, 128);
+    int n = nn_estimate_micro_batch_set (&in, ns, 128);
     int want[] = { 1, 2, 4, 5, 10, 20, 25, 50 };
     cr_assert_eq (n, 8);
     for (int i = 0; i < n; i++)
         cr_assert_eq (ns[i], want[i]);
     in.max_micro_batches = 4;
-    cr_assert_eq (nn_plan_micro_batch_set (&in, ns, 128), 3);
-    in = (nn_plan_input_t) { .batch_size = 7 };
-    cr_assert_eq (nn_plan_micro_batch_set (&in, ns, 128), 1);
+    cr_assert_eq (nn_estimate_micro_batch_set (&in, ns, 128), 3);
+    in = (nn_estimate_input_t) { .batch_size = 7 };
+    cr_assert_eq (nn_estimate_micro_batch_set (&in, ns, 128), 1);
     in.min_micro_batch = 1;
-    cr_assert_eq (nn_plan_micro_batch_set (&in, ns, 128), 2);
+    cr_assert_eq (nn_estimate_micro_batch_set (&in, ns, 128), 2);
     cr_assert_eq (ns[1], 7);
-    in = (nn_plan_input_t) { .batch_size = 1 };
-    cr_assert_eq (nn_plan_micro_batch_set (&in, ns, 128), 1);
+    in = (nn_estimate_input_t) { .batch_size = 1 };
+    cr_assert_eq (nn_estimate_micro_batch_set (&in, ns, 128), 1);
     cr_assert_eq (ns[0], 1);
 }
 
 Test (plan, reference_formula)
 {
     //  (0.3 + 0.05 + 0.1 + 0.1) / 0.1 = 5.5 -> 6 + 1 = 7; 100 // (100 // 7) = 7.
-    cr_assert_eq (nn_plan_reference_micro_batches (0.1, 0.2, 0.05, 0.1, 0.3, 0.1, 100), 7);
+    cr_assert_eq (nn_estimate_reference_micro_batches (0.1, 0.2, 0.05, 0.1, 0.3, 0.1, 100), 7);
     //  Capped at B/2: 64 // (64 // 32) = 32.
-    cr_assert_eq (nn_plan_reference_micro_batches (0.001, 0.1, 1, 1, 1, 1, 64), 32);
+    cr_assert_eq (nn_estimate_reference_micro_batches (0.001, 0.1, 1, 1, 1, 1, 64), 32);
     //  0.875 / 0.125 = 7 -> 8; 100 // (100 // 8) = 8: the reference's N need
     //  not divide B (it drops the remainder).
-    cr_assert_eq (nn_plan_reference_micro_batches (0.125, 0.125, 0.25, 0.25, 0.25, 0.125,
+    cr_assert_eq (nn_estimate_reference_micro_batches (0.125, 0.125, 0.25, 0.25, 0.25, 0.125,
                                                    100), 8);
-    cr_assert_eq (nn_plan_reference_micro_batches (0.1, 0.1, 0, 0, 0, 0, 1), 1);
+    cr_assert_eq (nn_estimate_reference_micro_batches (0.1, 0.1, 0, 0, 0, 0, 1), 1);
 }
 
 Test (plan, check_rejects_bad_input)
@@ -536,40 +536,40 @@ Test (plan, check_rejects_bad_input)
     char err[NN_ERR_SIZE];
     s_case_t c;
     s_case (&c, 5, 0.01, 0.02, 1.0, s_outs, 1.25e6, 3.125e6, 0.06, 2);
-    cr_assert_eq (nn_plan_check (&c.in, err, sizeof err), 0, "%s", err);
+    cr_assert_eq (nn_estimate_check (&c.in, err, sizeof err), 0, "%s", err);
     s_case_t bad = c;
     bad.in.devices = bad.dev;
     bad.dev[1].costs.unit[2].bwd_s = -1.0;
-    cr_assert_eq (nn_plan_check (&bad.in, err, sizeof err), -1);
+    cr_assert_eq (nn_estimate_check (&bad.in, err, sizeof err), -1);
     cr_assert (strstr (err, "device 1") && strstr (err, "unit 2"), "%s", err);
     bad = c;
     bad.in.devices = bad.dev;
     bad.in.server.unit[0].fwd_fixed_s = 1.0;
-    cr_assert_eq (nn_plan_check (&bad.in, err, sizeof err), -1);
+    cr_assert_eq (nn_estimate_check (&bad.in, err, sizeof err), -1);
     cr_assert (strstr (err, "server") && strstr (err, "fixed"), "%s", err);
     bad = c;
     bad.in.devices = bad.dev;
     bad.dev[0].uplink_Bps = 0.0;
-    cr_assert_eq (nn_plan_check (&bad.in, err, sizeof err), -1);
+    cr_assert_eq (nn_estimate_check (&bad.in, err, sizeof err), -1);
     bad = c;
     bad.in.devices = bad.dev;
     bad.in.micro_batches = 3;
-    cr_assert_eq (nn_plan_check (&bad.in, err, sizeof err), -1);
+    cr_assert_eq (nn_estimate_check (&bad.in, err, sizeof err), -1);
     cr_assert (strstr (err, "micro_batches"), "%s", err);
     bad.in.micro_batches = 0;
     bad.in.split_point = 5;
-    cr_assert_eq (nn_plan_check (&bad.in, err, sizeof err), -1);
+    cr_assert_eq (nn_estimate_check (&bad.in, err, sizeof err), -1);
     bad.in.split_point = 0;
     bad.dev[0].rtt_s = NAN;
-    cr_assert_null (nn_plan_new (&bad.in, err, sizeof err));
+    cr_assert_null (nn_estimate_new (&bad.in, err, sizeof err));
     bad = c;
     bad.in.devices = bad.dev;
     bad.in.host_cores = -1;
-    cr_assert_eq (nn_plan_check (&bad.in, err, sizeof err), -1);
+    cr_assert_eq (nn_estimate_check (&bad.in, err, sizeof err), -1);
     cr_assert (strstr (err, "host_cores"), "%s", err);
     bad.in.host_cores = 2;
     bad.in.host_copy_Bps = INFINITY;
-    cr_assert_eq (nn_plan_check (&bad.in, err, sizeof err), -1);
+    cr_assert_eq (nn_estimate_check (&bad.in, err, sizeof err), -1);
     cr_assert (strstr (err, "host_copy_Bps"), "%s", err);
 }
 
@@ -586,39 +586,39 @@ Test (plan, one_host_takes_all_the_cpu_work_over_its_cores)
     s_case (&c, 4, 0.1, 0.1, 1.0, outs, 1e15, 1e15, 0.0, 2);
     c.in.split_point = 1;
     c.in.micro_batches = 1;
-    nn_plan_t *plan = s_plan (&c);
-    const nn_plan_candidate_t *alone = nn_plan_chosen (plan, 0);
+    nn_estimate_t *plan = s_plan (&c);
+    const nn_estimate_candidate_t *alone = nn_estimate_chosen (plan, 0);
     cr_assert_float_eq (alone->iteration_s, 0.8, 1e-9);
     cr_assert_eq (alone->host_floor_s, 0.0);
-    double fl_alone = nn_plan_mode (plan, NN_PLAN_FL)->iteration_s;
+    double fl_alone = nn_estimate_mode (plan, PL_MODE_FL)->iteration_s;
     cr_assert_float_eq (fl_alone, 0.8, 1e-9);
-    nn_plan_destroy (&plan);
+    nn_estimate_destroy (&plan);
 
     //  Four cores: 1.6 / 4 = 0.4 s of work, below the pipeline's 0.8.
     c.in.host_cores = 4;
     plan = s_plan (&c);
-    cr_assert_float_eq (nn_plan_chosen (plan, 0)->host_floor_s, 0.4, 1e-9);
-    cr_assert_float_eq (nn_plan_chosen (plan, 0)->iteration_s, 0.8, 1e-9);
-    nn_plan_destroy (&plan);
+    cr_assert_float_eq (nn_estimate_chosen (plan, 0)->host_floor_s, 0.4, 1e-9);
+    cr_assert_float_eq (nn_estimate_chosen (plan, 0)->iteration_s, 0.8, 1e-9);
+    nn_estimate_destroy (&plan);
 
     //  One core: the work, 1.6 s, is the iteration; FL's two whole models
     //  take 2 x 0.8 s; SL runs one device at a time and stays 0.8 s.
     c.in.host_cores = 1;
     plan = s_plan (&c);
-    cr_assert_float_eq (nn_plan_chosen (plan, 0)->iteration_s, 1.6, 1e-9);
-    cr_assert_float_eq (nn_plan_chosen (plan, 0)->host_floor_s, 1.6, 1e-9);
-    cr_assert_float_eq (nn_plan_mode (plan, NN_PLAN_FL)->iteration_s, 1.6, 1e-9);
-    cr_assert_float_eq (nn_plan_mode (plan, NN_PLAN_SL)->iteration_s, 0.8, 1e-9);
-    cr_assert_float_eq (nn_plan_mode (plan, NN_PLAN_PIPELEARN)->epoch_s,
-                        100 * 1.6 + nn_plan_chosen (plan, 0)->aggregation_s, 1e-6);
-    nn_plan_destroy (&plan);
+    cr_assert_float_eq (nn_estimate_chosen (plan, 0)->iteration_s, 1.6, 1e-9);
+    cr_assert_float_eq (nn_estimate_chosen (plan, 0)->host_floor_s, 1.6, 1e-9);
+    cr_assert_float_eq (nn_estimate_mode (plan, PL_MODE_FL)->iteration_s, 1.6, 1e-9);
+    cr_assert_float_eq (nn_estimate_mode (plan, PL_MODE_SL)->iteration_s, 0.8, 1e-9);
+    cr_assert_float_eq (nn_estimate_mode (plan, PL_MODE_PIPELEARN)->epoch_s,
+                        100 * 1.6 + nn_estimate_chosen (plan, 0)->aggregation_s, 1e-6);
+    nn_estimate_destroy (&plan);
 
     //  Moving bytes costs CPU too.
     c.in.host_copy_Bps = 4800.0;
     plan = s_plan (&c);
-    cr_assert_float_eq (nn_plan_chosen (plan, 0)->iteration_s, 2.6, 1e-9);
-    cr_assert_float_eq (nn_plan_host_floor (&c.in, 1, 1), 2.6, 1e-9);
-    nn_plan_destroy (&plan);
+    cr_assert_float_eq (nn_estimate_chosen (plan, 0)->iteration_s, 2.6, 1e-9);
+    cr_assert_float_eq (nn_estimate_host_floor (&c.in, 1, 1), 2.6, 1e-9);
+    nn_estimate_destroy (&plan);
 }
 
 //  ---------------------------------------------------------------------
@@ -637,10 +637,10 @@ s_fake_clock (void *arg)
 //  Codec speeds of one thread of this kind of CPU (pipelearn-bench-codec
 //  on an AMD EPYC, AVX-512 path, rounded down), divided by slow for a
 //  device at a fraction of a core.
-static nn_plan_codec_speed_t
+static nn_estimate_codec_speed_t
 s_speed (double slow)
 {
-    nn_plan_codec_speed_t sp = { { 0 }, { 0 } };
+    nn_estimate_codec_speed_t sp = { { 0 }, { 0 } };
     sp.encode_Bps[NN_CODEC_FP16] = 4e9 / slow;
     sp.decode_Bps[NN_CODEC_FP16] = 8e9 / slow;
     sp.encode_Bps[NN_CODEC_INT8] = 4e8 / slow;
@@ -652,7 +652,7 @@ s_speed (double slow)
 
 //  VGG5 at batch 100 on 28x28: unit outputs (float32 bytes) and channels.
 static void
-s_vgg5_case (s_case_t *c, nn_plan_codec_t *codecs, double up_Bps, double down_Bps,
+s_vgg5_case (s_case_t *c, nn_estimate_codec_t *codecs, double up_Bps, double down_Bps,
              int up, int down, double device_slow)
 {
     const double outs[5] = { 100 * 14 * 14 * 32 * 4.0, 100 * 7 * 7 * 64 * 4.0,
@@ -664,7 +664,7 @@ s_vgg5_case (s_case_t *c, nn_plan_codec_t *codecs, double up_Bps, double down_Bp
     c->in.split_point = 1;      //  the reference's split: the largest tensors
     c->in.server_codec = s_speed (1.0);
     for (int d = 0; d < 2; d++)
-        codecs[d] = (nn_plan_codec_t) { .up = up, .down = down, .topk_fraction = 0.01,
+        codecs[d] = (nn_estimate_codec_t) { .up = up, .down = down, .topk_fraction = 0.01,
                                         .speed = s_speed (device_slow) };
     c->in.codecs = codecs;
 }
@@ -672,77 +672,77 @@ s_vgg5_case (s_case_t *c, nn_plan_codec_t *codecs, double up_Bps, double down_Bp
 Test (plan, codec_auto_picks_int8_on_a_slow_uplink_and_none_on_loopback)
 {
     s_case_t c;
-    nn_plan_codec_t codecs[2];
+    nn_estimate_codec_t codecs[2];
     //  4g (10/25 Mbit/s) and devices at 10% of a core: the bytes dominate.
-    s_vgg5_case (&c, codecs, nn_plan_link_payload_Bps (10), nn_plan_link_payload_Bps (25),
-                 NN_PLAN_CODEC_AUTO, NN_PLAN_CODEC_AUTO, 10.0);
-    nn_plan_t *plan = s_plan (&c);
+    s_vgg5_case (&c, codecs, nn_estimate_link_payload_Bps (10), nn_estimate_link_payload_Bps (25),
+                 NN_ESTIMATE_CODEC_AUTO, NN_ESTIMATE_CODEC_AUTO, 10.0);
+    nn_estimate_t *plan = s_plan (&c);
     for (int d = 0; d < 2; d++) {
-        const nn_plan_candidate_t *k = nn_plan_chosen (plan, d);
+        const nn_estimate_candidate_t *k = nn_estimate_chosen (plan, d);
         cr_assert_eq (k->codec_up, NN_CODEC_INT8, "4g: up %s", nn_codec_name (k->codec_up));
         cr_assert_eq (k->codec_down, NN_CODEC_INT8, "4g: down %s",
                       nn_codec_name (k->codec_down));
         //  And it is faster than the same (P, N) without codecs.
-        double plain = nn_plan_estimate_codecs (&c.in, d, k->split_point, k->micro_batches,
-                                                nn_plan_server_share (&c.in), NN_CODEC_NONE,
+        double plain = nn_estimate_iteration_codecs (&c.in, d, k->split_point, k->micro_batches,
+                                                nn_estimate_server_share (&c.in), NN_CODEC_NONE,
                                                 NN_CODEC_NONE, NULL);
         cr_assert_lt (k->iteration_s, 0.5 * plain, "int8 %g s, none %g s", k->iteration_s,
                       plain);
     }
-    nn_plan_destroy (&plan);
+    nn_estimate_destroy (&plan);
 
     //  Loopback (10 GB/s, no latency) on full cores: encoding costs more
     //  than the bytes it saves.
-    s_vgg5_case (&c, codecs, 1e10, 1e10, NN_PLAN_CODEC_AUTO, NN_PLAN_CODEC_AUTO, 1.0);
+    s_vgg5_case (&c, codecs, 1e10, 1e10, NN_ESTIMATE_CODEC_AUTO, NN_ESTIMATE_CODEC_AUTO, 1.0);
     for (int d = 0; d < 2; d++)
         c.dev[d].rtt_s = 0.0;
     plan = s_plan (&c);
     for (int d = 0; d < 2; d++) {
-        cr_assert_eq (nn_plan_chosen (plan, d)->codec_up, NN_CODEC_NONE);
-        cr_assert_eq (nn_plan_chosen (plan, d)->codec_down, NN_CODEC_NONE);
+        cr_assert_eq (nn_estimate_chosen (plan, d)->codec_up, NN_CODEC_NONE);
+        cr_assert_eq (nn_estimate_chosen (plan, d)->codec_down, NN_CODEC_NONE);
     }
-    nn_plan_destroy (&plan);
+    nn_estimate_destroy (&plan);
 
     //  wifi (50/100 Mbit/s) with devices on full cores: the upload (0.4 s
     //  a batch) still outweighs the server's steps (0.12 s), so a codec
     //  pays.
-    s_vgg5_case (&c, codecs, nn_plan_link_payload_Bps (50), nn_plan_link_payload_Bps (100),
-                 NN_PLAN_CODEC_AUTO, NN_PLAN_CODEC_AUTO, 1.0);
+    s_vgg5_case (&c, codecs, nn_estimate_link_payload_Bps (50), nn_estimate_link_payload_Bps (100),
+                 NN_ESTIMATE_CODEC_AUTO, NN_ESTIMATE_CODEC_AUTO, 1.0);
     plan = s_plan (&c);
-    const nn_plan_candidate_t *k = nn_plan_chosen (plan, 0);
+    const nn_estimate_candidate_t *k = nn_estimate_chosen (plan, 0);
     cr_assert_neq (k->codec_up, NN_CODEC_NONE, "wifi: up %s", nn_codec_name (k->codec_up));
-    nn_plan_destroy (&plan);
+    nn_estimate_destroy (&plan);
 }
 
 Test (plan, codec_auto_is_per_device_and_direction_and_never_topk)
 {
     s_case_t c;
-    nn_plan_codec_t codecs[2];
-    s_vgg5_case (&c, codecs, nn_plan_link_payload_Bps (10), nn_plan_link_payload_Bps (25),
-                 NN_PLAN_CODEC_AUTO, NN_PLAN_CODEC_AUTO, 10.0);
+    nn_estimate_codec_t codecs[2];
+    s_vgg5_case (&c, codecs, nn_estimate_link_payload_Bps (10), nn_estimate_link_payload_Bps (25),
+                 NN_ESTIMATE_CODEC_AUTO, NN_ESTIMATE_CODEC_AUTO, 10.0);
     //  Device 1 on a fast link: its codecs stay none while device 0's are
     //  int8; device 0's downlink pinned to none stays none.
     c.dev[1].uplink_Bps = c.dev[1].downlink_Bps = 1e10;
     c.dev[1].rtt_s = 0.0;
     codecs[0].down = NN_CODEC_NONE;
-    nn_plan_t *plan = s_plan (&c);
-    cr_assert_eq (nn_plan_chosen (plan, 0)->codec_up, NN_CODEC_INT8);
-    cr_assert_eq (nn_plan_chosen (plan, 0)->codec_down, NN_CODEC_NONE);
-    cr_assert_eq (nn_plan_chosen (plan, 1)->codec_up, NN_CODEC_NONE);
-    cr_assert_eq (nn_plan_chosen (plan, 1)->codec_down, NN_CODEC_NONE);
-    nn_plan_destroy (&plan);
+    nn_estimate_t *plan = s_plan (&c);
+    cr_assert_eq (nn_estimate_chosen (plan, 0)->codec_up, NN_CODEC_INT8);
+    cr_assert_eq (nn_estimate_chosen (plan, 0)->codec_down, NN_CODEC_NONE);
+    cr_assert_eq (nn_estimate_chosen (plan, 1)->codec_up, NN_CODEC_NONE);
+    cr_assert_eq (nn_estimate_chosen (plan, 1)->codec_down, NN_CODEC_NONE);
+    nn_estimate_destroy (&plan);
     //  A very slow downlink for device 0 would make topk the fastest, but
     //  auto does not choose it.
-    codecs[0].down = NN_PLAN_CODEC_AUTO;
+    codecs[0].down = NN_ESTIMATE_CODEC_AUTO;
     c.dev[0].downlink_Bps = 1e4;
     plan = s_plan (&c);
-    cr_assert_eq (nn_plan_chosen (plan, 0)->codec_down, NN_CODEC_INT8);
-    nn_plan_destroy (&plan);
+    cr_assert_eq (nn_estimate_chosen (plan, 0)->codec_down, NN_CODEC_INT8);
+    nn_estimate_destroy (&plan);
     //  Named, topk is used, and on that link it is faster still.
     codecs[0].down = NN_CODEC_TOPK;
     plan = s_plan (&c);
-    cr_assert_eq (nn_plan_chosen (plan, 0)->codec_down, NN_CODEC_TOPK);
-    nn_plan_destroy (&plan);
+    cr_assert_eq (nn_estimate_chosen (plan, 0)->codec_down, NN_CODEC_TOPK);
+    nn_estimate_destroy (&plan);
 }
 
 //  The estimate's bytes are the codec's wire bytes and its codec time the
@@ -751,11 +751,11 @@ Test (plan, codec_auto_is_per_device_and_direction_and_never_topk)
 Test (plan, codec_bytes_and_cpu_enter_the_estimate)
 {
     s_case_t c;
-    nn_plan_codec_t codecs[2];
+    nn_estimate_codec_t codecs[2];
     s_vgg5_case (&c, codecs, 1e6, 2e6, NN_CODEC_INT8, NN_CODEC_FP16, 10.0);
     c.in.micro_batches = 4;
-    nn_plan_t *plan = s_plan (&c);
-    const nn_plan_candidate_t *k = nn_plan_chosen (plan, 0);
+    nn_estimate_t *plan = s_plan (&c);
+    const nn_estimate_candidate_t *k = nn_estimate_chosen (plan, 0);
     cr_assert_eq (k->codec_up, NN_CODEC_INT8);
     cr_assert_eq (k->codec_down, NN_CODEC_FP16);
     uint64_t count = 25 * 14 * 14 * 32;     //  one micro-batch of unit 0's output
@@ -765,23 +765,23 @@ Test (plan, codec_bytes_and_cpu_enter_the_estimate)
                         1e-6);
     cr_assert_float_eq (k->stages.bytes_down,
                         4 * (double) nn_codec_wire_bytes (NN_CODEC_FP16, count, 32, 0), 1e-6);
-    double share = nn_plan_server_share (&c.in);
+    double share = nn_estimate_server_share (&c.in);
     double want = 4 * (f32 / (4e8 / 10) + f32 / (8e9 / 10)
                        + share * (f32 / 2e9 + f32 / 4e9));
     cr_assert_float_eq (k->stages.codec_s, want, 1e-12, "codec %g s, want %g s",
                         k->stages.codec_s, want);
-    nn_plan_destroy (&plan);
+    nn_estimate_destroy (&plan);
 
     //  topk down: 8 k bytes per micro-batch, k = ceil(0.01 count).
     codecs[0].down = NN_CODEC_TOPK;
     plan = s_plan (&c);
-    cr_assert_float_eq (nn_plan_chosen (plan, 0)->stages.bytes_down,
+    cr_assert_float_eq (nn_estimate_chosen (plan, 0)->stages.bytes_down,
                         4 * (24.0 + 8.0 * ceil (0.01 * (double) count)), 1e-6);
-    nn_plan_destroy (&plan);
+    nn_estimate_destroy (&plan);
 
     //  none, no speeds: every candidate as without codecs.
     s_case_t a, b;
-    nn_plan_codec_t nones[2] = { { 0 }, { 0 } };
+    nn_estimate_codec_t nones[2] = { { 0 }, { 0 } };
     s_vgg5_case (&a, codecs, 1e6, 2e6, NN_CODEC_NONE, NN_CODEC_NONE, 10.0);
     a.in.split_point = 0;
     b = a;
@@ -789,58 +789,58 @@ Test (plan, codec_bytes_and_cpu_enter_the_estimate)
     a.in.devices = a.dev;
     a.in.codecs = nones;
     b.in.codecs = NULL;
-    nn_plan_t *pa = s_plan (&a), *pb = s_plan (&b);
-    for (int i = 0; i < nn_plan_candidates_count (pa, 0); i++)
-        cr_assert_eq (nn_plan_candidate (pa, 0, i)->epoch_s,
-                      nn_plan_candidate (pb, 0, i)->epoch_s);
-    nn_plan_destroy (&pa);
-    nn_plan_destroy (&pb);
+    nn_estimate_t *pa = s_plan (&a), *pb = s_plan (&b);
+    for (int i = 0; i < nn_estimate_candidates_count (pa, 0); i++)
+        cr_assert_eq (nn_estimate_candidate (pa, 0, i)->epoch_s,
+                      nn_estimate_candidate (pb, 0, i)->epoch_s);
+    nn_estimate_destroy (&pa);
+    nn_estimate_destroy (&pb);
 }
 
 Test (plan, codec_check_rejects_bad_codecs)
 {
     s_case_t c;
-    nn_plan_codec_t codecs[2];
+    nn_estimate_codec_t codecs[2];
     char err[NN_ERR_SIZE];
     s_vgg5_case (&c, codecs, 1e6, 1e6, NN_CODEC_TOPK, NN_CODEC_NONE, 1.0);
-    cr_assert_null (nn_plan_new (&c.in, err, sizeof err));
+    cr_assert_null (nn_estimate_new (&c.in, err, sizeof err));
     cr_assert (strstr (err, "topk is for gradients"), "%s", err);
     s_vgg5_case (&c, codecs, 1e6, 1e6, NN_CODEC_NONE, 7, 1.0);
-    cr_assert_null (nn_plan_new (&c.in, err, sizeof err));
+    cr_assert_null (nn_estimate_new (&c.in, err, sizeof err));
     cr_assert (strstr (err, "unknown codec"), "%s", err);
     s_vgg5_case (&c, codecs, 1e6, 1e6, NN_CODEC_NONE, NN_CODEC_TOPK, 1.0);
     codecs[1].topk_fraction = 0.0;
-    cr_assert_null (nn_plan_new (&c.in, err, sizeof err));
+    cr_assert_null (nn_estimate_new (&c.in, err, sizeof err));
     cr_assert (strstr (err, "fraction"), "%s", err);
-    s_vgg5_case (&c, codecs, 1e6, 1e6, NN_PLAN_CODEC_AUTO, NN_CODEC_NONE, 1.0);
+    s_vgg5_case (&c, codecs, 1e6, 1e6, NN_ESTIMATE_CODEC_AUTO, NN_CODEC_NONE, 1.0);
     codecs[1].speed.encode_Bps[NN_CODEC_INT8] = 0.0;
-    cr_assert_null (nn_plan_new (&c.in, err, sizeof err));
+    cr_assert_null (nn_estimate_new (&c.in, err, sizeof err));
     cr_assert (strstr (err, "device 1: codec auto needs measured int8"), "%s", err);
-    s_vgg5_case (&c, codecs, 1e6, 1e6, NN_PLAN_CODEC_AUTO, NN_CODEC_NONE, 1.0);
+    s_vgg5_case (&c, codecs, 1e6, 1e6, NN_ESTIMATE_CODEC_AUTO, NN_CODEC_NONE, 1.0);
     c.in.server_codec.decode_Bps[NN_CODEC_FP16] = 0.0;
-    cr_assert_null (nn_plan_new (&c.in, err, sizeof err));
+    cr_assert_null (nn_estimate_new (&c.in, err, sizeof err));
     cr_assert (strstr (err, "server: codec auto needs"), "%s", err);
     s_vgg5_case (&c, codecs, 1e6, 1e6, NN_CODEC_INT8, NN_CODEC_NONE, 1.0);
     codecs[0].speed.decode_Bps[NN_CODEC_FP16] = NAN;
-    cr_assert_null (nn_plan_new (&c.in, err, sizeof err));
+    cr_assert_null (nn_estimate_new (&c.in, err, sizeof err));
     cr_assert (strstr (err, "finite"), "%s", err);
     //  Pinned codecs without speeds are allowed: their bytes count, their
     //  CPU is taken as free.
     s_vgg5_case (&c, codecs, 1e6, 1e6, NN_CODEC_INT8, NN_CODEC_INT8, 1.0);
     memset (&codecs[0].speed, 0, sizeof codecs[0].speed);
     memset (&c.in.server_codec, 0, sizeof c.in.server_codec);
-    nn_plan_t *plan = s_plan (&c);
-    cr_assert_eq (nn_plan_chosen (plan, 0)->stages.codec_s, 0.0);
-    cr_assert_gt (nn_plan_chosen (plan, 1)->stages.codec_s, 0.0);
-    cr_assert_lt (nn_plan_chosen (plan, 0)->stages.bytes_down, 0.3 * 100 * 14 * 14 * 32 * 4.0);
-    nn_plan_destroy (&plan);
+    nn_estimate_t *plan = s_plan (&c);
+    cr_assert_eq (nn_estimate_chosen (plan, 0)->stages.codec_s, 0.0);
+    cr_assert_gt (nn_estimate_chosen (plan, 1)->stages.codec_s, 0.0);
+    cr_assert_lt (nn_estimate_chosen (plan, 0)->stages.bytes_down, 0.3 * 100 * 14 * 14 * 32 * 4.0);
+    nn_estimate_destroy (&plan);
 }
 
 Test (plan, profile_measures_codec_speeds)
 {
     nn_profile_args_t a = { .iterations = 3, .now = pl_monotonic_clock, .seed = 1 };
     nn_codec_shape_t shape = { 4, 8, 8, 16 };
-    nn_plan_codec_speed_t sp;
+    nn_estimate_codec_speed_t sp;
     char err[NN_ERR_SIZE];
     cr_assert_eq (nn_profile_codecs (&shape, &a, &sp, err, sizeof err), 0, "%s", err);
     cr_assert_eq (sp.encode_Bps[NN_CODEC_NONE], 0.0);
@@ -866,8 +866,8 @@ Test (plan, profile_fills_every_unit_and_the_sizes)
     double t = 0.0;
     nn_profile_args_t a = { .batch_size = 8, .iterations = 3, .now = s_fake_clock,
                             .now_arg = &t };
-    nn_plan_costs_t costs;
-    nn_plan_model_t model;
+    nn_estimate_costs_t costs;
+    nn_estimate_model_t model;
     nn_profile_report_t rep;
     char err[NN_ERR_SIZE];
     cr_assert_eq (nn_profile_run (&spec, &a, &costs, &model, &rep, err, sizeof err), 0,
@@ -902,13 +902,13 @@ Test (plan, profile_measures_real_time)
     nn_model_spec_t spec;
     nn_model_spec_vgg5 (&spec, 1, 28, 10, true);
     nn_profile_args_t a = { .batch_size = 20, .iterations = 3, .now = pl_monotonic_clock };
-    nn_plan_costs_t costs;
+    nn_estimate_costs_t costs;
     nn_profile_report_t rep;
     char err[NN_ERR_SIZE];
     cr_assert_eq (nn_profile_run (&spec, &a, &costs, NULL, &rep, err, sizeof err), 0, "%s",
                   err);
     for (int u = 0; u < 5; u++) {
-        const nn_plan_unit_cost_t *k = &costs.unit[u];
+        const nn_estimate_unit_cost_t *k = &costs.unit[u];
         cr_assert_gt (k->fwd_s, 0.0, "unit %d", u);
         cr_assert_gt (k->bwd_s, 0.0, "unit %d", u);
         cr_assert (k->fwd_fixed_s >= 0.0 && k->fwd_fixed_s <= k->fwd_s);

@@ -13,6 +13,7 @@
 
 #include "nn_alloc.h"
 #include "nn_dataset.h"
+#include "pl_le.h"
 
 #define TMP_TEMPLATE "/tmp/pl_test_svhn_XXXXXX"
 #include "runcmd.h"
@@ -100,20 +101,6 @@ s_expect_error (const char *path, const char *word)
         cr_assert_not_null (strstr (err, word), "message lacks '%s': %s", word, err);
 }
 
-static void
-s_put_le32 (uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t) (v >> (8 * i));
-}
-
-static uint32_t
-s_le32 (const uint8_t *p)
-{
-    return (uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16
-         | (uint32_t) p[3] << 24;
-}
-
 //  Writes plain.mat with one 32-bit word at offset changed into dir/name.
 static void
 s_patched (char *out, const char *dir, const char *name, size_t offset, uint32_t value)
@@ -123,7 +110,7 @@ s_patched (char *out, const char *dir, const char *name, size_t offset, uint32_t
     size_t len;
     uint8_t *buf = s_file_load (src, &len);
     cr_assert (offset + 4 <= len);
-    s_put_le32 (buf + offset, value);
+    pl_le_put_u32 (buf + offset, value);
     s_file (out, dir, name, ".mat");
     s_file_save (out, buf, len);
     nn_free (buf);
@@ -314,10 +301,10 @@ Test (svhn, lying_headers_are_refused, .timeout = 60)
     s_file (src, dir, "plain", ".mat");
     uint8_t *buf = s_file_load (src, &len);
     //  The layout the offsets assume: X first, 32x32x3x7 uint8.
-    cr_assert_eq (s_le32 (buf + AT_X_TAG), 14u);
-    cr_assert_eq (s_le32 (buf + AT_X_DIMS + 12), 7u);
-    cr_assert_eq (s_le32 (buf + AT_X_REAL_TAG), 2u);
-    cr_assert_eq (s_le32 (buf + AT_X_REAL_TAG + 4), 7u * 3072u);
+    cr_assert_eq (pl_le_get_u32 (buf + AT_X_TAG), 14u);
+    cr_assert_eq (pl_le_get_u32 (buf + AT_X_DIMS + 12), 7u);
+    cr_assert_eq (pl_le_get_u32 (buf + AT_X_REAL_TAG), 2u);
+    cr_assert_eq (pl_le_get_u32 (buf + AT_X_REAL_TAG + 4), 7u * 3072u);
     nn_free (buf);
     static const struct {
         const char *name;
@@ -358,15 +345,15 @@ s_write_compressed (const char *path, const uint8_t *file, size_t len, size_t x_
     size_t raw_len = x_end - AT_X_TAG;
     uint8_t *raw = malloc (raw_len);
     memcpy (raw, file + AT_X_TAG, raw_len);
-    s_put_le32 (raw + 4, inner_nbytes);
-    s_put_le32 (raw + (AT_X_DIMS - AT_X_TAG) + 12, images);
-    s_put_le32 (raw + (AT_X_REAL_TAG - AT_X_TAG) + 4, images * 3072u);
+    pl_le_put_u32 (raw + 4, inner_nbytes);
+    pl_le_put_u32 (raw + (AT_X_DIMS - AT_X_TAG) + 12, images);
+    pl_le_put_u32 (raw + (AT_X_REAL_TAG - AT_X_TAG) + 4, images * 3072u);
     uLongf zlen = compressBound (raw_len);
     uint8_t *out = malloc (AT_X_TAG + 8 + zlen + (len - x_end));
     memcpy (out, file, AT_X_TAG);
     cr_assert_eq (compress (out + AT_X_TAG + 8, &zlen, raw, raw_len), Z_OK);
-    s_put_le32 (out + AT_X_TAG, 15u);
-    s_put_le32 (out + AT_X_TAG + 4, (uint32_t) zlen);
+    pl_le_put_u32 (out + AT_X_TAG, 15u);
+    pl_le_put_u32 (out + AT_X_TAG + 4, (uint32_t) zlen);
     //  y follows, as in the plain file.
     memcpy (out + AT_X_TAG + 8 + zlen, file + x_end, len - x_end);
     s_file_save (path, out, AT_X_TAG + 8 + zlen + (len - x_end));
@@ -381,8 +368,8 @@ Test (svhn, lying_compressed_elements_are_refused)
     s_file (src, dir, "plain", ".mat");
     size_t len;
     uint8_t *buf = s_file_load (src, &len);
-    size_t x_end = AT_X_TAG + 8 + s_le32 (buf + AT_X_TAG + 4);
-    uint32_t x_nbytes = s_le32 (buf + AT_X_TAG + 4);
+    size_t x_end = AT_X_TAG + 8 + pl_le_get_u32 (buf + AT_X_TAG + 4);
+    uint32_t x_nbytes = pl_le_get_u32 (buf + AT_X_TAG + 4);
     s_file (path, dir, "wrapped", ".mat");
     //  Honest: the wrapper alone changes nothing.
     s_write_compressed (path, buf, len, x_end, x_nbytes, 7);

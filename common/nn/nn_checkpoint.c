@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "nn_alloc.h"
+#include "pl_le.h"
 
 #define S_MAGIC_SIZE     8
 #define S_VERSION        1u
@@ -52,68 +53,6 @@
 #define S_HEADER_SIZE    116
 
 static const uint8_t s_magic[S_MAGIC_SIZE] = { 'P', 'L', 'C', 'K', 'P', 'T', 0x00, 0x01 };
-
-//  ---------------------------------------------------------------------
-//  Little-endian encoding
-
-static void
-s_le16 (uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t) v;
-    p[1] = (uint8_t) (v >> 8);
-}
-
-static void
-s_le32 (uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t) (v >> (8 * i));
-}
-
-static void
-s_le64 (uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t) (v >> (8 * i));
-}
-
-static uint16_t
-s_get16 (const uint8_t *p)
-{
-    return (uint16_t) (p[0] | p[1] << 8);
-}
-
-static uint32_t
-s_get32 (const uint8_t *p)
-{
-    return (uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16
-         | (uint32_t) p[3] << 24;
-}
-
-static uint64_t
-s_get64 (const uint8_t *p)
-{
-    return (uint64_t) s_get32 (p) | (uint64_t) s_get32 (p + 4) << 32;
-}
-
-//  Floats travel as their IEEE-754 bit pattern, so NaN payloads, -0 and
-//  denormals come back bit-identical.
-static void
-s_le_float (uint8_t *p, float f)
-{
-    uint32_t u;
-    memcpy (&u, &f, sizeof u);
-    s_le32 (p, u);
-}
-
-static float
-s_get_float (const uint8_t *p)
-{
-    uint32_t u = s_get32 (p);
-    float f;
-    memcpy (&f, &u, sizeof f);
-    return f;
-}
 
 //  ---------------------------------------------------------------------
 //  Buffered, hashing writer
@@ -184,21 +123,21 @@ s_put_u8 (s_writer_t *w, uint8_t v)
 static void
 s_put_u16 (s_writer_t *w, uint16_t v)
 {
-    s_le16 (s_reserve (w, 2), v);
+    pl_le_put_u16 (s_reserve (w, 2), v);
     s_commit (w, 2);
 }
 
 static void
 s_put_u32 (s_writer_t *w, uint32_t v)
 {
-    s_le32 (s_reserve (w, 4), v);
+    pl_le_put_u32 (s_reserve (w, 4), v);
     s_commit (w, 4);
 }
 
 static void
 s_put_u64 (s_writer_t *w, uint64_t v)
 {
-    s_le64 (s_reserve (w, 8), v);
+    pl_le_put_u64 (s_reserve (w, 8), v);
     s_commit (w, 8);
 }
 
@@ -209,7 +148,7 @@ s_put_floats (s_writer_t *w, const float *x, size_t count)
         size_t chunk = count < S_BUF_SIZE / 4 ? count : S_BUF_SIZE / 4;
         uint8_t *p = s_reserve (w, chunk * 4);
         for (size_t i = 0; i < chunk; i++)
-            s_le_float (p + 4 * i, x[i]);
+            pl_le_put_f32 (p + 4 * i, x[i]);
         s_commit (w, chunk * 4);
         x += chunk, count -= chunk;
     }
@@ -465,7 +404,7 @@ s_check_tensor (const char *path, const uint8_t *data, size_t *at, size_t end,
         return nn_errf (err, err_size,
                         "checkpoint: %s: tensor table entry %d runs past the end of the file",
                         path, t);
-    uint16_t name_len = s_get16 (data + p);
+    uint16_t name_len = pl_le_get_u16 (data + p);
     p += 2;
     if (!s_fits (p, end, name_len))
         return nn_errf (err, err_size,
@@ -502,7 +441,7 @@ s_check_tensor (const char *path, const uint8_t *data, size_t *at, size_t end,
     uint32_t dims[S_MAX_DIMS], model_dims[S_MAX_DIMS];
     bool same_shape = dims_count == info.dims_count;
     for (int d = 0; d < dims_count; d++) {
-        dims[d] = s_get32 (data + p + 4 * (size_t) d);
+        dims[d] = pl_le_get_u32 (data + p + 4 * (size_t) d);
         same_shape = same_shape && dims[d] == (uint32_t) info.dims[d];
     }
     p += 4 * (size_t) dims_count;
@@ -521,7 +460,7 @@ s_check_tensor (const char *path, const uint8_t *data, size_t *at, size_t end,
                         "checkpoint: %s: tensor %s is %s, model's is %s", path, info.name,
                         trainable ? "trainable" : "a buffer",
                         info.trainable ? "trainable" : "a buffer");
-    uint64_t offset = s_get64 (data + p), count = s_get64 (data + p + 8);
+    uint64_t offset = pl_le_get_u64 (data + p), count = pl_le_get_u64 (data + p + 8);
     p += 16;
     if (offset != (uint64_t) info.offset || count != (uint64_t) info.count)
         return nn_errf (err, err_size,
@@ -547,7 +486,7 @@ s_check (const char *path, const uint8_t *data, size_t size, const nn_model_t *m
     if (memcmp (data + S_OFF_MAGIC, s_magic, S_MAGIC_SIZE) != 0)
         return nn_errf (err, err_size, "checkpoint: %s: not a pipelearn checkpoint (bad magic)",
                         path);
-    uint32_t version = s_get32 (data + S_OFF_VERSION);
+    uint32_t version = pl_le_get_u32 (data + S_OFF_VERSION);
     if (version != S_VERSION)
         return nn_errf (err, err_size,
                         "checkpoint: %s: version %u not supported (this build reads %u)",
@@ -560,7 +499,7 @@ s_check (const char *path, const uint8_t *data, size_t size, const nn_model_t *m
         return nn_errf (err, err_size,
                         "checkpoint: %s: checksum mismatch (corrupt or truncated)", path);
 
-    uint32_t flags = s_get32 (data + S_OFF_FLAGS);
+    uint32_t flags = pl_le_get_u32 (data + S_OFF_FLAGS);
     if (flags & ~S_FLAGS_KNOWN)
         return nn_errf (err, err_size, "checkpoint: %s: unknown flags 0x%x (known: 0x%x)",
                         path, (unsigned) flags, S_FLAGS_KNOWN);
@@ -597,18 +536,18 @@ s_check (const char *path, const uint8_t *data, size_t size, const nn_model_t *m
                         path, shown, have, spec->name, want);
     }
 
-    uint32_t unit_begin = s_get32 (data + S_OFF_UNIT_BEGIN);
-    uint32_t unit_end = s_get32 (data + S_OFF_UNIT_END);
+    uint32_t unit_begin = pl_le_get_u32 (data + S_OFF_UNIT_BEGIN);
+    uint32_t unit_end = pl_le_get_u32 (data + S_OFF_UNIT_END);
     if (unit_begin != (uint32_t) nn_model_unit_begin (model)
         || unit_end != (uint32_t) nn_model_unit_end (model))
         return nn_errf (err, err_size, "checkpoint: %s: holds units [%u,%u), model has [%d,%d)",
                         path, (unsigned) unit_begin, (unsigned) unit_end,
                         nn_model_unit_begin (model), nn_model_unit_end (model));
 
-    uint64_t params = s_get64 (data + S_OFF_PARAMS);
-    uint64_t weights = s_get64 (data + S_OFF_WEIGHTS);
-    uint64_t extra = s_get64 (data + S_OFF_EXTRA);
-    uint32_t tensors = s_get32 (data + S_OFF_TENSORS);
+    uint64_t params = pl_le_get_u64 (data + S_OFF_PARAMS);
+    uint64_t weights = pl_le_get_u64 (data + S_OFF_WEIGHTS);
+    uint64_t extra = pl_le_get_u64 (data + S_OFF_EXTRA);
+    uint32_t tensors = pl_le_get_u32 (data + S_OFF_TENSORS);
     if (params != (uint64_t) nn_model_params_count (model)
         || weights != (uint64_t) nn_model_weights_count (model))
         return nn_errf (err, err_size,
@@ -665,7 +604,7 @@ nn_checkpoint_load (const char *path, nn_model_t *model, char *err, size_t err_s
     float *w = nn_model_weights (model);
     size_t weights = nn_model_weights_count (model);
     for (size_t i = 0; i < weights; i++, at += 4)
-        w[i] = s_get_float (data + at);
+        w[i] = pl_le_get_f32 (data + at);
     //  A file without optimiser state starts the optimiser afresh, as
     //  nn_model_init does, rather than keeping momentum that belongs to
     //  other weights.
@@ -673,7 +612,7 @@ nn_checkpoint_load (const char *path, nn_model_t *model, char *err, size_t err_s
     size_t params = nn_model_params_count (model);
     if (optim)
         for (size_t i = 0; i < params; i++, at += 4)
-            o[i] = s_get_float (data + at);
+            o[i] = pl_le_get_f32 (data + at);
     else
         memset (o, 0, sizeof (float) * params);
     nn_free (data);

@@ -14,64 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nn_dataset_formats.h"
 #include "nn_rng.h"
-
-typedef struct {
-    int count;              //  samples
-    int h, w, c;            //  per-sample shape (NHWC)
-    int classes;
-    uint8_t *pixels;        //  (count, h, w, c), owned
-    uint8_t *labels;        //  (count), each < classes, owned
-    float mean[3], std[3];  //  per-channel normalisation (of pixel/255)
-} nn_dataset_t;
-
-void nn_dataset_destroy (nn_dataset_t **self_p);
-
-//  Opens path read-only if it is a regular file: a FIFO would block the
-//  open (it is opened O_NONBLOCK to look), a device never ends, and only a
-//  regular file has a size that bounds what may be allocated for it.
-//  Returns the descriptor (the caller's to close) and the size in
-//  *size_out; -1 with "<what>: <path>: <reason>" in err.
-int nn_dataset_open_file (const char *path, const char *what, long long *size_out,
-                          char *err, size_t err_size);
-
-//  Chooses the samples a load keeps, given the dataset before its pixels
-//  are read (count, shape, classes, labels, mean/std set; pixels NULL for
-//  IDX files, which stream, already loaded for the others). Uses labels only.
-//  Returns an owned (nn_malloc) array of distinct indices in [0, count), in
-//  the order wanted, and its length in *count_out; NULL with a message in
-//  err fails the load.
-typedef int *(*nn_dataset_select_fn) (const nn_dataset_t *unloaded, int *count_out,
-                                      void *arg, char *err, size_t err_size);
-
-//  MNIST IDX pair (idx3 ubyte images, idx1 ubyte labels), plain or gzip
-//  (detected by content, not name). limit > 0 keeps the first `limit`
-//  samples. classes is 10. Checks magic, dimensions, truncation, label
-//  range, and that the two files agree on the count.
-nn_dataset_t *nn_dataset_load_idx (const char *images_path,
-                                   const char *labels_path, int limit,
-                                   char *err, size_t err_size);
-//  The same keeping only the samples select picks (in its order): the
-//  labels are read first, then the images stream past and only the picked
-//  ones are kept, so a device holds its shard, not the whole file.
-nn_dataset_t *nn_dataset_load_idx_select (const char *images_path,
-                                          const char *labels_path, int limit,
-                                          nn_dataset_select_fn select, void *arg,
-                                          char *err, size_t err_size);
-
-//  CIFAR-10 binary batches (records of 1 label byte + 3072 CHW bytes),
-//  one or more files concatenated in order; converted to HWC on load.
-nn_dataset_t *nn_dataset_load_cifar10 (const char *const *paths, int paths_count,
-                                       int limit, char *err, size_t err_size);
-
-//  SVHN cropped digits: one MATLAB level-5 MAT file (train_32x32.mat or
-//  test_32x32.mat as shipped, compressed or not) holding X, uint8
-//  H x W x C x N in MATLAB's column-major order, and y, N x 1 labels
-//  1..10 (double or uint8; 10 is the digit 0, stored as label 0). Images
-//  come out NHWC. limit > 0 keeps the first `limit` samples. Every size in
-//  the file is checked against the file before anything is allocated.
-nn_dataset_t *nn_dataset_load_svhn (const char *path, int limit,
-                                    char *err, size_t err_size);
 
 //  Named dataset from a directory: "fashion-mnist" and "mnist" read
 //  {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]; "cifar10" reads

@@ -6,7 +6,7 @@
     The dataset is allocated from the files' sizes (regular files only), so
     nothing is allocated that the files do not hold.
 */
-#include "nn_dataset.h"
+#include "nn_dataset_formats.h"
 
 #include <errno.h>
 #include <stdio.h>

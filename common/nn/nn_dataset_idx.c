@@ -6,7 +6,7 @@
     header is only a claim: nothing is allocated for a payload before the
     file's size shows it can hold it (s_check_size).
 */
-#include "nn_dataset.h"
+#include "nn_dataset_formats.h"
 
 #include <errno.h>
 #include <stdint.h>

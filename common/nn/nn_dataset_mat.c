@@ -21,7 +21,7 @@
 #include <zlib.h>
 
 #include "nn_alloc.h"
-#include "nn_dataset.h"
+#include "nn_dataset_base.h"
 
 #define MAT_HEADER       128
 #define MAT_VERSION_5    0x0100

@@ -8,7 +8,7 @@
     image is three planes stored column by column. The core keeps NHWC
     (row-major per image), so images are transposed as they stream in.
 */
-#include "nn_dataset.h"
+#include "nn_dataset_formats.h"
 
 #include <string.h>
 

@@ -13,7 +13,7 @@
 #define NN_LAYER_H_INCLUDED
 
 #include "nn_kernels.h"
-#include "nn_model.h"
+#include "nn_spec_types.h"
 
 typedef struct nn_layer nn_layer_t;
 

@@ -13,7 +13,7 @@
 
 int
 nn_profile_model_bytes (const nn_model_spec_t *spec, int batch_size,
-                        nn_plan_model_t *model, char *err, size_t err_size)
+                        nn_estimate_model_t *model, char *err, size_t err_size)
 {
     assert (spec && model);
     if (batch_size < 1)
@@ -193,7 +193,7 @@ s_fixed (double total, double small, int b, int m)
 
 int
 nn_profile_run (const nn_model_spec_t *spec, const nn_profile_args_t *args,
-                nn_plan_costs_t *costs, nn_plan_model_t *model,
+                nn_estimate_costs_t *costs, nn_estimate_model_t *model,
                 nn_profile_report_t *report, char *err, size_t err_size)
 {
     assert (spec && args && costs);
@@ -206,7 +206,7 @@ nn_profile_run (const nn_model_spec_t *spec, const nn_profile_args_t *args,
                         "warm-up %d, iterations %d: need batch >= 1, 0 <= small <= batch "
                         "and the rest >= 0", b, args->small_batch, args->threads,
                         args->warmup, args->iterations);
-    nn_plan_model_t bytes;
+    nn_estimate_model_t bytes;
     if (nn_profile_model_bytes (spec, b, &bytes, err, err_size))
         return -1;
     if (model)
@@ -231,7 +231,7 @@ nn_profile_run (const nn_model_spec_t *spec, const nn_profile_args_t *args,
         if (fit)
             s_measure (&p, m, 3 * iters, small);
         s_free (&p);
-        nn_plan_unit_cost_t *c = &costs->unit[u];
+        nn_estimate_unit_cost_t *c = &costs->unit[u];
         c->fwd_s = big[0];
         c->bwd_s = big[1];
         c->upd_s = big[2];
@@ -263,7 +263,7 @@ nn_profile_run (const nn_model_spec_t *spec, const nn_profile_args_t *args,
 
 int
 nn_profile_codecs (const nn_codec_shape_t *shape, const nn_profile_args_t *args,
-                   nn_plan_codec_speed_t *speed, char *err, size_t err_size)
+                   nn_estimate_codec_speed_t *speed, char *err, size_t err_size)
 {
     assert (shape && args && speed);
     if (!args->now)

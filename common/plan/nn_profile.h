@@ -1,5 +1,5 @@
 /*  nn_profile.h: measure a model's per-unit compute costs on this host,
-    for the planner (nn_plan.h).
+    for the planner (nn_estimate.h).
 
     The core has no clock (it stays pure): the caller passes one. The
     profile runs the model the way the daemons split it: one nn_model per
@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "nn_model.h"
-#include "nn_plan.h"
+#include "nn_estimate.h"
 
 //  Seconds from any fixed origin (e.g. CLOCK_MONOTONIC).
 typedef double (*nn_profile_now_fn) (void *arg);
@@ -55,12 +55,12 @@ typedef struct {
 //  weights slab (what aggregation sends), input and label (int32) bytes.
 //  -1 with a message if the spec or B is invalid.
 int nn_profile_model_bytes (const nn_model_spec_t *spec, int batch_size,
-                            nn_plan_model_t *model, char *err, size_t err_size);
+                            nn_estimate_model_t *model, char *err, size_t err_size);
 
 //  Profile spec (see above) into costs; model and report may be NULL.
 //  -1 with a message if the spec or arguments are invalid.
 int nn_profile_run (const nn_model_spec_t *spec, const nn_profile_args_t *args,
-                    nn_plan_costs_t *costs, nn_plan_model_t *model,
+                    nn_estimate_costs_t *costs, nn_estimate_model_t *model,
                     nn_profile_report_t *report, char *err, size_t err_size);
 
 //  Measure this host's codec speeds (one thread) on a tensor of shape
@@ -70,6 +70,6 @@ int nn_profile_run (const nn_model_spec_t *spec, const nn_profile_args_t *args,
 //  args->now, seed, warmup and iterations only. -1 with a message if the
 //  shape is empty or larger than 2^28 elements.
 int nn_profile_codecs (const nn_codec_shape_t *shape, const nn_profile_args_t *args,
-                       nn_plan_codec_speed_t *speed, char *err, size_t err_size);
+                       nn_estimate_codec_speed_t *speed, char *err, size_t err_size);
 
 #endif

@@ -10,8 +10,6 @@
 #include "pl_config.h"
 
 #include <assert.h>
-#include <getopt.h>
-#include <pthread.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1211,21 +1209,6 @@ pl_config_to_json (const pl_config_t *self)
         }
     }
     return json;
-}
-
-static pthread_mutex_t s_args_mutex = PTHREAD_MUTEX_INITIALIZER;
-
-void
-pl_args_lock (void)
-{
-    pthread_mutex_lock (&s_args_mutex);
-    optind = 0;             //  glibc: 0 re-initialises getopt completely
-}
-
-void
-pl_args_unlock (void)
-{
-    pthread_mutex_unlock (&s_args_mutex);
 }
 
 int

@@ -91,11 +91,6 @@ int pl_config_parse (pl_config_t *self, const char *text, const char *source,
 //  other flags, whatever their order.
 int pl_config_load_args (pl_config_t *self, int argc, char **argv, const char **path_out,
                          char *err, size_t err_size);
-//  getopt keeps its state in globals: a process that runs daemons in
-//  threads (the in-process tests) parses one command line at a time
-//  between these, and resets optind. Plain binaries do not need them.
-void pl_args_lock (void);
-void pl_args_unlock (void);
 
 //  Read the file at path and overlay it.
 int pl_config_load (pl_config_t *self, const char *path, char *err, size_t err_size);

@@ -1,4 +1,4 @@
-/*  nn_plan.h: the planner. Chooses each device's split point P and
+/*  nn_estimate.h: the planner. Chooses each device's split point P and
     micro-batch count N from measured costs, and estimates FL, SL, SFL and
     PipeLearn epoch times for the same inputs.
 
@@ -28,7 +28,7 @@
       Then both sides step SGD. Iteration time = when both have finished.
     - D devices share a server of W workers: every server duration is
       multiplied by share = max(1, D / W) (processor sharing when all
-      devices are busy at once). nn_plan_simulate_events with pooled = true
+      devices are busy at once). nn_estimate_simulate_events with pooled = true
       simulates the real pool (W workers, round-robin over the replicas as
       srv_main dispatches) to check that approximation.
     - One host for everything (host_cores > 0: a lab, a demo, loopback):
@@ -53,25 +53,26 @@
       one thread): the device encodes after each forward and decodes
       before each backward; the server decodes before and encodes after
       each step (times the share factor, like its other work). With
-      NN_PLAN_CODEC_AUTO a device's codec for that direction is chosen per
+      NN_ESTIMATE_CODEC_AUTO a device's codec for that direction is chosen per
       candidate (P, N): the pair with the smallest epoch estimate, and
       among pairs within near_best of it the least lossy (none, fp16,
       int8 in that order). auto never chooses topk: what top-k costs in
       accuracy depends on the fraction and the model, which the estimate
       cannot weigh; name it to use it.
 */
-#ifndef NN_PLAN_H_INCLUDED
-#define NN_PLAN_H_INCLUDED
+#ifndef NN_ESTIMATE_H_INCLUDED
+#define NN_ESTIMATE_H_INCLUDED
 
 #include <stdbool.h>
 #include <stddef.h>
 
 #include "nn_codec.h"
+#include "pl_mode.h"
 #include "nn_model.h"
 
-#define NN_PLAN_MAX_DEVICES 64
+#define NN_ESTIMATE_MAX_DEVICES 64
 //  A device's codec for a direction is the planner's to choose.
-#define NN_PLAN_CODEC_AUTO (-1)
+#define NN_ESTIMATE_CODEC_AUTO (-1)
 
 //  One side's cost of one split unit, all in seconds.
 typedef struct {
@@ -80,14 +81,14 @@ typedef struct {
     double fwd_fixed_s;     //  per-call part of fwd_s (0 <= fixed <= fwd_s)
     double bwd_fixed_s;     //  per-call part of bwd_s
     double upd_s;           //  SGD step of the unit's parameters
-} nn_plan_unit_cost_t;
+} nn_estimate_unit_cost_t;
 
 //  Compute costs of one side (a device or one server worker) for every
 //  unit of the model. units_count equals the model's.
 typedef struct {
     int units_count;
-    nn_plan_unit_cost_t unit[NN_MAX_UNITS];
-} nn_plan_costs_t;
+    nn_estimate_unit_cost_t unit[NN_MAX_UNITS];
+} nn_estimate_costs_t;
 
 //  What the model sends, for B samples, in bytes.
 typedef struct {
@@ -99,60 +100,60 @@ typedef struct {
                                         //  counted as 1
     double input_bytes;                 //  the model's input (not sent; for reference)
     double label_bytes;                 //  labels, sent with every activation
-} nn_plan_model_t;
+} nn_estimate_model_t;
 
 typedef struct {
-    nn_plan_costs_t costs;      //  this device's compute
+    nn_estimate_costs_t costs;  //  this device's compute
     double uplink_Bps;          //  bytes/s device -> server (> 0)
     double downlink_Bps;        //  bytes/s server -> device (> 0)
     double rtt_s;               //  round-trip time (>= 0)
-} nn_plan_device_t;
+} nn_estimate_device_t;
 
 //  Codec speeds of one side, one thread: float32 bytes per second it
 //  encodes and decodes, per codec id (nn_profile_codecs measures them;
 //  pipelearn-bench-codec prints them). none's entries are not used (none
 //  is the f32 tensor, whose copy the estimate does not count). 0 = not
 //  measured: that work is taken as free, which auto refuses (see
-//  nn_plan_check).
+//  nn_estimate_check).
 typedef struct {
     double encode_Bps[NN_CODEC_COUNT];
     double decode_Bps[NN_CODEC_COUNT];
-} nn_plan_codec_speed_t;
+} nn_estimate_codec_speed_t;
 
 //  One device's codecs.
 typedef struct {
-    int up;                         //  activations: NN_CODEC_NONE, _FP16, _INT8 or
-                                    //  NN_PLAN_CODEC_AUTO
-    int down;                       //  gradients: the same or NN_CODEC_TOPK
-    double topk_fraction;           //  down = topk: share of elements sent, (0, 1]
-    nn_plan_codec_speed_t speed;    //  the device's own codec speeds
-} nn_plan_codec_t;
+    int up;                             //  activations: NN_CODEC_NONE, _FP16, _INT8 or
+                                        //  NN_ESTIMATE_CODEC_AUTO
+    int down;                           //  gradients: the same or NN_CODEC_TOPK
+    double topk_fraction;               //  down = topk: share of elements sent, (0, 1]
+    nn_estimate_codec_speed_t speed;    //  the device's own codec speeds
+} nn_estimate_codec_t;
 
 typedef struct {
-    nn_plan_model_t model;
-    nn_plan_costs_t server;         //  one worker (one thread) of the server
-    int server_workers;             //  W >= 1
-    int batch_size;                 //  B >= 1
-    int iterations;                 //  per epoch, the same on every device (>= 1)
-    int aggregation_frequency;      //  iterations per round; -1 (or 0) = once per epoch
-    int max_micro_batches;          //  cap on N; 0 = 100 (the reference's cap)
-    int min_micro_batch;            //  smallest micro-batch in samples; 0 = 2
-    double near_best;               //  relative; 0 = 0.01 (see nn_plan_new)
-    bool forward_first;             //  the device runs all N forwards before any
-                                    //  backward; false = pipelearn-client's order
-                                    //  (an arrived gradient's backward first)
-    int split_point;                //  0 = choose, else P is pinned to this
-    int micro_batches;              //  0 = choose, else N is pinned to this
-    int devices_count;              //  D, 1..NN_PLAN_MAX_DEVICES
-    const nn_plan_device_t *devices;    //  D entries, borrowed
-    int host_cores;                 //  > 0: server and devices share one host with
-                                    //  this many cores; 0 = each on its own hardware
-    double host_copy_Bps;           //  with host_cores: bytes/s one core moves through
-                                    //  the host's network stack (0 = moving is free)
-    const nn_plan_codec_t *codecs;  //  devices_count entries, borrowed (copied by
-                                    //  nn_plan_new); NULL = none both ways
-    nn_plan_codec_speed_t server_codec; //  one server worker's codec speeds
-} nn_plan_input_t;
+    nn_estimate_model_t model;
+    nn_estimate_costs_t server;             //  one worker (one thread) of the server
+    int server_workers;                     //  W >= 1
+    int batch_size;                         //  B >= 1
+    int iterations;                         //  per epoch, the same on every device (>= 1)
+    int aggregation_frequency;              //  iterations per round; -1 (or 0) = once per epoch
+    int max_micro_batches;                  //  cap on N; 0 = 100 (the reference's cap)
+    int min_micro_batch;                    //  smallest micro-batch in samples; 0 = 2
+    double near_best;                       //  relative; 0 = 0.01 (see nn_estimate_new)
+    bool forward_first;                     //  the device runs all N forwards before any
+                                            //  backward; false = pipelearn-client's order
+                                            //  (an arrived gradient's backward first)
+    int split_point;                        //  0 = choose, else P is pinned to this
+    int micro_batches;                      //  0 = choose, else N is pinned to this
+    int devices_count;                      //  D, 1..NN_ESTIMATE_MAX_DEVICES
+    const nn_estimate_device_t *devices;    //  D entries, borrowed
+    int host_cores;                         //  > 0: server and devices share one host with
+                                            //  this many cores; 0 = each on its own hardware
+    double host_copy_Bps;                   //  with host_cores: bytes/s one core moves through
+                                            //  the host's network stack (0 = moving is free)
+    const nn_estimate_codec_t *codecs;      //  devices_count entries, borrowed (copied by
+                                            //  nn_estimate_new); NULL = none both ways
+    nn_estimate_codec_speed_t server_codec; //  one server worker's codec speeds
+} nn_estimate_input_t;
 
 //  Per-iteration totals of one candidate (sums over the N micro-batches).
 typedef struct {
@@ -168,7 +169,7 @@ typedef struct {
     double bytes_down;          //  gradients (as the codec sends them)
     double codec_s;             //  encode + decode, device and server (server's after
                                 //  the share factor); included in the times above
-} nn_plan_stages_t;
+} nn_estimate_stages_t;
 
 typedef struct {
     int split_point;            //  P: units [0, P) on the device
@@ -180,16 +181,8 @@ typedef struct {
     double epoch_s;             //  iterations * iteration_s + rounds * aggregation_s
     double host_floor_s;        //  one host: all CPU work per iteration / host_cores
                                 //  (iteration_s is at least this); 0 otherwise
-    nn_plan_stages_t stages;
-} nn_plan_candidate_t;
-
-typedef enum {
-    NN_PLAN_FL = 0,
-    NN_PLAN_SL,
-    NN_PLAN_SFL,
-    NN_PLAN_PIPELEARN,
-    NN_PLAN_MODES_COUNT
-} nn_plan_mode_kind_t;
+    nn_estimate_stages_t stages;
+} nn_estimate_candidate_t;
 
 //  A training technique's estimate for the whole set of devices.
 typedef struct {
@@ -197,14 +190,14 @@ typedef struct {
     double iteration_s;         //  the slowest device's iteration
     int split_point;            //  P used (FL: U); 0 when devices use different P
     int micro_batches;          //  N used; 0 when devices use different N
-} nn_plan_mode_t;
+} nn_estimate_mode_t;
 
-typedef struct _nn_plan_t nn_plan_t;
+typedef struct _nn_estimate_t nn_estimate_t;
 
 //  Validate an input: ranges, finite non-negative costs, fixed parts
 //  within totals, positive rates, pins that fit. -1 with a message naming
 //  the field.
-int nn_plan_check (const nn_plan_input_t *in, char *err, size_t err_size);
+int nn_estimate_check (const nn_estimate_input_t *in, char *err, size_t err_size);
 
 //  Evaluate every candidate (P in 1..U-1, N in the allowed set) for every
 //  device, choose each device's plan and estimate the four modes. A
@@ -214,80 +207,79 @@ int nn_plan_check (const nn_plan_input_t *in, char *err, size_t err_size);
 //  closer than the costs' measurement noise are ties, and fewer, larger
 //  micro-batches cost less in what the model leaves out (messages, memory,
 //  BatchNorm on tiny batches). The input is copied (devices too). NULL with a
-//  message if nn_plan_check fails.
-nn_plan_t *nn_plan_new (const nn_plan_input_t *in, char *err, size_t err_size);
-void nn_plan_destroy (nn_plan_t **self_p);
+//  message if nn_estimate_check fails.
+nn_estimate_t *nn_estimate_new (const nn_estimate_input_t *in, char *err, size_t err_size);
+void nn_estimate_destroy (nn_estimate_t **self_p);
 
 //  Candidates of one device in (P, N) order; borrowed until destroy.
-int nn_plan_candidates_count (const nn_plan_t *self, int device);
-const nn_plan_candidate_t *nn_plan_candidate (const nn_plan_t *self, int device, int index);
+int nn_estimate_candidates_count (const nn_estimate_t *self, int device);
+const nn_estimate_candidate_t *nn_estimate_candidate (const nn_estimate_t *self, int device, int index);
 //  The device's chosen plan (honours the pins in the input).
-const nn_plan_candidate_t *nn_plan_chosen (const nn_plan_t *self, int device);
+const nn_estimate_candidate_t *nn_estimate_chosen (const nn_estimate_t *self, int device);
 //  The device's candidate for (P, N), or NULL if (P, N) was not evaluated
 //  (N not in the allowed set). For re-planning: compare the running
 //  plan's estimate under new costs with the new choice.
-const nn_plan_candidate_t *nn_plan_find (const nn_plan_t *self, int device,
+const nn_estimate_candidate_t *nn_estimate_find (const nn_estimate_t *self, int device,
                                          int split_point, int micro_batches);
 //  One (P, N) for every device, for a server that cannot run different
 //  plans per device: the allowed (P, N) with the smallest parallel epoch
 //  (rounds as barriers, the slowest device per round), by the same
 //  near-best / fewest-micro-batches rule. Fills split_point, micro_batches
 //  and returns the epoch estimate.
-double nn_plan_common (const nn_plan_t *self, int *split_point, int *micro_batches);
-const nn_plan_mode_t *nn_plan_mode (const nn_plan_t *self, nn_plan_mode_kind_t mode);
-const char *nn_plan_mode_name (nn_plan_mode_kind_t mode);     //  "fl", "sl", ...
+double nn_estimate_common (const nn_estimate_t *self, int *split_point, int *micro_batches);
+const nn_estimate_mode_t *nn_estimate_mode (const nn_estimate_t *self, pl_mode_t mode);
 //  max(1, D / W): the factor server durations get.
-double nn_plan_server_share (const nn_plan_input_t *in);
+double nn_estimate_server_share (const nn_estimate_input_t *in);
 //  Payload bytes/s of a link given in Mbit/s on the wire, as tc shapes and
 //  operators quote it: TCP over Ethernet (MTU 1500, timestamps on) carries
 //  1448 payload bytes in every 1514-byte frame. Measured (probed) rates are
 //  payload already and are not converted.
-double nn_plan_link_payload_Bps (double mbps);
+double nn_estimate_link_payload_Bps (double mbps);
 
 //  Aggregation rounds per epoch (>= 1).
-int nn_plan_rounds (const nn_plan_input_t *in);
+int nn_estimate_rounds (const nn_estimate_input_t *in);
 
 //  The allowed micro-batch counts for the input's B and caps, ascending,
 //  into ns (room for cap entries); returns how many. 1 is always allowed.
-int nn_plan_micro_batch_set (const nn_plan_input_t *in, int *ns, int cap);
+int nn_estimate_micro_batch_set (const nn_estimate_input_t *in, int *ns, int cap);
 
 //  One device's iteration time at (P, N) under the model above, with
 //  every server duration multiplied by server_share. stages may be NULL.
-//  in must pass nn_plan_check; P in 1..U-1, N >= 1 (programmer errors
+//  in must pass nn_estimate_check; P in 1..U-1, N >= 1 (programmer errors
 //  otherwise). Codecs: the device's pinned ones, none for an auto
-//  direction (nn_plan_estimate_codecs takes them explicitly).
-double nn_plan_estimate (const nn_plan_input_t *in, int device, int split_point,
+//  direction (nn_estimate_iteration_codecs takes them explicitly).
+double nn_estimate_iteration (const nn_estimate_input_t *in, int device, int split_point,
                          int micro_batches, double server_share,
-                         nn_plan_stages_t *stages);
+                         nn_estimate_stages_t *stages);
 //  The same with the codecs given: up none/fp16/int8, down none..topk
 //  (topk with the device's topk_fraction, which must be set).
-double nn_plan_estimate_codecs (const nn_plan_input_t *in, int device, int split_point,
+double nn_estimate_iteration_codecs (const nn_estimate_input_t *in, int device, int split_point,
                                 int micro_batches, double server_share, int codec_up,
-                                int codec_down, nn_plan_stages_t *stages);
+                                int codec_down, nn_estimate_stages_t *stages);
 
 //  One FL iteration of a device: the whole model, whole batch, plus update.
-double nn_plan_estimate_fl (const nn_plan_input_t *in, int device);
+double nn_estimate_iteration_fl (const nn_estimate_input_t *in, int device);
 
 //  One host (host_cores > 0): the CPU work of one iteration of every device
 //  at (P, N), the server's share included, divided by host_cores; P = U is
 //  FL (no server, nothing moved per iteration). 0 when host_cores is 0.
 //  Codecs: each device's pinned ones (none for auto).
-double nn_plan_host_floor (const nn_plan_input_t *in, int split_point, int micro_batches);
+double nn_estimate_host_floor (const nn_estimate_input_t *in, int split_point, int micro_batches);
 
 //  One aggregation round's exchange for a device whose part is units
 //  [0, units): its weights up and back down, plus one RTT.
-double nn_plan_aggregation_s (const nn_plan_input_t *in, int device, int units);
+double nn_estimate_aggregation_s (const nn_estimate_input_t *in, int device, int units);
 
 //  Brute-force discrete-event simulation of one iteration, independent of
-//  nn_plan_estimate's recurrence (an event queue and explicit resources).
+//  nn_estimate_iteration's recurrence (an event queue and explicit resources).
 //  split_points / micro_batches: one per device. pooled false: each device
-//  alone, server durations times nn_plan_server_share (the estimator's
-//  model; equal to nn_plan_estimate up to rounding). pooled true: all D
+//  alone, server durations times nn_estimate_server_share (the estimator's
+//  model; equal to nn_estimate_iteration up to rounding). pooled true: all D
 //  devices start together against W real workers, a replica on at most one
 //  worker at a time, idle workers taking replicas round-robin (srv_main's
 //  dispatch), no share factor. Codecs: each device's pinned ones (none
 //  for auto). Writes each device's iteration time.
-void nn_plan_simulate_events (const nn_plan_input_t *in, const int *split_points,
+void nn_estimate_simulate_events (const nn_estimate_input_t *in, const int *split_points,
                               const int *micro_batches, bool pooled,
                               double *iteration_s);
 
@@ -296,7 +288,7 @@ void nn_plan_simulate_events (const nn_plan_input_t *in, const int *split_points
 //  at min(N, B/2, 100) (at least 1), then N = B / (B / N) in integers.
 //  Times are the whole batch's, in seconds. The result need not divide B
 //  (the reference drops the remainder).
-int nn_plan_reference_micro_batches (double d_fwd_s, double d_bwd_s, double s_fwd_s,
+int nn_estimate_reference_micro_batches (double d_fwd_s, double d_bwd_s, double s_fwd_s,
                                      double s_bwd_s, double up_s, double down_s,
                                      int batch_size);
 

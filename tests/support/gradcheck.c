@@ -1,4 +1,4 @@
-/*  gradcheck.c: see gradcheck.h. Included by test files that need it. */
+/*  gradcheck.c: see gradcheck.h. Part of the tests' support library. */
 #include <criterion/criterion.h>
 
 #include "gradcheck.h"

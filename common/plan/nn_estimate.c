@@ -1,7 +1,7 @@
-/*  nn_plan.c: the planner's estimator, its event-simulation check, and
-    the choice of (P, N) per device. See nn_plan.h for the model.
+/*  nn_estimate.c: the planner's estimator, its event-simulation check, and
+    the choice of (P, N) per device. See nn_estimate.h for the model.
 */
-#include "nn_plan.h"
+#include "nn_estimate.h"
 
 #include "nn_alloc.h"
 
@@ -18,14 +18,14 @@
 //  the smaller P wins.
 #define S_TIE 1e-9
 
-struct _nn_plan_t {
-    nn_plan_input_t in;                 //  devices points at our copy
-    nn_plan_device_t *devices;
-    nn_plan_codec_t *codecs;            //  in.codecs points here (NULL: none)
-    int per_device;                     //  candidates per device
-    nn_plan_candidate_t *cand;          //  devices_count * per_device
-    int *chosen;                        //  index into a device's candidates
-    nn_plan_mode_t modes[NN_PLAN_MODES_COUNT];
+struct _nn_estimate_t {
+    nn_estimate_input_t in;                             //  devices points at our copy
+    nn_estimate_device_t *devices;
+    nn_estimate_codec_t *codecs;                        //  in.codecs points here (NULL: none)
+    int per_device;                                     //  candidates per device
+    nn_estimate_candidate_t *cand;                      //  devices_count * per_device
+    int *chosen;                                        //  index into a device's candidates
+    nn_estimate_mode_t modes[PL_MODE_PIPELEARN + 1];    //  by pl_mode_t; [0] unused
 };
 
 //  ---------------------------------------------------------------------
@@ -38,14 +38,14 @@ s_time_ok (double t)
 }
 
 static int
-s_check_costs (const nn_plan_costs_t *c, int units, const char *who,
+s_check_costs (const nn_estimate_costs_t *c, int units, const char *who,
                char *err, size_t err_size)
 {
     if (c->units_count != units)
         return nn_errf (err, err_size, "plan: %s: costs for %d units, the model has %d", who,
                         c->units_count, units);
     for (int u = 0; u < units; u++) {
-        const nn_plan_unit_cost_t *k = &c->unit[u];
+        const nn_estimate_unit_cost_t *k = &c->unit[u];
         if (!s_time_ok (k->fwd_s) || !s_time_ok (k->bwd_s) || !s_time_ok (k->upd_s)
         ||  !s_time_ok (k->fwd_fixed_s) || !s_time_ok (k->bwd_fixed_s))
             return nn_errf (err, err_size, "plan: %s: unit %d: times must be finite and "
@@ -58,7 +58,7 @@ s_check_costs (const nn_plan_costs_t *c, int units, const char *who,
 }
 
 static int
-s_check_speed (const nn_plan_codec_speed_t *sp, const char *who, char *err, size_t err_size)
+s_check_speed (const nn_estimate_codec_speed_t *sp, const char *who, char *err, size_t err_size)
 {
     for (int c = 0; c < NN_CODEC_COUNT; c++)
         if (!s_time_ok (sp->encode_Bps[c]) || !s_time_ok (sp->decode_Bps[c]))
@@ -70,7 +70,7 @@ s_check_speed (const nn_plan_codec_speed_t *sp, const char *who, char *err, size
 //  auto weighs a codec's bytes against its CPU: without measured speeds
 //  int8 would always look free and win.
 static int
-s_check_auto_speeds (const nn_plan_codec_speed_t *sp, const char *who, char *err,
+s_check_auto_speeds (const nn_estimate_codec_speed_t *sp, const char *who, char *err,
                      size_t err_size)
 {
     for (int c = NN_CODEC_FP16; c <= NN_CODEC_INT8; c++)
@@ -81,7 +81,7 @@ s_check_auto_speeds (const nn_plan_codec_speed_t *sp, const char *who, char *err
 }
 
 static int
-s_check_codecs (const nn_plan_input_t *in, char *err, size_t err_size)
+s_check_codecs (const nn_estimate_input_t *in, char *err, size_t err_size)
 {
     if (s_check_speed (&in->server_codec, "server", err, err_size))
         return -1;
@@ -89,13 +89,13 @@ s_check_codecs (const nn_plan_input_t *in, char *err, size_t err_size)
         return 0;
     bool any_auto = false;
     for (int d = 0; d < in->devices_count; d++) {
-        const nn_plan_codec_t *k = &in->codecs[d];
+        const nn_estimate_codec_t *k = &in->codecs[d];
         char who[32];
         snprintf (who, sizeof who, "device %d", d);
-        if (k->up != NN_PLAN_CODEC_AUTO && (k->up < NN_CODEC_NONE || k->up > NN_CODEC_INT8))
+        if (k->up != NN_ESTIMATE_CODEC_AUTO && (k->up < NN_CODEC_NONE || k->up > NN_CODEC_INT8))
             return nn_errf (err, err_size, "plan: %s: codec up must be none, fp16, int8 or "
                             "auto (topk is for gradients), got id %d", who, k->up);
-        if (k->down != NN_PLAN_CODEC_AUTO
+        if (k->down != NN_ESTIMATE_CODEC_AUTO
         &&  (k->down < NN_CODEC_NONE || k->down >= NN_CODEC_COUNT))
             return nn_errf (err, err_size, "plan: %s: unknown codec id %d down", who, k->down);
         if (k->down == NN_CODEC_TOPK
@@ -104,7 +104,7 @@ s_check_codecs (const nn_plan_input_t *in, char *err, size_t err_size)
                             who, k->topk_fraction);
         if (s_check_speed (&k->speed, who, err, err_size))
             return -1;
-        if (k->up == NN_PLAN_CODEC_AUTO || k->down == NN_PLAN_CODEC_AUTO) {
+        if (k->up == NN_ESTIMATE_CODEC_AUTO || k->down == NN_ESTIMATE_CODEC_AUTO) {
             if (s_check_auto_speeds (&k->speed, who, err, err_size))
                 return -1;
             any_auto = true;
@@ -116,10 +116,10 @@ s_check_codecs (const nn_plan_input_t *in, char *err, size_t err_size)
 }
 
 int
-nn_plan_check (const nn_plan_input_t *in, char *err, size_t err_size)
+nn_estimate_check (const nn_estimate_input_t *in, char *err, size_t err_size)
 {
     assert (in);
-    const nn_plan_model_t *m = &in->model;
+    const nn_estimate_model_t *m = &in->model;
     int units = m->units_count;
     if (units < 2 || units > NN_MAX_UNITS)
         return nn_errf (err, err_size, "plan: model: %d units; need 2..%d to split", units,
@@ -146,9 +146,9 @@ nn_plan_check (const nn_plan_input_t *in, char *err, size_t err_size)
     if (in->max_micro_batches < 0 || in->min_micro_batch < 0)
         return nn_errf (err, err_size, "plan: max_micro_batches and min_micro_batch must "
                         "be >= 0 (0 = default)");
-    if (in->devices_count < 1 || in->devices_count > NN_PLAN_MAX_DEVICES || !in->devices)
+    if (in->devices_count < 1 || in->devices_count > NN_ESTIMATE_MAX_DEVICES || !in->devices)
         return nn_errf (err, err_size, "plan: devices: need 1..%d, got %d",
-                        NN_PLAN_MAX_DEVICES, in->devices_count);
+                        NN_ESTIMATE_MAX_DEVICES, in->devices_count);
     if (in->split_point != 0 && (in->split_point < 1 || in->split_point > units - 1))
         return nn_errf (err, err_size, "plan: split_point %d is not in 1..%d (0 = choose)",
                         in->split_point, units - 1);
@@ -159,7 +159,7 @@ nn_plan_check (const nn_plan_input_t *in, char *err, size_t err_size)
     if (s_check_costs (&in->server, units, "server", err, err_size))
         return -1;
     for (int d = 0; d < in->devices_count; d++) {
-        const nn_plan_device_t *dv = &in->devices[d];
+        const nn_estimate_device_t *dv = &in->devices[d];
         char who[32];
         snprintf (who, sizeof who, "device %d", d);
         if (s_check_costs (&dv->costs, units, who, err, err_size))
@@ -182,20 +182,20 @@ nn_plan_check (const nn_plan_input_t *in, char *err, size_t err_size)
 }
 
 double
-nn_plan_server_share (const nn_plan_input_t *in)
+nn_estimate_server_share (const nn_estimate_input_t *in)
 {
     double share = (double) in->devices_count / (double) in->server_workers;
     return share > 1.0 ? share : 1.0;
 }
 
 double
-nn_plan_link_payload_Bps (double mbps)
+nn_estimate_link_payload_Bps (double mbps)
 {
     return mbps * 1e6 / 8.0 * (1448.0 / 1514.0);
 }
 
 int
-nn_plan_rounds (const nn_plan_input_t *in)
+nn_estimate_rounds (const nn_estimate_input_t *in)
 {
     int agg = in->aggregation_frequency;
     if (agg <= 0 || agg >= in->iterations)
@@ -204,7 +204,7 @@ nn_plan_rounds (const nn_plan_input_t *in)
 }
 
 int
-nn_plan_micro_batch_set (const nn_plan_input_t *in, int *ns, int cap)
+nn_estimate_micro_batch_set (const nn_estimate_input_t *in, int *ns, int cap)
 {
     int max_n = in->max_micro_batches > 0 ? in->max_micro_batches : S_DEFAULT_MAX_MICRO;
     int min_mb = in->min_micro_batch > 0 ? in->min_micro_batch : S_DEFAULT_MIN_MICRO;
@@ -224,7 +224,7 @@ nn_plan_micro_batch_set (const nn_plan_input_t *in, int *ns, int cap)
 //  ---------------------------------------------------------------------
 //  Durations of one micro-batch
 
-//  Time of a unit's call on B/N samples (see nn_plan.h).
+//  Time of a unit's call on B/N samples (see nn_estimate.h).
 static double
 s_part (double total, double fixed, int n)
 {
@@ -241,13 +241,13 @@ typedef struct {
 
 //  The device's pinned codecs (none for auto).
 static void
-s_pinned (const nn_plan_input_t *in, int device, int *up, int *down)
+s_pinned (const nn_estimate_input_t *in, int device, int *up, int *down)
 {
     *up = *down = NN_CODEC_NONE;
     if (in->codecs) {
-        if (in->codecs[device].up != NN_PLAN_CODEC_AUTO)
+        if (in->codecs[device].up != NN_ESTIMATE_CODEC_AUTO)
             *up = in->codecs[device].up;
-        if (in->codecs[device].down != NN_PLAN_CODEC_AUTO)
+        if (in->codecs[device].down != NN_ESTIMATE_CODEC_AUTO)
             *down = in->codecs[device].down;
     }
 }
@@ -255,7 +255,7 @@ s_pinned (const nn_plan_input_t *in, int device, int *up, int *down)
 //  Wire bytes of f32 tensor bytes under a codec: none is the f32 tensor
 //  itself (proto's data frame, no codec header).
 static double
-s_wire (const nn_plan_input_t *in, int device, int codec, double f32_bytes, int channels)
+s_wire (const nn_estimate_input_t *in, int device, int codec, double f32_bytes, int channels)
 {
     if (codec == NN_CODEC_NONE)
         return f32_bytes;
@@ -278,10 +278,10 @@ s_codec_s (int codec, double f32_bytes, double Bps)
 }
 
 static void
-s_micro (const nn_plan_input_t *in, int device, int p, int n, double share, int up,
+s_micro (const nn_estimate_input_t *in, int device, int p, int n, double share, int up,
          int down, s_micro_t *m)
 {
-    const nn_plan_device_t *dv = &in->devices[device];
+    const nn_estimate_device_t *dv = &in->devices[device];
     int units = in->model.units_count;
     assert (p >= 1 && p < units && n >= 1);
     assert (up >= NN_CODEC_NONE && up <= NN_CODEC_INT8);
@@ -289,20 +289,20 @@ s_micro (const nn_plan_input_t *in, int device, int p, int n, double share, int 
     assert ((up == NN_CODEC_NONE && down == NN_CODEC_NONE) || in->codecs);
     memset (m, 0, sizeof *m);
     for (int u = 0; u < p; u++) {
-        const nn_plan_unit_cost_t *k = &dv->costs.unit[u];
+        const nn_estimate_unit_cost_t *k = &dv->costs.unit[u];
         m->fwd += s_part (k->fwd_s, k->fwd_fixed_s, n);
         m->bwd += s_part (k->bwd_s, k->bwd_fixed_s, n);
         m->dev_upd += k->upd_s;
     }
     for (int u = p; u < units; u++) {
-        const nn_plan_unit_cost_t *k = &in->server.unit[u];
+        const nn_estimate_unit_cost_t *k = &in->server.unit[u];
         m->srv += s_part (k->fwd_s, k->fwd_fixed_s, n) + s_part (k->bwd_s, k->bwd_fixed_s, n);
         m->srv_upd += k->upd_s;
     }
     double f32 = in->model.out_bytes[p - 1] / (double) n;
     int channels = in->model.out_channels[p - 1];
     if (in->codecs) {
-        const nn_plan_codec_speed_t *ds = &in->codecs[device].speed, *ss = &in->server_codec;
+        const nn_estimate_codec_speed_t *ds = &in->codecs[device].speed, *ss = &in->server_codec;
         double enc_up = s_codec_s (up, f32, ds->encode_Bps[up]);
         double dec_down = s_codec_s (down, f32, ds->decode_Bps[down]);
         double srv = s_codec_s (up, f32, ss->decode_Bps[up])
@@ -325,20 +325,20 @@ s_micro (const nn_plan_input_t *in, int device, int p, int n, double share, int 
 //  The estimator: one pass over the micro-batches in order
 
 double
-nn_plan_estimate (const nn_plan_input_t *in, int device, int split_point,
-                  int micro_batches, double server_share, nn_plan_stages_t *stages)
+nn_estimate_iteration (const nn_estimate_input_t *in, int device, int split_point,
+                  int micro_batches, double server_share, nn_estimate_stages_t *stages)
 {
     assert (in && device >= 0 && device < in->devices_count);
     int up, down;
     s_pinned (in, device, &up, &down);
-    return nn_plan_estimate_codecs (in, device, split_point, micro_batches, server_share,
+    return nn_estimate_iteration_codecs (in, device, split_point, micro_batches, server_share,
                                     up, down, stages);
 }
 
 double
-nn_plan_estimate_codecs (const nn_plan_input_t *in, int device, int split_point,
+nn_estimate_iteration_codecs (const nn_estimate_input_t *in, int device, int split_point,
                          int micro_batches, double server_share, int codec_up,
-                         int codec_down, nn_plan_stages_t *stages)
+                         int codec_down, nn_estimate_stages_t *stages)
 {
     assert (in && device >= 0 && device < in->devices_count);
     int n = micro_batches;
@@ -393,9 +393,9 @@ nn_plan_estimate_codecs (const nn_plan_input_t *in, int device, int split_point,
 }
 
 double
-nn_plan_estimate_fl (const nn_plan_input_t *in, int device)
+nn_estimate_iteration_fl (const nn_estimate_input_t *in, int device)
 {
-    const nn_plan_costs_t *c = &in->devices[device].costs;
+    const nn_estimate_costs_t *c = &in->devices[device].costs;
     double t = 0.0;
     for (int u = 0; u < c->units_count; u++)
         t += c->unit[u].fwd_s + c->unit[u].bwd_s + c->unit[u].upd_s;
@@ -406,17 +406,17 @@ nn_plan_estimate_fl (const nn_plan_input_t *in, int device)
 //  takes up/down (a candidate's pair is taken as every auto device's, as
 //  its (P, N) is), or none when up is -1.
 static double
-s_host_floor (const nn_plan_input_t *in, int split_point, int micro_batches, int up,
+s_host_floor (const nn_estimate_input_t *in, int split_point, int micro_batches, int up,
               int down);
 
 double
-nn_plan_host_floor (const nn_plan_input_t *in, int split_point, int micro_batches)
+nn_estimate_host_floor (const nn_estimate_input_t *in, int split_point, int micro_batches)
 {
     return s_host_floor (in, split_point, micro_batches, -1, -1);
 }
 
 static double
-s_host_floor (const nn_plan_input_t *in, int split_point, int micro_batches, int up,
+s_host_floor (const nn_estimate_input_t *in, int split_point, int micro_batches, int up,
               int down)
 {
     assert (in && micro_batches >= 1);
@@ -426,14 +426,14 @@ s_host_floor (const nn_plan_input_t *in, int split_point, int micro_batches, int
     double work = 0.0;
     for (int d = 0; d < in->devices_count; d++) {
         if (split_point >= units) {
-            work += nn_plan_estimate_fl (in, d);
+            work += nn_estimate_iteration_fl (in, d);
             continue;
         }
         int u, w;
         s_pinned (in, d, &u, &w);
-        if (in->codecs && in->codecs[d].up == NN_PLAN_CODEC_AUTO && up >= 0)
+        if (in->codecs && in->codecs[d].up == NN_ESTIMATE_CODEC_AUTO && up >= 0)
             u = up;
-        if (in->codecs && in->codecs[d].down == NN_PLAN_CODEC_AUTO && down >= 0)
+        if (in->codecs && in->codecs[d].down == NN_ESTIMATE_CODEC_AUTO && down >= 0)
             w = down;
         s_micro_t m;
         s_micro (in, d, split_point, n, 1.0, u, w, &m);
@@ -445,9 +445,9 @@ s_host_floor (const nn_plan_input_t *in, int split_point, int micro_batches, int
 }
 
 double
-nn_plan_aggregation_s (const nn_plan_input_t *in, int device, int units)
+nn_estimate_aggregation_s (const nn_estimate_input_t *in, int device, int units)
 {
-    const nn_plan_device_t *dv = &in->devices[device];
+    const nn_estimate_device_t *dv = &in->devices[device];
     double bytes = 0.0;
     for (int u = 0; u < units; u++)
         bytes += in->model.param_bytes[u];
@@ -553,7 +553,7 @@ typedef struct {
 } s_simdev_t;
 
 typedef struct {
-    const nn_plan_input_t *in;
+    const nn_estimate_input_t *in;
     s_simdev_t *dev;
     int devs;
     int *dev_index;             //  simulated device -> input device
@@ -697,7 +697,7 @@ s_sim_run (s_sim_t *s)
 //  Simulate devices dev_index[0..devs) together against `workers` workers
 //  with server durations times share; writes their iteration times.
 static void
-s_simulate (const nn_plan_input_t *in, const int *dev_index, int devs, int workers,
+s_simulate (const nn_estimate_input_t *in, const int *dev_index, int devs, int workers,
             double share, const int *split_points, const int *micro_batches, double *out)
 {
     s_sim_t s = { .in = in, .devs = devs, .workers = workers };
@@ -733,7 +733,7 @@ s_simulate (const nn_plan_input_t *in, const int *dev_index, int devs, int worke
 }
 
 void
-nn_plan_simulate_events (const nn_plan_input_t *in, const int *split_points,
+nn_estimate_simulate_events (const nn_estimate_input_t *in, const int *split_points,
                          const int *micro_batches, bool pooled, double *iteration_s)
 {
     assert (in && split_points && micro_batches && iteration_s);
@@ -746,7 +746,7 @@ nn_plan_simulate_events (const nn_plan_input_t *in, const int *split_points,
         nn_free (all);
     }
     else {
-        double share = nn_plan_server_share (in);
+        double share = nn_estimate_server_share (in);
         for (int d = 0; d < in->devices_count; d++)
             s_simulate (in, &d, 1, 1, share, split_points, micro_batches, iteration_s);
     }
@@ -756,7 +756,7 @@ nn_plan_simulate_events (const nn_plan_input_t *in, const int *split_points,
 //  The reference's formula
 
 int
-nn_plan_reference_micro_batches (double d_fwd_s, double d_bwd_s, double s_fwd_s,
+nn_estimate_reference_micro_batches (double d_fwd_s, double d_bwd_s, double s_fwd_s,
                                  double s_bwd_s, double up_s, double down_s,
                                  int batch_size)
 {
@@ -775,17 +775,10 @@ nn_plan_reference_micro_batches (double d_fwd_s, double d_bwd_s, double s_fwd_s,
 //  ---------------------------------------------------------------------
 //  The plan
 
-const char *
-nn_plan_mode_name (nn_plan_mode_kind_t mode)
-{
-    static const char *names[NN_PLAN_MODES_COUNT] = { "fl", "sl", "sfl", "pipelearn" };
-    return mode >= 0 && mode < NN_PLAN_MODES_COUNT ? names[mode] : "?";
-}
-
 //  a better than b at the same N: smaller epoch estimate, ties to the
 //  smaller P.
 static bool
-s_better (const nn_plan_candidate_t *a, const nn_plan_candidate_t *b)
+s_better (const nn_estimate_candidate_t *a, const nn_estimate_candidate_t *b)
 {
     double scale = fabs (a->epoch_s) > fabs (b->epoch_s) ? fabs (a->epoch_s) : fabs (b->epoch_s);
     if (fabs (a->epoch_s - b->epoch_s) > S_TIE * scale)
@@ -796,25 +789,25 @@ s_better (const nn_plan_candidate_t *a, const nn_plan_candidate_t *b)
 //  with_floor: apply the one-host floor (not for SL, which runs one device at
 //  a time).
 static void
-s_fill_pair (const nn_plan_input_t *in, int device, int p, int n, double share, int up,
-             int down, bool with_floor, nn_plan_candidate_t *c)
+s_fill_pair (const nn_estimate_input_t *in, int device, int p, int n, double share, int up,
+             int down, bool with_floor, nn_estimate_candidate_t *c)
 {
     c->split_point = p;
     c->micro_batches = n;
     c->codec_up = up;
     c->codec_down = down;
-    c->iteration_s = nn_plan_estimate_codecs (in, device, p, n, share, up, down, &c->stages);
+    c->iteration_s = nn_estimate_iteration_codecs (in, device, p, n, share, up, down, &c->stages);
     c->host_floor_s = with_floor ? s_host_floor (in, p, n, up, down) : 0.0;
     if (c->host_floor_s > c->iteration_s)
         c->iteration_s = c->host_floor_s;
-    c->aggregation_s = nn_plan_aggregation_s (in, device, p);
-    c->epoch_s = in->iterations * c->iteration_s + nn_plan_rounds (in) * c->aggregation_s;
+    c->aggregation_s = nn_estimate_aggregation_s (in, device, p);
+    c->epoch_s = in->iterations * c->iteration_s + nn_estimate_rounds (in) * c->aggregation_s;
 }
 
 //  Lossiness of a pair, for auto's tie-break: the worse direction first,
 //  then the sum (ids are in lossiness order).
 static int
-s_lossiness (const nn_plan_candidate_t *c)
+s_lossiness (const nn_estimate_candidate_t *c)
 {
     int worst = c->codec_up > c->codec_down ? c->codec_up : c->codec_down;
     return worst * NN_CODEC_COUNT * 2 + c->codec_up + c->codec_down;
@@ -824,18 +817,18 @@ s_lossiness (const nn_plan_candidate_t *c)
 //  direction every codec auto may choose (none, fp16, int8), keeping the
 //  least lossy pair within near_best of the fastest.
 static void
-s_fill (const nn_plan_input_t *in, int device, int p, int n, double share, bool with_floor,
-        nn_plan_candidate_t *c)
+s_fill (const nn_estimate_input_t *in, int device, int p, int n, double share, bool with_floor,
+        nn_estimate_candidate_t *c)
 {
     int up, down;
     s_pinned (in, device, &up, &down);
-    bool auto_up = in->codecs && in->codecs[device].up == NN_PLAN_CODEC_AUTO;
-    bool auto_down = in->codecs && in->codecs[device].down == NN_PLAN_CODEC_AUTO;
+    bool auto_up = in->codecs && in->codecs[device].up == NN_ESTIMATE_CODEC_AUTO;
+    bool auto_down = in->codecs && in->codecs[device].down == NN_ESTIMATE_CODEC_AUTO;
     if (!auto_up && !auto_down) {
         s_fill_pair (in, device, p, n, share, up, down, with_floor, c);
         return;
     }
-    nn_plan_candidate_t pairs[(NN_CODEC_INT8 + 1) * (NN_CODEC_INT8 + 1)];
+    nn_estimate_candidate_t pairs[(NN_CODEC_INT8 + 1) * (NN_CODEC_INT8 + 1)];
     int count = 0;
     double fastest = INFINITY;
     for (int u = auto_up ? NN_CODEC_NONE : up; u <= (auto_up ? NN_CODEC_INT8 : up); u++)
@@ -860,7 +853,7 @@ s_fill (const nn_plan_input_t *in, int device, int p, int n, double share, bool 
 //  Epoch of devices that train in parallel with aggregation barriers: the
 //  sum over rounds of the slowest device's round.
 static double
-s_parallel_epoch (const nn_plan_input_t *in, const double *iter_s, const double *agg_s)
+s_parallel_epoch (const nn_estimate_input_t *in, const double *iter_s, const double *agg_s)
 {
     int agg = in->aggregation_frequency;
     if (agg <= 0 || agg > in->iterations)
@@ -880,22 +873,22 @@ s_parallel_epoch (const nn_plan_input_t *in, const double *iter_s, const double 
 }
 
 static void
-s_modes (nn_plan_t *self)
+s_modes (nn_estimate_t *self)
 {
-    const nn_plan_input_t *in = &self->in;
+    const nn_estimate_input_t *in = &self->in;
     int devs = in->devices_count, units = in->model.units_count;
     double *iter = nn_calloc ((size_t) devs, sizeof (double));
     double *agg = nn_calloc ((size_t) devs, sizeof (double));
-    double share = nn_plan_server_share (in);
+    double share = nn_estimate_server_share (in);
 
     //  FL: the whole model on every device, the whole model averaged.
-    nn_plan_mode_t *fl = &self->modes[NN_PLAN_FL];
-    double fl_floor = nn_plan_host_floor (in, units, 1);
+    nn_estimate_mode_t *fl = &self->modes[PL_MODE_FL];
+    double fl_floor = nn_estimate_host_floor (in, units, 1);
     for (int d = 0; d < devs; d++) {
-        iter[d] = nn_plan_estimate_fl (in, d);
+        iter[d] = nn_estimate_iteration_fl (in, d);
         if (fl_floor > iter[d])
             iter[d] = fl_floor;
-        agg[d] = nn_plan_aggregation_s (in, d, units);
+        agg[d] = nn_estimate_aggregation_s (in, d, units);
         if (iter[d] > fl->iteration_s)
             fl->iteration_s = iter[d];
     }
@@ -904,9 +897,9 @@ s_modes (nn_plan_t *self)
     fl->micro_batches = 1;
 
     //  SFL: N = 1, devices in parallel, each at its own best P (or the pin).
-    nn_plan_mode_t *sfl = &self->modes[NN_PLAN_SFL];
+    nn_estimate_mode_t *sfl = &self->modes[PL_MODE_SFL];
     for (int d = 0; d < devs; d++) {
-        nn_plan_candidate_t best = { 0 }, c;
+        nn_estimate_candidate_t best = { 0 }, c;
         for (int p = 1; p < units; p++) {
             if (in->split_point && p != in->split_point)
                 continue;
@@ -930,16 +923,16 @@ s_modes (nn_plan_t *self)
     //  SL: one server model, so one P for all; devices take turns for a
     //  whole epoch each, the server unshared; each turn fetches and returns
     //  the device part once.
-    nn_plan_mode_t *sl = &self->modes[NN_PLAN_SL];
+    nn_estimate_mode_t *sl = &self->modes[PL_MODE_SL];
     for (int p = 1; p < units; p++) {
         if (in->split_point && p != in->split_point)
             continue;
         double total = 0.0, slowest = 0.0;
         for (int d = 0; d < devs; d++) {
-            nn_plan_candidate_t c;
+            nn_estimate_candidate_t c;
             s_fill (in, d, p, 1, 1.0, false, &c);
             double it = c.iteration_s;
-            total += in->iterations * it + nn_plan_aggregation_s (in, d, p);
+            total += in->iterations * it + nn_estimate_aggregation_s (in, d, p);
             if (it > slowest)
                 slowest = it;
         }
@@ -952,21 +945,21 @@ s_modes (nn_plan_t *self)
     sl->micro_batches = 1;
 
     //  PipeLearn: every device on its chosen plan.
-    nn_plan_mode_t *pl = &self->modes[NN_PLAN_PIPELEARN];
+    nn_estimate_mode_t *pl = &self->modes[PL_MODE_PIPELEARN];
     for (int d = 0; d < devs; d++) {
-        const nn_plan_candidate_t *c = nn_plan_chosen (self, d);
+        const nn_estimate_candidate_t *c = nn_estimate_chosen (self, d);
         iter[d] = c->iteration_s;
         agg[d] = c->aggregation_s;
         if (iter[d] > pl->iteration_s)
             pl->iteration_s = iter[d];
     }
     pl->epoch_s = s_parallel_epoch (in, iter, agg);
-    pl->split_point = nn_plan_chosen (self, 0)->split_point;
-    pl->micro_batches = nn_plan_chosen (self, 0)->micro_batches;
+    pl->split_point = nn_estimate_chosen (self, 0)->split_point;
+    pl->micro_batches = nn_estimate_chosen (self, 0)->micro_batches;
     for (int d = 1; d < devs; d++) {
-        if (nn_plan_chosen (self, d)->split_point != pl->split_point)
+        if (nn_estimate_chosen (self, d)->split_point != pl->split_point)
             pl->split_point = 0;
-        if (nn_plan_chosen (self, d)->micro_batches != pl->micro_batches)
+        if (nn_estimate_chosen (self, d)->micro_batches != pl->micro_batches)
             pl->micro_batches = 0;
     }
     nn_free (iter);
@@ -975,31 +968,31 @@ s_modes (nn_plan_t *self)
 
 //  The pins allow c.
 static bool
-s_allowed (const nn_plan_input_t *in, const nn_plan_candidate_t *c)
+s_allowed (const nn_estimate_input_t *in, const nn_estimate_candidate_t *c)
 {
     return (!in->split_point || c->split_point == in->split_point)
         && (!in->micro_batches || c->micro_batches == in->micro_batches);
 }
 
-nn_plan_t *
-nn_plan_new (const nn_plan_input_t *in, char *err, size_t err_size)
+nn_estimate_t *
+nn_estimate_new (const nn_estimate_input_t *in, char *err, size_t err_size)
 {
-    if (nn_plan_check (in, err, err_size))
+    if (nn_estimate_check (in, err, err_size))
         return NULL;
-    nn_plan_t *self = nn_calloc (1, sizeof *self);
+    nn_estimate_t *self = nn_calloc (1, sizeof *self);
     self->in = *in;
-    self->devices = nn_malloc (sizeof (nn_plan_device_t) * (size_t) in->devices_count);
-    memcpy (self->devices, in->devices, sizeof (nn_plan_device_t) * (size_t) in->devices_count);
+    self->devices = nn_malloc (sizeof (nn_estimate_device_t) * (size_t) in->devices_count);
+    memcpy (self->devices, in->devices, sizeof (nn_estimate_device_t) * (size_t) in->devices_count);
     self->in.devices = self->devices;
     if (in->codecs) {
-        self->codecs = nn_malloc (sizeof (nn_plan_codec_t) * (size_t) in->devices_count);
-        memcpy (self->codecs, in->codecs, sizeof (nn_plan_codec_t) * (size_t) in->devices_count);
+        self->codecs = nn_malloc (sizeof (nn_estimate_codec_t) * (size_t) in->devices_count);
+        memcpy (self->codecs, in->codecs, sizeof (nn_estimate_codec_t) * (size_t) in->devices_count);
         self->in.codecs = self->codecs;
     }
 
     int units = in->model.units_count;
     int *ns = nn_malloc (sizeof (int) * (size_t) in->batch_size);
-    int ncount = nn_plan_micro_batch_set (&self->in, ns, in->batch_size);
+    int ncount = nn_estimate_micro_batch_set (&self->in, ns, in->batch_size);
     //  A pinned N outside the default set (e.g. 1-sample micro-batches)
     //  is still evaluated: the user asked for it.
     if (in->micro_batches) {
@@ -1017,12 +1010,12 @@ nn_plan_new (const nn_plan_input_t *in, char *err, size_t err_size)
     }
     self->per_device = (units - 1) * ncount;
     self->cand = nn_calloc ((size_t) (in->devices_count * self->per_device),
-                            sizeof (nn_plan_candidate_t));
+                            sizeof (nn_estimate_candidate_t));
     self->chosen = nn_calloc ((size_t) in->devices_count, sizeof (int));
-    double share = nn_plan_server_share (&self->in);
+    double share = nn_estimate_server_share (&self->in);
     double near = in->near_best > 0.0 ? in->near_best : S_DEFAULT_NEAR_BEST;
     for (int d = 0; d < in->devices_count; d++) {
-        nn_plan_candidate_t *c = self->cand + (size_t) d * (size_t) self->per_device;
+        nn_estimate_candidate_t *c = self->cand + (size_t) d * (size_t) self->per_device;
         double fastest = INFINITY;
         for (int p = 1; p < units; p++)
             for (int k = 0; k < ncount; k++) {
@@ -1039,7 +1032,7 @@ nn_plan_new (const nn_plan_input_t *in, char *err, size_t err_size)
             ||  (c[i].micro_batches == c[best].micro_batches && s_better (&c[i], &c[best])))
                 best = i;
         }
-        assert (best >= 0);     //  nn_plan_check made the pins fit
+        assert (best >= 0);     //  nn_estimate_check made the pins fit
         self->chosen[d] = best;
     }
     nn_free (ns);
@@ -1048,10 +1041,10 @@ nn_plan_new (const nn_plan_input_t *in, char *err, size_t err_size)
 }
 
 void
-nn_plan_destroy (nn_plan_t **self_p)
+nn_estimate_destroy (nn_estimate_t **self_p)
 {
     assert (self_p);
-    nn_plan_t *self = *self_p;
+    nn_estimate_t *self = *self_p;
     if (!self)
         return;
     nn_free (self->devices);
@@ -1063,31 +1056,31 @@ nn_plan_destroy (nn_plan_t **self_p)
 }
 
 int
-nn_plan_candidates_count (const nn_plan_t *self, int device)
+nn_estimate_candidates_count (const nn_estimate_t *self, int device)
 {
     assert (self && device >= 0 && device < self->in.devices_count);
     return self->per_device;
 }
 
-const nn_plan_candidate_t *
-nn_plan_candidate (const nn_plan_t *self, int device, int index)
+const nn_estimate_candidate_t *
+nn_estimate_candidate (const nn_estimate_t *self, int device, int index)
 {
     assert (self && device >= 0 && device < self->in.devices_count);
     assert (index >= 0 && index < self->per_device);
     return &self->cand[(size_t) device * (size_t) self->per_device + (size_t) index];
 }
 
-const nn_plan_candidate_t *
-nn_plan_chosen (const nn_plan_t *self, int device)
+const nn_estimate_candidate_t *
+nn_estimate_chosen (const nn_estimate_t *self, int device)
 {
-    return nn_plan_candidate (self, device, self->chosen[device]);
+    return nn_estimate_candidate (self, device, self->chosen[device]);
 }
 
-const nn_plan_candidate_t *
-nn_plan_find (const nn_plan_t *self, int device, int split_point, int micro_batches)
+const nn_estimate_candidate_t *
+nn_estimate_find (const nn_estimate_t *self, int device, int split_point, int micro_batches)
 {
-    for (int i = 0; i < nn_plan_candidates_count (self, device); i++) {
-        const nn_plan_candidate_t *c = nn_plan_candidate (self, device, i);
+    for (int i = 0; i < nn_estimate_candidates_count (self, device); i++) {
+        const nn_estimate_candidate_t *c = nn_estimate_candidate (self, device, i);
         if (c->split_point == split_point && c->micro_batches == micro_batches)
             return c;
     }
@@ -1095,10 +1088,10 @@ nn_plan_find (const nn_plan_t *self, int device, int split_point, int micro_batc
 }
 
 double
-nn_plan_common (const nn_plan_t *self, int *split_point, int *micro_batches)
+nn_estimate_common (const nn_estimate_t *self, int *split_point, int *micro_batches)
 {
     assert (self && split_point && micro_batches);
-    const nn_plan_input_t *in = &self->in;
+    const nn_estimate_input_t *in = &self->in;
     int devs = in->devices_count;
     double *iter = nn_calloc ((size_t) devs, sizeof (double));
     double *agg = nn_calloc ((size_t) devs, sizeof (double));
@@ -1107,20 +1100,20 @@ nn_plan_common (const nn_plan_t *self, int *split_point, int *micro_batches)
     //  Every device has the same candidate list, in the same order.
     for (int i = 0; i < self->per_device; i++) {
         for (int d = 0; d < devs; d++) {
-            iter[d] = nn_plan_candidate (self, d, i)->iteration_s;
-            agg[d] = nn_plan_candidate (self, d, i)->aggregation_s;
+            iter[d] = nn_estimate_candidate (self, d, i)->iteration_s;
+            agg[d] = nn_estimate_candidate (self, d, i)->aggregation_s;
         }
         epoch[i] = s_parallel_epoch (in, iter, agg);
-        if (s_allowed (in, nn_plan_candidate (self, 0, i)) && epoch[i] < fastest)
+        if (s_allowed (in, nn_estimate_candidate (self, 0, i)) && epoch[i] < fastest)
             fastest = epoch[i];
     }
     double near = in->near_best > 0.0 ? in->near_best : S_DEFAULT_NEAR_BEST;
     int best = -1;
     for (int i = 0; i < self->per_device; i++) {
-        const nn_plan_candidate_t *c = nn_plan_candidate (self, 0, i);
+        const nn_estimate_candidate_t *c = nn_estimate_candidate (self, 0, i);
         if (!s_allowed (in, c) || epoch[i] > fastest * (1.0 + near))
             continue;
-        const nn_plan_candidate_t *b = best < 0 ? NULL : nn_plan_candidate (self, 0, best);
+        const nn_estimate_candidate_t *b = best < 0 ? NULL : nn_estimate_candidate (self, 0, best);
         if (!b || c->micro_batches < b->micro_batches
         ||  (c->micro_batches == b->micro_batches
              && (epoch[i] < epoch[best] * (1.0 - S_TIE)
@@ -1129,8 +1122,8 @@ nn_plan_common (const nn_plan_t *self, int *split_point, int *micro_batches)
             best = i;
     }
     assert (best >= 0);
-    *split_point = nn_plan_candidate (self, 0, best)->split_point;
-    *micro_batches = nn_plan_candidate (self, 0, best)->micro_batches;
+    *split_point = nn_estimate_candidate (self, 0, best)->split_point;
+    *micro_batches = nn_estimate_candidate (self, 0, best)->micro_batches;
     double result = epoch[best];
     nn_free (iter);
     nn_free (agg);
@@ -1138,9 +1131,9 @@ nn_plan_common (const nn_plan_t *self, int *split_point, int *micro_batches)
     return result;
 }
 
-const nn_plan_mode_t *
-nn_plan_mode (const nn_plan_t *self, nn_plan_mode_kind_t mode)
+const nn_estimate_mode_t *
+nn_estimate_mode (const nn_estimate_t *self, pl_mode_t mode)
 {
-    assert (self && mode >= 0 && mode < NN_PLAN_MODES_COUNT);
+    assert (self && mode >= PL_MODE_FL && mode <= PL_MODE_PIPELEARN);
     return &self->modes[mode];
 }
