@@ -958,6 +958,11 @@ cli_run (int argc, char **argv)
     sigemptyset (&sa.sa_mask);
     sigaction (SIGINT, &sa, NULL);
     sigaction (SIGTERM, &sa, NULL);
+    //  A SIGTERM or SIGINT that came between zsys_init and these lines went
+    //  to CZMQ's handler, which only sets zsys_interrupted: the client
+    //  never saw it. It is this process's stop as well.
+    if (zsys_interrupted)
+        s_interrupted = 1;
     if (args.insecure)
         pl_log_warn ("client: --insecure: plain TCP; the server is not authenticated");
     //  A planned server stop is not this device's failure: rather than exit

@@ -409,6 +409,13 @@ srv_run (int argc, char **argv)
     sigaction (SIGINT, &sa, NULL);
     sigaction (SIGTERM, &sa, NULL);
     sigaction (SIGHUP, &sa, NULL);
+    //  A SIGTERM or SIGINT that came between zsys_init and these lines went
+    //  to CZMQ's handler, which only sets zsys_interrupted: every
+    //  zpoller_wait then returns at once, and the server spun at 100 % CPU,
+    //  never stopping (test_blas's early SIGTERM on a loaded host). It is
+    //  this process's stop as well.
+    if (zsys_interrupted)
+        s_interrupted = 1;
     self->quiet = args.quiet;
     self->tty = isatty (STDOUT_FILENO);
     self->results = args.results_dir ? args.results_dir : self->cfg->results_dir;
