@@ -125,7 +125,9 @@ s_freeze_at_epoch_2 (const char *dir, const char *sub, pid_t c0, pid_t c1)
     char root[4200], point[4300];
     snprintf (root, sizeof root, "%s/%s/checkpoints", dir, sub);
     snprintf (point, sizeof point, "%s/round-000002-000000", root);
-    double deadline = pl_monotonic () + 120;
+    //  300 s: a planned run profiles before epoch 1, over 2 minutes under
+    //  ASan on a loaded 2-core host.
+    double deadline = pl_monotonic () + 300;
     while (access (root, F_OK) != 0 && pl_monotonic () < deadline)
         usleep (1000);
     int fd = inotify_init1 (IN_NONBLOCK | IN_CLOEXEC);
