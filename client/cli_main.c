@@ -982,19 +982,13 @@ cli_run (int argc, char **argv)
     pl_args_unlock ();
     if (parsed)
         return 2;
-    pl_daemon_run_setup ();
     //  This run's flags, for all its sessions (pl_stop.h): SIGINT and
     //  SIGTERM end it.
     pl_stop_t stop;
-    if (pl_stop_attach (&stop, false)) {
+    if (pl_daemon_run_setup (&stop, false)) {
         pl_log_error ("client: more than %d runs in this process", PL_STOP_MAX_RUNS);
         return 1;
     }
-    //  A SIGTERM or SIGINT that came between zsys_init and pl_stop_attach
-    //  went to CZMQ's handler, which only sets zsys_interrupted: the client
-    //  never saw it. It is this run's stop as well.
-    if (zsys_interrupted)
-        stop.stop = 1;
     int rc = s_run (&args, &stop);
     pl_stop_detach (&stop);
     return rc;

@@ -381,21 +381,13 @@ srv_run (int argc, char **argv)
         return 2;
     }
     s_raise_nofile ();
-    pl_daemon_run_setup ();
     //  SIGINT/SIGTERM end this run, SIGHUP re-reads --allow (pl_stop.h).
-    if (pl_stop_attach (&self->stop, true)) {
+    if (pl_daemon_run_setup (&self->stop, true)) {
         pl_log_error ("server: more than %d runs in this process", PL_STOP_MAX_RUNS);
         nn_free (cfg);
         nn_free (self);
         return 1;
     }
-    //  A SIGTERM or SIGINT that came between zsys_init and pl_stop_attach
-    //  went to CZMQ's handler, which only sets zsys_interrupted: every
-    //  zpoller_wait then returns at once, and the server spun at 100 % CPU,
-    //  never stopping (test_blas's early SIGTERM on a loaded host). It is
-    //  this run's stop as well.
-    if (zsys_interrupted)
-        self->stop.stop = 1;
     self->quiet = args.quiet;
     self->tty = isatty (STDOUT_FILENO);
     self->results = args.results_dir ? args.results_dir : self->cfg->results_dir;

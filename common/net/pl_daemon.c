@@ -18,10 +18,15 @@ pl_daemon_main (int argc, char **argv, const char *program,
     return run (argc, argv);
 }
 
-void
-pl_daemon_run_setup (void)
+int
+pl_daemon_run_setup (pl_stop_t *stop, bool hup)
 {
     pl_blas_set_threads (1);
     zsys_init ();
     zsys_handler_set (NULL);
+    if (pl_stop_attach (stop, hup))
+        return -1;
+    if (zsys_interrupted)
+        stop->stop = 1;
+    return 0;
 }

@@ -12,9 +12,19 @@
 int pl_daemon_main (int argc, char **argv, const char *program,
                     int (*run) (int argc, char **argv));
 
+#include <stdbool.h>
+
+#include "pl_stop.h"
+
 //  The start of a run, after its arguments are parsed: one OpenBLAS thread
 //  (the daemons' own threads do the parallel work), CZMQ initialised with
-//  its own signal handling off, so that the run's (pl_stop.h) decides.
-void pl_daemon_run_setup (void);
+//  its own signal handling off, and stop attached (pl_stop_attach; SIGHUP
+//  too when hup) so that the run's flags decide. A SIGINT or SIGTERM that
+//  came before the attach (while CZMQ's own handler was in place, which
+//  only sets zsys_interrupted) is this run's stop as well: without that a
+//  server never stopped and spun at 100 % CPU, since every zpoller_wait
+//  returns at once once zsys_interrupted is set. -1 as pl_stop_attach
+//  (too many runs attached; stop not attached).
+int pl_daemon_run_setup (pl_stop_t *stop, bool hup);
 
 #endif
