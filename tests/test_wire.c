@@ -224,3 +224,38 @@ Test (wire, per_device_codecs_and_noise, .timeout = 600)
     pltest_kill_all (&run);
     pltest_rmtree (run.dir);
 }
+
+//  A planned run: the devices profile, the server plans (its estimates
+//  with the codecs' bytes and its measured codec speeds) and sends each
+//  device a PLAN, which carries the codecs on. A PLAN that lost them would
+//  have the device send f32 where int8 is due and be dropped; the run
+//  must instead finish with both devices, in int8 both ways.
+Test (wire, a_planned_run_keeps_the_codecs, .timeout = 600)
+{
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "wire");
+    char config[1024];
+    snprintf (config, sizeof config,
+              "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 400, "
+              "\"test_samples\": 100, \"batch_size\": %d, \"epochs\": 1, \"seed\": 7, "
+              "\"split_point\": \"auto\", \"micro_batches\": \"auto\", \"threads\": 1, "
+              "\"devices\": 2, \"mode\": \"pipelearn\", \"measure_link\": false, "
+              "\"adaptive\": false, \"codec\": \"int8\"}", BATCH);
+    pltest_run_daemons (&run, "planned", config, 2);
+    cr_expect (pltest_log_has (&run, "server.log", "codec speeds of this host"),
+               "the planner did not measure its codec speeds");
+    cJSON *s = pltest_summary (run.dir, "planned");
+    const cJSON *e = pltest_last_epoch (s);
+    const cJSON *devs = cJSON_GetObjectItemCaseSensitive (e, "devices");
+    for (int i = 0; i < 2; i++) {
+        const cJSON *d = cJSON_GetArrayItem (devs, i);
+        cr_expect (cJSON_IsTrue (cJSON_GetObjectItemCaseSensitive (d, "active")),
+                   "device %d left the run", i);
+        cr_expect_str_eq (cJSON_GetStringValue (cJSON_GetObjectItemCaseSensitive (d,
+                                                                          "codec_up")), "int8");
+        cr_expect_eq (pltest_num (d, "samples"), 200.0, "device %d trained its shard", i);
+    }
+    cJSON_Delete (s);
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
+}
