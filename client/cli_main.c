@@ -429,6 +429,13 @@ s_on_gradients (cli_t *self, proto_msg_t **msg_p)
         s_unexpected (self, msg_p, "GRADIENTS of a micro-batch in flight");
         return -1;
     }
+    char err[NN_ERR_SIZE];
+    if (cli_wire_check_gradients (self, *msg_p, err, sizeof err)) {
+        pl_log_error ("client: %s", err);
+        cli_send_error (self, PROTO_ERR_STATE, err);
+        proto_msg_destroy (msg_p);
+        return -1;
+    }
     double t0 = pl_monotonic (), s0 = s_tl_now (self);
     nn_model_backward (self->ctx[i], proto_msg_tensor_data (*msg_p), NULL);
     self->stats.backward_s += pl_monotonic () - t0;
@@ -486,9 +493,11 @@ s_split_iteration (cli_t *self, const int *order)
         proto_msg_set_route (msg, (uint32_t) self->id, self->cur_epoch, self->cur_iter,
                              (uint32_t) i);
         proto_msg_set_last (msg, i == self->micro - 1);
-        if (proto_msg_set_tensor_copy (msg, out, dims, 4)) {
+        char err[NN_ERR_SIZE];
+        if (cli_wire_set_activations (self, msg, out, dims, err, sizeof err)) {
             proto_msg_destroy (&msg);
-            pl_log_error ("client: cannot build ACTIVATIONS");
+            pl_log_error ("client: cannot build ACTIVATIONS: %s", err);
+            cli_send_error (self, PROTO_ERR_INTERNAL, err);
             return -1;
         }
         for (int k = 0; k < self->mb; k++)
@@ -704,6 +713,7 @@ s_join (cli_t *self)
     //  proto checked origin_s is finite and >= 0.
     self->timeline = pl_timeline_new (p->origin_s);
     snprintf (self->who, sizeof self->who, "device%d", self->id & 0xffff);
+    cli_wire_setup (self);
     //  json log lines name the device from now on (one device per process;
     //  the in-process tests, which run several, log text).
     pl_log_set_device (self->id);
@@ -922,6 +932,7 @@ s_session (const cli_args_t *args, const pl_stop_t *stop, bool rejoining)
     zsock_set_linger (self->dealer, next_try ? 0 : 2000);
     zsock_destroy (&self->dealer);
     cli_contexts_free (self);
+    cli_wire_free (self);
     nn_free (self->shard);
     nn_dataset_destroy (&self->train);
     pl_timeline_destroy (&self->timeline);

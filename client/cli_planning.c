@@ -85,6 +85,18 @@ cli_planning_apply (cli_t *self, const proto_assign_t *plan)
         cli_send_error (self, PROTO_ERR_STATE, err);
         return -1;
     }
+    //  The codecs hold from the next MODEL on, as the split point does
+    //  (proto checked them); the upload encoder follows at the next upload.
+    if (plan->codec_up != cur->codec_up || plan->codec_down != cur->codec_down)
+        pl_log_info ("client: new plan: codecs up %s -> %s, down %s -> %s",
+                     nn_codec_name ((nn_codec_id_t) cur->codec_up),
+                     nn_codec_name ((nn_codec_id_t) plan->codec_up),
+                     nn_codec_name ((nn_codec_id_t) cur->codec_down),
+                     nn_codec_name ((nn_codec_id_t) plan->codec_down));
+    self->assign.codec_up = plan->codec_up;
+    self->assign.codec_down = plan->codec_down;
+    self->assign.codec_flags = plan->codec_flags;
+    self->assign.topk_fraction = plan->topk_fraction;
     if (plan->split_point == cur->split_point && (int) plan->micro_batches == self->micro)
         return 0;
     if (cli_contexts_build (self, (int) plan->split_point, (int) plan->micro_batches, err,

@@ -10,8 +10,11 @@
 size_t
 cli_msg_bytes (const proto_msg_t *msg)
 {
-    size_t bytes = PROTO_HEADER_SIZE + 4 * proto_msg_tensor_count (msg);
     int t = proto_msg_type (msg);
+    //  A tensor's data frame as it travels: f32 or its codec payload.
+    size_t bytes = PROTO_HEADER_SIZE
+                 + (t == PROTO_MSG_ACTIVATIONS || t == PROTO_MSG_GRADIENTS
+                    ? proto_msg_tensor_wire_bytes (msg) : 4 * proto_msg_tensor_count (msg));
     if (t == PROTO_MSG_ACTIVATIONS)
         bytes += 4 * proto_msg_labels_count (msg);
     if (t == PROTO_MSG_EVENTS) {

@@ -10,7 +10,9 @@
 #include <stdint.h>
 #include <czmq.h>
 
+#include "nn_codec.h"
 #include "nn_dataset.h"
+#include "nn_noise.h"
 #include "nn_model.h"
 #include "nn_optim.h"
 #include "pl_config.h"
@@ -77,6 +79,17 @@ typedef struct {
     bool server_resuming;               //  the server stops and will resume the run
     bool run_complete;                  //  the server said the run is complete
     bool rejoining;                     //  a try at a server that said it would resume
+    //  Across the split (cli_wire.c): the noise on uploads, its stream,
+    //  int8's rounding stream, and the upload encoder for up_shape in
+    //  up_codec (NULL until the first encoded upload).
+    nn_noise_t noise;
+    nn_rng_t noise_rng, round_rng;
+    nn_codec_encoder_t *up_enc;
+    nn_codec_shape_t up_shape;
+    nn_codec_id_t up_codec;
+    uint8_t *up_buf;                    //  the encoder's bytes
+    float *up_noisy;                    //  activations plus noise (up_count floats)
+    size_t up_count;
 } cli_t;
 
 //  cli_session.c. Send a message to the server (counted in the epoch's bytes_up); 0 or
@@ -85,6 +98,21 @@ int cli_send (cli_t *self, proto_msg_t **msg_p);
 //  Bytes a message puts on the wire, as STATS count them (both ways).
 size_t cli_msg_bytes (const proto_msg_t *msg);
 void cli_send_error (cli_t *self, uint32_t code, const char *text);
+
+//  cli_wire.c. After WELCOME: this device's noise (the config's) and the
+//  streams of the noise and of int8's stochastic rounding (from the run's
+//  seed and the device id: reproducible).
+void cli_wire_setup (cli_t *self);
+void cli_wire_free (cli_t *self);
+//  Set the ACTIVATIONS tensor of msg from out (dims n, h, w, c): noise
+//  added to a copy if configured, then encoded in the plan's up codec (f32
+//  for none). 0, or -1 with a message.
+int cli_wire_set_activations (cli_t *self, proto_msg_t *msg, const float *out,
+                              const uint32_t *dims, char *err, size_t err_size);
+//  GRADIENTS travel in the plan's down codec (proto decoded and checked
+//  the payload): 0, or -1 with a message naming the message and both codecs.
+int cli_wire_check_gradients (const cli_t *self, const proto_msg_t *msg, char *err,
+                              size_t err_size);
 
 //  cli_contexts.c. (Re)build the model contexts for split point `units` (fl: the whole
 //  model) and `micro` micro-batches, with their input buffers and the

@@ -39,6 +39,12 @@ struct _proto_msg_t {
     const float *data_view;
     float *data_copy;
     size_t data_count;
+    //  ACTIVATIONS / GRADIENTS with dtype PROTO_DTYPE_CODEC: the codec
+    //  (nn_codec_id_t; 0 none for f32) and the payload's bytes. A message
+    //  to send holds the payload in `data` (data_view NULL); a received one
+    //  holds the decoded floats in data_copy.
+    uint8_t codec;
+    size_t codec_bytes;
     int32_t *labels;            //  NULL until set
     size_t labels_count;
     proto_loss_t loss;
@@ -147,7 +153,9 @@ int proto_msg_decode_tensor (proto_msg_t *self, zmq_msg_t *frames,
 //  The plan (WELCOME frame 2, PLAN frame 1), PROTO_ASSIGN_SIZE bytes, and its
 //  checks; what names the message in errors (proto_msg.c).
 void proto_assign_put (uint8_t *b, const proto_assign_t *p);
-void proto_assign_get (proto_assign_t *p, const uint8_t *b);
+//  proto_assign_get fails (PROTO_E_VALUE) only on a reserved byte that is not 0.
+int proto_assign_get (proto_assign_t *p, const uint8_t *b, const char *what, char *err,
+                      size_t err_size);
 int proto_assign_check (const proto_assign_t *p, const proto_limits_t *l, const char *what,
                       char *err, size_t err_size);
 

@@ -739,7 +739,9 @@ s_decode_welcome (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_t *l,
     if (plen != PROTO_ASSIGN_SIZE)
         return proto_fail (err, err_size, PROTO_E_SIZE,
                            "WELCOME: plan %zu bytes, expected %d", plen, PROTO_ASSIGN_SIZE);
-    proto_assign_get (&self->assign, p);
+    rc = proto_assign_get (&self->assign, p, "WELCOME: plan", err, err_size);
+    if (rc)
+        return rc;
     rc = proto_assign_check (&self->assign, l, "WELCOME: plan", err, err_size);
     if (rc)
         return rc;

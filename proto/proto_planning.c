@@ -23,6 +23,7 @@
 #include "proto_planning.h"
 
 #include "nn_alloc.h"
+#include "nn_codec.h"
 #include "proto_internal.h"
 
 static int
@@ -67,6 +68,38 @@ s_probe_check (const proto_probe_t *p, char *err, size_t err_size)
 //  ---------------------------------------------------------------------
 //  The assignment
 
+//  The codec fields: known ids a direction can carry (topk: gradients
+//  only), none in fl, flags only for int8, a fraction only for topk.
+static int
+s_assign_codecs_check (const proto_assign_t *p, const char *w, char *err, size_t err_size)
+{
+    const char *up = nn_codec_name ((nn_codec_id_t) p->codec_up);
+    const char *down = nn_codec_name ((nn_codec_id_t) p->codec_down);
+    if (!up || !down)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: codec id %u unknown (0 none, 1 fp16, 2 int8, 3 topk)", w,
+                           (unsigned) (up ? p->codec_down : p->codec_up));
+    if (p->codec_up == NN_CODEC_TOPK)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: codec_up topk: topk compresses gradients (down) only", w);
+    if (p->mode == PL_MODE_FL && (p->codec_up || p->codec_down))
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: codecs %s/%s in mode fl, where nothing crosses a split", w,
+                           up, down);
+    unsigned allowed = (p->codec_up == NN_CODEC_INT8 ? PROTO_ASSIGN_STOCHASTIC_UP : 0)
+                     | (p->codec_down == NN_CODEC_INT8 ? PROTO_ASSIGN_STOCHASTIC_DOWN : 0);
+    if (p->codec_flags & ~allowed)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: codec_flags 0x%02x not allowed with codecs %s/%s", w,
+                           (unsigned) p->codec_flags, up, down);
+    bool topk = p->codec_down == NN_CODEC_TOPK;
+    if (topk ? !(p->topk_fraction > 0 && p->topk_fraction <= 1) : p->topk_fraction != 0)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: topk_fraction %g with codec_down %s (topk: in (0, 1]; "
+                           "else 0)", w, (double) p->topk_fraction, down);
+    return 0;
+}
+
 int
 proto_assign_check (const proto_assign_t *p, const proto_limits_t *l, const char *w,
                     char *err, size_t err_size)
@@ -100,7 +133,7 @@ proto_assign_check (const proto_assign_t *p, const proto_limits_t *l, const char
     if (!isfinite (p->origin_s) || p->origin_s < 0)
         return proto_fail (err, err_size, PROTO_E_TIME,
                            "%s: origin_s is %g, must be finite and >= 0", w, p->origin_s);
-    return 0;
+    return s_assign_codecs_check (p, w, err, err_size);
 }
 
 //  PROTOCOL.md, "WELCOME" frame 2 (also PLAN frame 1).
@@ -117,10 +150,16 @@ proto_assign_put (uint8_t *b, const proto_assign_t *p)
     pl_le_put_u64 (b + 32, p->shard_count);
     pl_le_put_u64 (b + 40, p->seed);
     pl_le_put_f64 (b + 48, p->origin_s);
+    b[56] = p->codec_up;
+    b[57] = p->codec_down;
+    b[58] = p->codec_flags;
+    b[59] = 0;
+    pl_le_put_f32 (b + 60, p->topk_fraction);
 }
 
-void
-proto_assign_get (proto_assign_t *p, const uint8_t *b)
+int
+proto_assign_get (proto_assign_t *p, const uint8_t *b, const char *w, char *err,
+                  size_t err_size)
 {
     p->device_id = pl_le_get_u32 (b);
     p->split_point = pl_le_get_u32 (b + 4);
@@ -132,6 +171,14 @@ proto_assign_get (proto_assign_t *p, const uint8_t *b)
     p->shard_count = pl_le_get_u64 (b + 32);
     p->seed = pl_le_get_u64 (b + 40);
     p->origin_s = pl_le_get_f64 (b + 48);
+    p->codec_up = b[56];
+    p->codec_down = b[57];
+    p->codec_flags = b[58];
+    p->topk_fraction = pl_le_get_f32 (b + 60);
+    if (b[59])
+        return proto_fail (err, err_size, PROTO_E_VALUE, "%s: reserved byte 59 is %u, "
+                           "must be 0", w, (unsigned) b[59]);
+    return 0;
 }
 
 void
@@ -335,7 +382,9 @@ proto_msg_decode_planning (proto_msg_t *self, zmq_msg_t *frames, const proto_lim
             if (len != PROTO_ASSIGN_SIZE)
                 return proto_fail (err, err_size, PROTO_E_SIZE,
                                    "PLAN: payload %zu bytes, expected %d", len, PROTO_ASSIGN_SIZE);
-            proto_assign_get (&self->assign, b);
+            int rc = proto_assign_get (&self->assign, b, "PLAN", err, err_size);
+            if (rc)
+                return rc;
             //  max_batch limits tensors; the plan's batch is the session's
             //  (the device compares it with its own).
             proto_limits_t pl = *l;

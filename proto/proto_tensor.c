@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include "nn_alloc.h"
+#include "nn_codec.h"
 
 int
 proto_fail (char *err, size_t err_size, int code, const char *fmt, ...)
@@ -60,7 +61,16 @@ proto_limits_frame_bytes (const proto_limits_t *limits, bool tensors)
         tensor = (uint64_t) l.h * l.w;
         if (tensor > UINT64_MAX / l.c || tensor * l.c > UINT64_MAX / 4 / l.max_batch)
             return PROTO_DEFAULT_MAX_FRAME_BYTES;
-        tensor = tensor * l.c * l.max_batch * 4;
+        //  The largest data frame of such a tensor: f32, or an int8 codec
+        //  payload (24 + 8 c + count) when that is larger (a tensor of few
+        //  elements per channel); topk (gradients) never travels up.
+        uint64_t count = tensor * l.c * l.max_batch;
+        tensor = count * 4;
+        if (count > UINT32_MAX)
+            ;   //  no codec carries it (u32 counts): f32 only
+        else
+        if (nn_codec_wire_bytes (NN_CODEC_INT8, count, l.c, 0) > tensor)
+            tensor = nn_codec_wire_bytes (NN_CODEC_INT8, count, l.c, 0);
     }
     uint64_t max = PROTO_HEADER_SIZE + 256;        //  fixed-size frames, descriptors
     uint64_t sizes[] = { tensor, tensors ? (uint64_t) l.max_batch * 4 : 0,
@@ -114,14 +124,18 @@ int
 proto_tensor_desc_check (const proto_tensor_desc_t *d, uint64_t *count_out,
                          const char *what, char *err, size_t err_size)
 {
-    if (d->dtype != PROTO_DTYPE_F32)
+    if (d->dtype != PROTO_DTYPE_F32 && d->dtype != PROTO_DTYPE_CODEC)
         return proto_fail (err, err_size, PROTO_E_VALUE,
-                           "%s: descriptor: dtype %u not supported (1 = f32)",
+                           "%s: descriptor: dtype %u not supported (1 = f32, 2 = codec)",
                            what, (unsigned) d->dtype);
     if (d->rank < 1 || d->rank > PROTO_MAX_RANK)
         return proto_fail (err, err_size, PROTO_E_SHAPE,
                            "%s: descriptor: rank %u not in 1..%d",
                            what, (unsigned) d->rank, PROTO_MAX_RANK);
+    if (d->dtype == PROTO_DTYPE_CODEC && d->rank != 4)
+        return proto_fail (err, err_size, PROTO_E_SHAPE,
+                           "%s: descriptor: a codec payload needs rank 4 (n,h,w,c), got %u",
+                           what, (unsigned) d->rank);
     //  Bytes must fit in size_t (and so in u64) after * 4.
     const uint64_t max_count = (uint64_t) (SIZE_MAX / 4);
     uint64_t count = 1;
@@ -165,9 +179,9 @@ proto_tensor_desc_decode_as (proto_tensor_desc_t *d, uint64_t *count_out,
                            "%s: descriptor: %zu bytes, need at least 4", what, len);
     d->dtype = buf[0];
     d->rank = buf[1];
-    if (d->dtype != PROTO_DTYPE_F32)
+    if (d->dtype != PROTO_DTYPE_F32 && d->dtype != PROTO_DTYPE_CODEC)
         return proto_fail (err, err_size, PROTO_E_VALUE,
-                           "%s: descriptor: dtype %u not supported (1 = f32)",
+                           "%s: descriptor: dtype %u not supported (1 = f32, 2 = codec)",
                            what, (unsigned) d->dtype);
     if (d->rank < 1 || d->rank > PROTO_MAX_RANK)
         return proto_fail (err, err_size, PROTO_E_SHAPE,
@@ -422,6 +436,8 @@ proto_msg_data_clear (proto_msg_t *self)
     self->data_copy = NULL;
     self->data_view = NULL;
     self->data_count = 0;
+    self->codec = NN_CODEC_NONE;
+    self->codec_bytes = 0;
 }
 
 //  After `data` holds a little-endian frame of count floats.
@@ -524,6 +540,93 @@ proto_msg_set_tensor_owned (proto_msg_t *self, float **data_p,
     *data_p = NULL;
     s_data_attach (self, (size_t) count);
     s_tensor_attached (self, &d);
+    return 0;
+}
+
+//  The shape a codec payload of this descriptor must carry (rank 4).
+static nn_codec_shape_t
+s_codec_shape (const proto_tensor_desc_t *d)
+{
+    nn_codec_shape_t shape = { d->dims[0], d->dims[1], d->dims[2], d->dims[3] };
+    return shape;
+}
+
+int
+proto_msg_set_tensor_encoded (proto_msg_t *self, const void *payload, size_t size,
+                              const uint32_t *dims)
+{
+    assert (self && (self->header.type == PROTO_MSG_ACTIVATIONS
+                     || self->header.type == PROTO_MSG_GRADIENTS));
+    assert (payload && dims);
+    proto_tensor_desc_t d;
+    uint64_t count;
+    if (s_tensor_make (&d, &count, dims, 4) || count > UINT32_MAX
+    ||  size < NN_CODEC_HEADER_BYTES)
+        return -1;
+    const uint8_t id = ((const uint8_t *) payload)[0];
+    if (id == NN_CODEC_NONE || !nn_codec_name ((nn_codec_id_t) id))
+        return -1;
+    d.dtype = PROTO_DTYPE_CODEC;
+    proto_msg_data_clear (self);
+    memcpy (proto_frame_alloc (&self->data, size), payload, size);
+    self->has_data = true;
+    self->data_count = (size_t) count;
+    self->codec = id;
+    self->codec_bytes = size;
+    s_tensor_attached (self, &d);
+    return 0;
+}
+
+int
+proto_msg_tensor_codec (const proto_msg_t *self)
+{
+    assert (self);
+    return self->codec;
+}
+
+size_t
+proto_msg_tensor_wire_bytes (const proto_msg_t *self)
+{
+    assert (self);
+    return self->codec ? self->codec_bytes : 4 * self->data_count;
+}
+
+//  The payload of a codec tensor, checked as the receiver will check it
+//  (nn_codec_decode against the descriptor's shape and the payload's own
+//  codec) and, when out is not NULL, decoded into it (count floats). what
+//  names the message. topk travels only in GRADIENTS.
+static int
+s_codec_payload_check (float *out, const uint8_t *buf, size_t size,
+                       const proto_tensor_desc_t *d, int type, char *err, size_t err_size)
+{
+    const char *tn = proto_type_name (type);
+    if (type != PROTO_MSG_ACTIVATIONS && type != PROTO_MSG_GRADIENTS)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: descriptor: dtype 2 (codec) is for ACTIVATIONS and "
+                           "GRADIENTS only", tn);
+    if (size < NN_CODEC_HEADER_BYTES)
+        return proto_fail (err, err_size, PROTO_E_SIZE,
+                           "%s: codec payload of %zu bytes is shorter than its %d-byte "
+                           "header", tn, size, NN_CODEC_HEADER_BYTES);
+    const nn_codec_id_t id = (nn_codec_id_t) buf[0];
+    if (!nn_codec_name (id))
+        return proto_fail (err, err_size, PROTO_E_VALUE, "%s: codec id %u unknown "
+                           "(1 fp16, 2 int8, 3 topk)", tn, (unsigned) buf[0]);
+    if (id == NN_CODEC_NONE)
+        return proto_fail (err, err_size, PROTO_E_VALUE, "%s: codec none travels as "
+                           "dtype 1 (f32), not as a codec payload", tn);
+    if (id == NN_CODEC_TOPK && type != PROTO_MSG_GRADIENTS)
+        return proto_fail (err, err_size, PROTO_E_VALUE, "%s: codec topk is for "
+                           "GRADIENTS only", tn);
+    const nn_codec_shape_t shape = s_codec_shape (d);
+    float *scratch = out ? out : nn_alloc_aligned (sizeof (float)
+                                                   * (size_t) nn_codec_shape_count (&shape));
+    char why[256];
+    int rc = nn_codec_decode (scratch, buf, size, id, &shape, why, sizeof why);
+    if (!out)
+        nn_free (scratch);
+    if (rc)
+        return proto_fail (err, err_size, PROTO_E_VALUE, "%s: %s", tn, why);
     return 0;
 }
 
@@ -670,6 +773,19 @@ proto_msg_decode_tensor (proto_msg_t *self, zmq_msg_t *frames, const proto_limit
     if (rc)
         return rc;
     size_t dlen = zmq_msg_size (&frames[2]);
+    if (d->dtype == PROTO_DTYPE_CODEC) {
+        if (count > UINT32_MAX)
+            return proto_fail (err, err_size, PROTO_E_SHAPE, "%s: %" PRIu64 " elements, "
+                               "a codec payload carries at most %" PRIu32, tn, count,
+                               UINT32_MAX);
+        //  Checked (and its size bounded) before the labels and the loss, as
+        //  an f32 frame's size is; decoded at the end, once all else holds.
+        if (dlen < NN_CODEC_HEADER_BYTES)
+            return proto_fail (err, err_size, PROTO_E_SIZE,
+                               "%s: codec payload of %zu bytes is shorter than its %d-byte "
+                               "header", tn, dlen, NN_CODEC_HEADER_BYTES);
+    }
+    else
     if (dlen != count * 4)      //  checked: count * 4 fits in size_t
         return proto_fail (err, err_size, PROTO_E_SIZE,
                            "%s: data %zu bytes, shape needs %" PRIu64 " (%" PRIu64 " floats)",
@@ -697,6 +813,23 @@ proto_msg_decode_tensor (proto_msg_t *self, zmq_msg_t *frames, const proto_limit
     }
     if (rc)
         return rc;
+    if (d->dtype == PROTO_DTYPE_CODEC) {
+        //  Decoded once into an aligned buffer the message owns; the frame
+        //  stays with the caller, who closes it.
+        float *out = nn_alloc_aligned (sizeof (float) * (size_t) count);
+        rc = s_codec_payload_check (out, zmq_msg_data (&frames[2]), dlen, d, type,
+                                    err, err_size);
+        if (rc) {
+            nn_free (out);
+            return rc;
+        }
+        self->data_copy = out;
+        self->data_view = out;
+        self->data_count = (size_t) count;
+        self->codec = ((const uint8_t *) zmq_msg_data (&frames[2]))[0];
+        self->codec_bytes = dlen;
+        return 0;
+    }
     s_data_take (self, &frames[2], (size_t) count);
     return 0;
 }
@@ -715,11 +848,21 @@ int
 proto_msg_tensor_check (const proto_msg_t *self, char *err, size_t err_size)
 {
     const char *tn = proto_type_name (self->header.type);
-    if (!self->data_view)
+    if (!self->data_view && !(self->codec && self->has_data))
         return proto_fail (err, err_size, PROTO_E_VALUE, "%s: no tensor set", tn);
     int rc = proto_tensor_desc_check (&self->tensor, NULL, tn, err, err_size);
     if (rc)
         return rc;
+    if (self->tensor.dtype == PROTO_DTYPE_CODEC) {
+        if (!self->has_data)
+            return proto_fail (err, err_size, PROTO_E_VALUE,
+                               "%s: a received codec tensor is not sent again", tn);
+        rc = s_codec_payload_check (NULL, zmq_msg_data ((zmq_msg_t *) &self->data),
+                                    zmq_msg_size ((zmq_msg_t *) &self->data),
+                                    &self->tensor, self->header.type, err, err_size);
+        if (rc)
+            return rc;
+    }
     uint32_t batch = self->tensor.dims[0];
     if (self->header.type == PROTO_MSG_GRADIENTS)
         return s_loss_check (&self->loss, batch, err, err_size);

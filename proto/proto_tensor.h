@@ -48,6 +48,22 @@ int proto_msg_set_tensor_owned (proto_msg_t *self, float **data_p,
                                 proto_free_fn *free_fn);
 const proto_tensor_desc_t *proto_msg_tensor (const proto_msg_t *self);
 
+//  ACTIVATIONS / GRADIENTS as a codec payload (PROTOCOL.md, "Codecs"):
+//  dims (n, h, w, c) and the bytes nn_codec_encode wrote (copied into the
+//  frame). -1, nothing changed, for a bad shape, more than 2^32 - 1
+//  elements, a payload shorter than the codec header or whose codec is
+//  none or unknown. The payload is checked in full when the message is
+//  sent (proto_msg_check), as the receiver checks it.
+int proto_msg_set_tensor_encoded (proto_msg_t *self, const void *payload, size_t size,
+                                  const uint32_t *dims);
+//  The codec a tensor travels in (nn_codec_id_t): 0 (none) for f32. A
+//  received codec tensor is decoded by proto: proto_msg_tensor_data gives
+//  its floats.
+int proto_msg_tensor_codec (const proto_msg_t *self);
+//  Bytes of the tensor's data frame on the wire: 4 x count for f32, the
+//  payload's size for a codec.
+size_t proto_msg_tensor_wire_bytes (const proto_msg_t *self);
+
 //  Float data of a tensor or slab message, or NULL if none is set. Borrowed
 //  from the message; points into the received frame unless it was copied
 //  for alignment (proto_msg_tensor_is_zero_copy says which).

@@ -18,6 +18,8 @@
 #define PROTO_MAX_FRAMES       4            //  header + at most 3 payload frames
 #define PROTO_MAX_RANK         4
 #define PROTO_DTYPE_F32        1
+#define PROTO_DTYPE_CODEC      2            //  ACTIVATIONS/GRADIENTS: frame 2 is a codec
+                                            //  payload (nn_codec.h), rank 4
 #define PROTO_NAME_MAX         64           //  HELLO name, printable ASCII
 #define PROTO_JSON_MAX         65536        //  WELCOME config, hard cap
 #define PROTO_TEXT_MAX         1024         //  ERROR text
@@ -27,7 +29,7 @@
 
 //  Fixed payload sizes in bytes (PROTOCOL.md gives every offset).
 #define PROTO_HELLO_FIXED_SIZE 20           //  + name length
-#define PROTO_ASSIGN_SIZE        56
+#define PROTO_ASSIGN_SIZE      64
 #define PROTO_CAP_SIZE         8            //  WELCOME frame 3: the server's frame cap
 #define PROTO_SLAB_SIZE        56
 #define PROTO_LOSS_SIZE        12
@@ -164,7 +166,17 @@ typedef struct {
     uint64_t seed;              //  the device's RNG seed (shuffle, augmentation)
     double origin_s;            //  the run's time 0: a CLOCK_REALTIME second (finite,
                                 //  >= 0); EVENTS times count from it
+    //  The codecs of what crosses the split (nn_codec_id_t values): up, the
+    //  ACTIVATIONS the device sends (none, fp16, int8); down, the GRADIENTS
+    //  it receives (also topk). Both none in fl.
+    uint8_t codec_up;
+    uint8_t codec_down;
+    uint8_t codec_flags;        //  PROTO_ASSIGN_STOCHASTIC_*: int8 rounds stochastically
+    float topk_fraction;        //  codec_down topk: the share sent, (0, 1]; else 0
 } proto_assign_t;
+
+#define PROTO_ASSIGN_STOCHASTIC_UP   0x1u   //  codec_up is int8, stochastic rounding
+#define PROTO_ASSIGN_STOCHASTIC_DOWN 0x2u   //  codec_down is int8, stochastic rounding
 
 //  MODEL / PARAMS frame 1: which flat weights slab frame 2 holds.
 typedef struct {
@@ -177,7 +189,7 @@ typedef struct {
 
 //  ACTIVATIONS / GRADIENTS / EVAL frame 1. dims are NHWC, dims[0] = batch.
 typedef struct {
-    uint8_t dtype;              //  PROTO_DTYPE_F32
+    uint8_t dtype;              //  PROTO_DTYPE_F32 or PROTO_DTYPE_CODEC
     uint8_t rank;               //  1..PROTO_MAX_RANK
     uint32_t dims[PROTO_MAX_RANK];
 } proto_tensor_desc_t;

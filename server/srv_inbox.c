@@ -55,6 +55,19 @@ srv_inbox_gradients (srv_t *self, proto_msg_t *grad)
     //  The gradients leave now; srv_link_spans ends the span where the
     //  device starts their backward.
     srv_timeline_link (self, h->device_id, "downlink", h);
+    char why[NN_ERR_SIZE];
+    uint64_t round = (uint64_t) self->epoch << 32 | self->round_iter;
+    if (srv_wire_encode_gradients (self->wire, (int) h->device_id, round, grad, why,
+                                   sizeof why)) {
+        //  The replica's gradient cannot travel in the device's codec (int8
+        //  and topk refuse a non-finite value, which a finite loss can
+        //  still leave): it leaves the run as a diverged one would.
+        char text[NN_ERR_SIZE + 64];
+        snprintf (text, sizeof text, "its GRADIENTS cannot be encoded: %s", why);
+        proto_msg_destroy (&grad);
+        srv_drop_later (d, PROTO_ERR_INTERNAL, false, text);
+        return;
+    }
     srv_send (self, d, &grad);
 }
 
@@ -211,6 +224,11 @@ s_on_activations (srv_t *self, srv_device_t *d, proto_msg_t **msg_p)
     //  A replica trained on non-finite activations turns non-finite, and
     //  the average of the replicas with it (labels are checked against the
     //  classes by proto).
+    if (srv_wire_check_activations (self->wire, id, msg, text, sizeof text)) {
+        proto_msg_destroy (msg_p);
+        srv_drop (self, d, PROTO_ERR_STATE, text);
+        return;
+    }
     size_t acount = proto_msg_tensor_count (msg);
     size_t bad = srv_first_nonfinite (proto_msg_tensor_data (msg), acount);
     if (bad < acount) {
@@ -367,14 +385,20 @@ srv_inbox_router (srv_t *self)
                              SRV_ABUSE_LIMIT + 1, SRV_ABUSE_WINDOW_S, SRV_ABUSE_BLOCK_S);
             srv_metrics_note_refused (self->metrics, SRV_REFUSED_MALFORMED);
         }
-        pl_log_warn ("server: malformed message from %s: %s",
-                     d ? "a device" : "an unknown peer", err);
+        if (d)
+            pl_log_warn ("server: malformed message from device %d: %s",
+                         (int) (d - self->dev), err);
+        else
+            pl_log_warn ("server: malformed message from an unknown peer: %s", err);
         if (rid_len)
             srv_send_error_to (self, rid, rid_len,
                                rc == PROTO_E_VERSION ? PROTO_ERR_VERSION
                                                      : PROTO_ERR_MALFORMED, err);
-        if (d)
-            srv_drop (self, d, 0, "sent a malformed message");
+        if (d) {
+            char why[NN_ERR_SIZE + 32];
+            snprintf (why, sizeof why, "sent a malformed message (%s)", err);
+            srv_drop (self, d, 0, why);
+        }
         return;
     }
     if (d) {

@@ -32,6 +32,7 @@
 #include "srv_bufpool.h"
 #include "srv_planner.h"
 #include "srv_pool.h"
+#include "srv_wire.h"
 
 //  srv_metrics.h: the live HTTP view (NULL when --metrics is off).
 typedef struct _srv_metrics_t srv_metrics_t;
@@ -147,6 +148,7 @@ typedef struct {
     bool diverging;             //  the drop in progress is for divergence
     int diverged;               //  devices dropped for divergence so far
     srv_metrics_t *metrics;     //  --metrics, or NULL
+    srv_wire_t *wire;           //  codecs and gradient encoders (srv_wire.h)
 } srv_t;
 
 #endif

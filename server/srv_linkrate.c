@@ -143,7 +143,8 @@ srv_linkrate_on_activations (srv_linkrate_t *self, const proto_msg_t *msg)
     //  longer, so the rate is a floor for the link's.
     if (self->act_valid && h->epoch == self->act_epoch && h->iteration == self->act_iter
     &&  h->micro_batch == self->act_mb + 1 && now > self->act_t) {
-        double bytes = PROTO_HEADER_SIZE + 4.0 * (double) proto_msg_tensor_count (msg)
+        //  The bytes as they travelled: f32, or the codec's payload.
+        double bytes = PROTO_HEADER_SIZE + (double) proto_msg_tensor_wire_bytes (msg)
                      + 4.0 * (double) proto_msg_labels_count (msg);
         self->rates[self->rates_count % SRV_LINKRATE_SAMPLES] = bytes / (now - self->act_t);
         self->rates_count++;

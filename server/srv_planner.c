@@ -41,6 +41,13 @@ struct _srv_planner_t {
     double host_copy_Bps;           //  host_cores > 0: loopback bytes per core-second
     size_t frame_limit;             //  the server's largest frame (0: none)
     s_slot_t slot[SRV_MAX_DEVICES];
+    //  The configured codecs of each device, with this host's measured codec
+    //  speeds for the server's side; the devices' own speeds are not
+    //  reported (PROFILE has no codec costs), so their encode and decode
+    //  time is not charged. NULL in the input when every codec is none.
+    bool codecs_set;
+    nn_estimate_codec_t codecs[SRV_MAX_DEVICES];
+    nn_estimate_codec_speed_t server_codec;
     cJSON *replans;                 //  this epoch's re-plans (summary), or NULL
 };
 
@@ -90,6 +97,8 @@ s_input (const srv_planner_t *self, nn_estimate_input_t *in, nn_estimate_device_
     in->host_copy_Bps = self->host_copy_Bps;
     in->micro_batches = s_pipelearn (self) && self->auto_micro ? 0
                       : s_pipelearn (self) ? self->fixed_micro : 1;
+    in->codecs = self->codecs_set ? self->codecs : NULL;
+    in->server_codec = self->server_codec;
     for (int i = 0; i < self->args.devices; i++) {
         const s_slot_t *s = &self->slot[i];
         devs[i].costs = s->profiled ? s->costs : self->server;
@@ -205,6 +214,41 @@ s_plan_json (const srv_planner_t *self, const nn_estimate_t *plan, const srv_ass
 //  ---------------------------------------------------------------------
 //  Setup: this host's profile and the provisional plan
 
+//  The configured codecs for the estimates and, if any is not none, this
+//  host's codec speeds (one thread) on the first boundary's tensor at
+//  batch B: the bytes the codecs send and the server's CPU they cost are
+//  then in every plan. 0 or -1 (logged).
+static int
+s_codecs (srv_planner_t *self, const nn_profile_args_t *pa)
+{
+    const pl_config_t *cfg = self->args.cfg;
+    for (int i = 0; i < self->args.devices && i < SRV_MAX_DEVICES; i++) {
+        pl_codecs_t c = pl_config_codecs (cfg, i);
+        self->codecs[i] = (nn_estimate_codec_t) { .up = c.up, .down = c.down,
+                                                  .topk_fraction = cfg->topk_fraction };
+        self->codecs_set |= c.up != NN_CODEC_NONE || c.down != NN_CODEC_NONE;
+    }
+    if (!self->codecs_set)
+        return 0;
+    nn_shape_t s = nn_model_spec_unit_output (self->args.spec, 0);
+    nn_codec_shape_t shape = { (uint32_t) self->args.batch, (uint32_t) s.h, (uint32_t) s.w,
+                               (uint32_t) s.c };
+    char err[NN_ERR_SIZE];
+    if (nn_profile_codecs (&shape, pa, &self->server_codec, err, sizeof err)) {
+        pl_log_error ("server: planner: codec speeds: %s", err);
+        return -1;
+    }
+    pl_log_info ("server: planner: codec speeds of this host (MB/s of float32, encode / "
+                 "decode): fp16 %.0f / %.0f, int8 %.0f / %.0f, topk %.0f / %.0f; the "
+                 "devices' are not charged", self->server_codec.encode_Bps[NN_CODEC_FP16] / 1e6,
+                 self->server_codec.decode_Bps[NN_CODEC_FP16] / 1e6,
+                 self->server_codec.encode_Bps[NN_CODEC_INT8] / 1e6,
+                 self->server_codec.decode_Bps[NN_CODEC_INT8] / 1e6,
+                 self->server_codec.encode_Bps[NN_CODEC_TOPK] / 1e6,
+                 self->server_codec.decode_Bps[NN_CODEC_TOPK] / 1e6);
+    return 0;
+}
+
 //  Profiles this host and fills *assign with the provisional plan. 0 or -1.
 static int
 s_provisional (srv_planner_t *self, srv_assign_t *assign, cJSON *summary_root)
@@ -221,6 +265,8 @@ s_provisional (srv_planner_t *self, srv_assign_t *assign, cJSON *summary_root)
         pl_log_error ("server: planner: %s", err);
         return -1;
     }
+    if (s_codecs (self, &pa))
+        return -1;
     if (cfg->host_cores > 0) {
         self->host_copy_Bps = pl_hostcopy_rate (cfg->host_copy_mbps, self->model.out_bytes[0],
                                                 err, sizeof err);

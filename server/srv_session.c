@@ -382,6 +382,7 @@ s_assignment (const srv_t *self, int id)
                           .mode = (uint32_t) self->mode, .shard_begin = 0,
                           .shard_count = 0, .seed = self->cfg->seed,
                           .origin_s = self->origin };
+    srv_wire_assign (self->wire, id, &plan);
     return plan;
 }
 
@@ -428,6 +429,7 @@ srv_session_hello (srv_t *self, const proto_msg_t *msg, const uint8_t *rid, size
         srv_send_error_to (self, rid, rid_len, PROTO_ERR_REFUSED, why);
         return;
     }
+    srv_wire_reset (self->wire, id);    //  a new session: a new encoder
     float *params = d->params;          //  kept across sessions of the slot
     uint64_t trained = d->trained;      //  the slot's work this epoch, for the summary
     memset (d, 0, sizeof *d);

@@ -136,6 +136,7 @@ s_models (srv_t *self)
     self->limits.spec_hash = self->spec_hash;
     if (srv_parts_build (self))
         return -1;
+    self->wire = srv_wire_new (cfg);
     if (self->mode == PL_MODE_FL)
         return 0;
     //  Two GRADIENTS in flight per device.
@@ -390,6 +391,7 @@ srv_setup_teardown (srv_t *self)
     nn_dataset_destroy (&self->test);
     srv_planner_destroy (&self->planner);
     srv_abuse_destroy (&self->abuse);
+    srv_wire_destroy (&self->wire);
     pl_summary_destroy (&self->summary);
     pl_timeline_destroy (&self->timeline);
 }

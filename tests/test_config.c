@@ -190,7 +190,7 @@ Test (config, to_json_uses_canonical_forms)
     char *text = cJSON_PrintUnformatted (json);
     S_ASSERT_HAS (text, "\"seed\":9007199254740992,");
     cJSON_free (text);
-    cr_assert_eq (cJSON_GetArraySize (json), 44, "one member per canonical key");
+    cr_assert_eq (cJSON_GetArraySize (json), 48, "one member per canonical key");
     cJSON_Delete (json);
 }
 
@@ -926,4 +926,89 @@ Test (config, split_point_per_device_errors)
     cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
     S_ASSERT_HAS (err, "micro_batches");
     S_ASSERT_HAS (err, "\"split_point\": \"auto\"");
+}
+
+//  "codec": one value for both directions, {"up", "down"}, or one per
+//  device; "noise" likewise; both round-trip and reach each device.
+Test (config, codec_and_noise_forms)
+{
+    pl_config_t config;
+    char err [NN_ERR_SIZE] = "";
+    s_parse_ok (&config, "{}");
+    cr_assert_eq (pl_config_codecs (&config, 1).up, NN_CODEC_NONE);
+    cr_assert_eq (pl_config_noise (&config, 1).kind, NN_NOISE_NONE);
+    cr_assert_eq (config.topk_fraction, 0.01);
+    s_parse_ok (&config, "{\"codec\": \"int8\", \"int8_stochastic\": true}");
+    cr_assert_eq (pl_config_codecs (&config, 0).up, NN_CODEC_INT8);
+    cr_assert_eq (pl_config_codecs (&config, 1).down, NN_CODEC_INT8);
+    cr_assert (config.int8_stochastic);
+    s_assert_round_trip (&config);
+    s_parse_ok (&config, "{\"codec\": {\"up\": \"fp16\", \"down\": \"topk\"}, "
+                "\"topk_fraction\": 0.05, \"noise\": {\"kind\": \"gaussian\", "
+                "\"scale\": 0.1}}");
+    cr_assert_eq (pl_config_codecs (&config, 1).up, NN_CODEC_FP16);
+    cr_assert_eq (pl_config_codecs (&config, 1).down, NN_CODEC_TOPK);
+    cr_assert_eq (pl_config_noise (&config, 0).kind, NN_NOISE_GAUSSIAN);
+    cr_assert_eq (pl_config_noise (&config, 0).scale, 0.1);
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
+    s_assert_round_trip (&config);
+    s_parse_ok (&config, "{\"devices\": 2, \"codec\": [\"none\", {\"down\": \"topk\"}], "
+                "\"noise\": [\"none\", {\"kind\": \"laplace\", \"scale\": 0.3}]}");
+    cr_assert_eq (config.codecs_count, 2);
+    cr_assert_eq (pl_config_codecs (&config, 0).down, NN_CODEC_NONE);
+    cr_assert_eq (pl_config_codecs (&config, 1).up, NN_CODEC_NONE);
+    cr_assert_eq (pl_config_codecs (&config, 1).down, NN_CODEC_TOPK);
+    cr_assert_eq (pl_config_noise (&config, 0).kind, NN_NOISE_NONE);
+    cr_assert_eq (pl_config_noise (&config, 1).kind, NN_NOISE_LAPLACE);
+    cr_assert_eq (pl_config_noise (&config, 1).scale, 0.3);
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
+    s_assert_round_trip (&config);
+    //  A single value again replaces the list.
+    cr_assert_eq (pl_config_set (&config, "codec=fp16", err, sizeof err), 0, "%s", err);
+    cr_assert_eq (config.codecs_count, 0);
+    cr_assert_eq (pl_config_codecs (&config, 1).down, NN_CODEC_FP16);
+}
+
+Test (config, codec_and_noise_nonsense_refused)
+{
+    pl_config_t config;
+    char err [NN_ERR_SIZE] = "";
+    s_parse_fails ("{\"codec\": \"zip\"}", err, sizeof err);
+    S_ASSERT_HAS (err, "codec: expected \"none\", \"fp16\", \"int8\"");
+    s_parse_fails ("{\"codec\": \"auto\"}", err, sizeof err);
+    S_ASSERT_HAS (err, "codec: \"auto\" (the planner's choice) is not supported");
+    s_parse_fails ("{\"codec\": \"topk\"}", err, sizeof err);
+    S_ASSERT_HAS (err, "topk compresses gradients only");
+    s_parse_fails ("{\"codec\": {\"up\": \"topk\"}}", err, sizeof err);
+    S_ASSERT_HAS (err, "codec.up: topk compresses gradients only");
+    s_parse_fails ("{\"codec\": {\"sideways\": \"fp16\"}}", err, sizeof err);
+    S_ASSERT_HAS (err, "unknown key \"sideways\"");
+    s_parse_fails ("{\"codec\": [\"fp16\", 3]}", err, sizeof err);
+    S_ASSERT_HAS (err, "codec[1] (device 1)");
+    s_parse_fails ("{\"codec\": []}", err, sizeof err);
+    S_ASSERT_HAS (err, "1..64 entries");
+    s_parse_fails ("{\"topk_fraction\": 0}", err, sizeof err);
+    S_ASSERT_HAS (err, "topk_fraction");
+    s_parse_fails ("{\"topk_fraction\": 1.5}", err, sizeof err);
+    S_ASSERT_HAS (err, "topk_fraction");
+    s_parse_fails ("{\"noise\": {\"kind\": \"laplace\"}}", err, sizeof err);
+    S_ASSERT_HAS (err, "\"scale\" missing for laplace noise");
+    s_parse_fails ("{\"noise\": {\"kind\": \"gaussian\", \"scale\": -1}}", err, sizeof err);
+    S_ASSERT_HAS (err, "noise.scale: expected a number > 0");
+    s_parse_fails ("{\"noise\": {\"kind\": \"uniform\", \"scale\": 1}}", err, sizeof err);
+    S_ASSERT_HAS (err, "noise.kind");
+    //  One per device; nothing crosses a split in fl.
+    s_parse_ok (&config, "{\"devices\": 3, \"codec\": [\"fp16\", \"int8\"]}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "2 codec entries listed for 3 device(s)");
+    s_parse_ok (&config, "{\"devices\": 3, \"noise\": [\"none\"]}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "1 noise entries listed for 3 device(s)");
+    s_parse_ok (&config, "{\"mode\": \"fl\", \"codec\": \"fp16\"}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "mode fl sends whole models");
+    s_parse_ok (&config, "{\"mode\": \"fl\", \"noise\": {\"kind\": \"laplace\", "
+                "\"scale\": 1}}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "noise must be \"none\"");
 }

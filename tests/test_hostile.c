@@ -33,7 +33,9 @@
 #include "runcmd.h"
 
 #include "nn_checkpoint.h"
+#include "nn_codec.h"
 #include "nn_model.h"
+#include "pl_le.h"
 #include "proto_msg.h"
 
 #include <cJSON.h>
@@ -311,6 +313,122 @@ Test (hostile, nan_activations_never_reach_a_replica, .timeout = 300)
     s_expect_honest_run (&run, server, client, why);
     pltest_kill_all (&run);
     pltest_rmtree (run.dir);
+}
+
+//  ---------------------------------------------------------------------
+//  Split modes: codec payloads (PROTOCOL.md, "Codecs")
+
+#define CODEC_CONFIG SPLIT_CONFIG ("sfl", ", \"codec\": \"int8\"")
+
+//  How the scripted device breaks its int8 ACTIVATIONS payload.
+typedef enum {
+    S_BAD_HEADER,       //  a reserved header byte set
+    S_COUNT,            //  the payload's batch is one short of the descriptor's
+    S_NAN_SCALE,        //  channel 0's scale NaN
+    S_OTHER_CODEC       //  a valid fp16 payload: not the negotiated codec
+} s_codec_attack_t;
+
+//  ACTIVATIONS of the round's first micro-batch as an int8 (or, for
+//  S_OTHER_CODEC, fp16) payload, damaged as attack says and sent as raw
+//  frames, past proto's sender checks, as a hostile peer can.
+static void
+s_device_codec_activations (s_device_t *self, s_codec_attack_t attack)
+{
+    nn_model_spec_t spec;
+    char err[256];
+    cr_assert_eq (nn_model_spec_by_name (&spec, "vgg5", 1, 28, 28, 10, err, sizeof err), 0);
+    nn_shape_t s = nn_model_spec_unit_output (&spec, (int) self->plan.split_point - 1);
+    uint32_t n = self->plan.batch_size / self->plan.micro_batches;
+    nn_codec_shape_t shape = { n, (uint32_t) s.h, (uint32_t) s.w, (uint32_t) s.c };
+    size_t count = (size_t) nn_codec_shape_count (&shape);
+    float *x = malloc (sizeof (float) * count);
+    for (size_t i = 0; i < count; i++)
+        x[i] = (float) (i % 13) * 0.1f;
+    nn_codec_params_t params = { .id = attack == S_OTHER_CODEC ? NN_CODEC_FP16
+                                                               : NN_CODEC_INT8 };
+    nn_codec_encoder_t *enc = nn_codec_encoder_new (&params, &shape, err, sizeof err);
+    cr_assert_not_null (enc, "%s", err);
+    size_t size = nn_codec_encoder_bytes (enc);
+    uint8_t *payload = malloc (size);
+    cr_assert_eq (nn_codec_encode (enc, payload, size, x, NULL, err, sizeof err), 0);
+    nn_codec_encoder_destroy (&enc);
+    free (x);
+    int32_t labels[256];
+    for (uint32_t i = 0; i < n; i++)
+        labels[i] = (int32_t) (i % 10);
+    proto_msg_t *msg = proto_msg_new (PROTO_MSG_ACTIVATIONS);
+    proto_msg_set_route (msg, self->plan.device_id, self->epoch, self->iter, 0);
+    proto_msg_set_last (msg, self->plan.micro_batches == 1);
+    const uint32_t dims[4] = { shape.n, shape.h, shape.w, shape.c };
+    cr_assert_eq (proto_msg_set_tensor_encoded (msg, payload, size, dims), 0);
+    proto_msg_set_labels (msg, labels, n);
+    free (payload);
+    zmq_msg_t frames[PROTO_MAX_FRAMES];
+    int frames_count = proto_msg_encode (msg, frames, err, sizeof err);
+    cr_assert (frames_count == 4, "encode: %s", err);
+    proto_msg_destroy (&msg);
+    //  Damage the payload (frame 2) in a copy libzmq then sends.
+    zmq_msg_t bad;
+    zmq_msg_init_size (&bad, zmq_msg_size (&frames[2]));
+    uint8_t *b = zmq_msg_data (&bad);
+    memcpy (b, zmq_msg_data (&frames[2]), zmq_msg_size (&bad));
+    if (attack == S_BAD_HEADER)
+        b[3] = 0x5a;
+    else
+    if (attack == S_COUNT)
+        pl_le_put_u32 (b + 4, n - 1);
+    else
+    if (attack == S_NAN_SCALE)
+        pl_le_put_f32 (b + 24, NAN);
+    zmq_msg_move (&frames[2], &bad);        //  releases the valid payload first
+    for (int i = 0; i < frames_count; i++)
+        cr_assert_eq (zmq_msg_send (&frames[i], self->sock,
+                                    i + 1 < frames_count ? ZMQ_SNDMORE : 0) >= 0, true,
+                      "send frame %d: %s", i, zmq_strerror (errno));
+}
+
+static void
+s_codec_attack (s_codec_attack_t attack, const char *why)
+{
+    pltest_run_t run = { 0 };
+    char endpoint[256];
+    s_device_t dev = { 0 };
+    pid_t client;
+    pid_t server = s_start (&run, CODEC_CONFIG, endpoint, sizeof endpoint, &dev, 0, &client);
+    //  The plan names the negotiated codecs.
+    cr_assert_eq (dev.plan.codec_up, NN_CODEC_INT8);
+    cr_assert_eq (dev.plan.codec_down, NN_CODEC_INT8);
+    s_device_codec_activations (&dev, attack);
+    cr_assert (pltest_wait_log (&run, "server.log", why, 60), "no \"%s\" in the server log",
+               why);
+    s_device_close (&dev);
+    s_expect_honest_run (&run, server, client, why);
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
+}
+
+Test (hostile, codec_payload_with_a_bad_header_is_dropped, .timeout = 300)
+{
+    s_codec_attack (S_BAD_HEADER, "device 1 dropped: sent a malformed message (ACTIVATIONS: "
+                    "codec: int8: reserved bytes must be 0)");
+}
+
+Test (hostile, codec_payload_of_another_count_is_dropped, .timeout = 300)
+{
+    s_codec_attack (S_COUNT, "device 1 dropped: sent a malformed message (ACTIVATIONS: "
+                    "codec: int8: shape (19, 14, 14, 32) is not the expected (20, 14, 14, 32))");
+}
+
+Test (hostile, codec_payload_with_a_nan_scale_is_dropped, .timeout = 300)
+{
+    s_codec_attack (S_NAN_SCALE, "device 1 dropped: sent a malformed message (ACTIVATIONS: "
+                    "codec: int8: channel 0: scale nan");
+}
+
+Test (hostile, codec_not_negotiated_is_dropped, .timeout = 300)
+{
+    s_codec_attack (S_OTHER_CODEC, "device 1 dropped: ACTIVATIONS (epoch 1, iteration 0, "
+                    "micro-batch 0) in codec fp16; device 1's plan says int8");
 }
 
 //  A device that sends activations but never reads its gradients: the

@@ -1366,9 +1366,13 @@ Test (proto, error_tensor_rank_dims_overflow)
     r = s_tensor_with_desc (PROTO_MSG_EVAL, max4, 20);
     s_expect (&r, NULL, PROTO_E_SHAPE, "overflow");
 
+    const uint8_t dtype3[12] = { 3, 2, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0 };
+    r = s_tensor_with_desc (PROTO_MSG_ACTIVATIONS, dtype3, 12);
+    s_expect (&r, NULL, PROTO_E_VALUE, "dtype 3 not supported");
+    //  A codec payload (dtype 2) carries rank 4 only.
     const uint8_t dtype2[12] = { 2, 2, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0 };
     r = s_tensor_with_desc (PROTO_MSG_ACTIVATIONS, dtype2, 12);
-    s_expect (&r, NULL, PROTO_E_VALUE, "dtype 2 not supported");
+    s_expect (&r, NULL, PROTO_E_SHAPE, "a codec payload needs rank 4");
 
     const uint8_t pad[12] = { 1, 2, 0, 7, 2, 0, 0, 0, 2, 0, 0, 0 };
     r = s_tensor_with_desc (PROTO_MSG_ACTIVATIONS, pad, 12);
@@ -1557,7 +1561,7 @@ Test (proto, error_welcome_json_and_plan)
 
     r = s_raw_from (s_make_welcome ());
     r.size[2] = 48;
-    s_expect (&r, NULL, PROTO_E_SIZE, "plan 48 bytes, expected 56");
+    s_expect (&r, NULL, PROTO_E_SIZE, "plan 48 bytes, expected 64");
 
     //  Frame 3, the server's frame cap: a u64 of 8 bytes, in 40..256 MiB;
     //  a WELCOME without it (an older server's) is refused, not guessed.

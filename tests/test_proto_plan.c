@@ -15,6 +15,7 @@
 
 #include "proto_msg.h"
 #include "pl_le.h"
+#include "pltest_frames.h"
 
 //  Encode m (destroyed), decode the frames again: the decoded message,
 //  with limits.
@@ -32,47 +33,6 @@ s_round (proto_msg_t *m, const proto_limits_t *limits)
         zmq_msg_close (&frames[i]);
     cr_assert_eq (rc, 0, "decode: %d %s", rc, err);
     return got;
-}
-
-//  Raw frames of a valid message, to damage.
-typedef struct {
-    uint8_t *data[PROTO_MAX_FRAMES];
-    size_t size[PROTO_MAX_FRAMES];
-    int count;
-} s_frames_t;
-
-static s_frames_t
-s_bytes_of (proto_msg_t *m)
-{
-    zmq_msg_t frames[PROTO_MAX_FRAMES];
-    char err[512] = "";
-    int n = proto_msg_encode (m, frames, err, sizeof err);
-    cr_assert (n > 0, "encode: %d %s", n, err);
-    proto_msg_destroy (&m);
-    s_frames_t f = { .count = n };
-    for (int i = 0; i < n; i++) {
-        f.size[i] = zmq_msg_size (&frames[i]);
-        f.data[i] = malloc (f.size[i] + 1);
-        memcpy (f.data[i], zmq_msg_data (&frames[i]), f.size[i]);
-        zmq_msg_close (&frames[i]);
-    }
-    return f;
-}
-
-//  f must be refused with code and an error naming needle; frees f.
-static void
-s_refused (s_frames_t *f, const proto_limits_t *limits, int code, const char *needle)
-{
-    proto_msg_t *m = NULL;
-    char err[512] = "";
-    int rc = proto_msg_decode_bytes (&m, (const void *const *) f->data, f->size, f->count,
-                                     limits, err, sizeof err);
-    cr_assert_eq (rc, code, "rc %d (%s), expected %d", rc, err, code);
-    cr_assert_null (m);
-    cr_assert (proto_code_is_malformed (rc));
-    cr_assert_not_null (strstr (err, needle), "\"%s\" lacks \"%s\"", err, needle);
-    for (int i = 0; i < f->count; i++)
-        free (f->data[i]);
 }
 
 static proto_profile_t
@@ -149,6 +109,83 @@ Test (proto_plan, plan_and_welcome_flag_round_trip)
     proto_msg_destroy (&got);
 }
 
+//  The codecs of what crosses the split travel in the plan (WELCOME and
+//  PLAN alike) and come back as sent.
+Test (proto_plan, plan_codecs_round_trip)
+{
+    proto_assign_t plan = s_plan ();
+    plan.codec_up = 2;                  //  int8, stochastic rounding
+    plan.codec_down = 3;                //  topk
+    plan.codec_flags = PROTO_ASSIGN_STOCHASTIC_UP;
+    plan.topk_fraction = 0.01f;
+    for (int type = PROTO_MSG_WELCOME; type <= PROTO_MSG_PLAN; type += PROTO_MSG_PLAN
+                                                                   - PROTO_MSG_WELCOME) {
+        proto_msg_t *m = proto_msg_new (type);
+        if (type == PROTO_MSG_WELCOME) {
+            cr_assert_eq (proto_msg_set_config (m, "{}", 2), 0);
+            cr_assert_eq (proto_msg_set_frame_cap (m, 4096), 0);
+        }
+        proto_msg_set_assign (m, &plan);
+        proto_msg_t *got = s_round (m, NULL);
+        const proto_assign_t *g = proto_msg_assign (got);
+        cr_assert_eq (g->codec_up, 2);
+        cr_assert_eq (g->codec_down, 3);
+        cr_assert_eq (g->codec_flags, PROTO_ASSIGN_STOCHASTIC_UP);
+        cr_assert_eq (g->topk_fraction, 0.01f);
+        cr_assert_eq (g->split_point, plan.split_point);
+        cr_assert_eq (g->origin_s, plan.origin_s);
+        proto_msg_destroy (&got);
+    }
+}
+
+//  Byte 56 codec_up, 57 codec_down, 58 flags, 59 reserved, 60 f32 fraction.
+static void
+s_plan_damaged (proto_assign_t plan, int offset, uint8_t byte, float fraction, int code,
+                const char *needle)
+{
+    proto_msg_t *m = proto_msg_new (PROTO_MSG_PLAN);
+    proto_msg_set_assign (m, &plan);
+    pltest_frames_t f = pltest_frames_of (m);
+    if (offset >= 0)
+        f.data[1][offset] = byte;
+    else
+        pl_le_put_f32 (f.data[1] + 60, fraction);
+    pltest_frames_refused (&f, NULL, code, needle);
+}
+
+Test (proto_plan, plan_with_unknown_or_misplaced_codec_refused)
+{
+    proto_assign_t plan = s_plan ();
+    plan.codec_up = 1;
+    plan.codec_down = 1;
+    s_plan_damaged (plan, 57, 9, 0, PROTO_E_VALUE, "PLAN: codec id 9 unknown");
+    s_plan_damaged (plan, 56, 200, 0, PROTO_E_VALUE, "PLAN: codec id 200 unknown");
+    s_plan_damaged (plan, 56, 3, 0, PROTO_E_VALUE, "topk compresses gradients (down) only");
+    s_plan_damaged (plan, 58, PROTO_ASSIGN_STOCHASTIC_UP, 0, PROTO_E_VALUE,
+                    "codec_flags 0x01 not allowed with codecs fp16/fp16");
+    s_plan_damaged (plan, 59, 1, 0, PROTO_E_VALUE, "reserved byte 59 is 1");
+    s_plan_damaged (plan, -1, 0, 0.5f, PROTO_E_VALUE, "topk_fraction 0.5 with codec_down fp16");
+    plan.codec_down = 3;
+    plan.topk_fraction = 0.1f;
+    s_plan_damaged (plan, -1, 0, 0.0f, PROTO_E_VALUE, "topk_fraction 0 with codec_down topk");
+    s_plan_damaged (plan, -1, 0, NAN, PROTO_E_VALUE, "topk_fraction nan");
+    s_plan_damaged (plan, -1, 0, 1.5f, PROTO_E_VALUE, "topk_fraction 1.5");
+    //  fl moves whole models: no codec.
+    plan = s_plan ();
+    plan.mode = PL_MODE_FL;
+    plan.split_point = 0;
+    plan.micro_batches = 1;
+    s_plan_damaged (plan, 56, 1, 0, PROTO_E_VALUE, "codecs fp16/none in mode fl");
+    //  The sender refuses what the receiver would.
+    proto_msg_t *m = proto_msg_new (PROTO_MSG_PLAN);
+    plan.codec_up = 3;
+    proto_msg_set_assign (m, &plan);
+    char err[256] = "";
+    cr_assert_neq (proto_msg_check (m, err, sizeof err), 0);
+    cr_assert_not_null (strstr (err, "codec_up topk"), "%s", err);
+    proto_msg_destroy (&m);
+}
+
 Test (proto_plan, setters_refuse_bad_values)
 {
     proto_msg_t *m = proto_msg_new (PROTO_MSG_PROFILE);
@@ -169,35 +206,35 @@ Test (proto_plan, setters_refuse_bad_values)
 Test (proto_plan, malformed_profile_refused)
 {
     //  Units field larger than the frame holds.
-    s_frames_t f = s_bytes_of (s_profile_msg (3));
+    pltest_frames_t f = pltest_frames_of (s_profile_msg (3));
     f.data[1][0] = 4;
-    s_refused (&f, NULL, PROTO_E_SIZE, "4 units need");
+    pltest_frames_refused (&f, NULL, PROTO_E_SIZE, "4 units need");
     //  Units 0 and beyond the cap.
-    f = s_bytes_of (s_profile_msg (3));
+    f = pltest_frames_of (s_profile_msg (3));
     f.data[1][0] = 0;
-    s_refused (&f, NULL, PROTO_E_VALUE, "units 0");
-    f = s_bytes_of (s_profile_msg (3));
+    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "units 0");
+    f = pltest_frames_of (s_profile_msg (3));
     f.data[1][0] = 200;
-    s_refused (&f, NULL, PROTO_E_VALUE, "units 200");
+    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "units 200");
     //  Truncated below the fixed part.
-    f = s_bytes_of (s_profile_msg (3));
+    f = pltest_frames_of (s_profile_msg (3));
     f.size[1] = 5;
-    s_refused (&f, NULL, PROTO_E_SIZE, "need at least 8");
+    pltest_frames_refused (&f, NULL, PROTO_E_SIZE, "need at least 8");
     //  A cost that is negative, NaN, absurd; a fixed part above its total.
     const double bad[3] = { -1.0, NAN, 1e9 };
     for (int k = 0; k < 3; k++) {
-        f = s_bytes_of (s_profile_msg (3));
+        f = pltest_frames_of (s_profile_msg (3));
         pl_le_put_f64 (f.data[1] + PROTO_PROFILE_FIXED_SIZE + PROTO_UNIT_COST_SIZE + 8,
                           bad[k]);
-        s_refused (&f, NULL, PROTO_E_VALUE, "unit 1: bwd_s");
+        pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "unit 1: bwd_s");
     }
-    f = s_bytes_of (s_profile_msg (3));
+    f = pltest_frames_of (s_profile_msg (3));
     pl_le_put_f64 (f.data[1] + PROTO_PROFILE_FIXED_SIZE + 16, 5.0);
-    s_refused (&f, NULL, PROTO_E_VALUE, "fixed part exceeds");
+    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "fixed part exceeds");
     //  Threads 0.
-    f = s_bytes_of (s_profile_msg (3));
+    f = pltest_frames_of (s_profile_msg (3));
     memset (f.data[1] + 4, 0, 4);
-    s_refused (&f, NULL, PROTO_E_VALUE, "threads is 0");
+    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "threads is 0");
 }
 
 Test (proto_plan, malformed_probe_and_plan_refused)
@@ -205,46 +242,46 @@ Test (proto_plan, malformed_probe_and_plan_refused)
     proto_msg_t *m = proto_msg_new (PROTO_MSG_PROBE);
     proto_probe_t probe = { .probe_id = 1, .reply_bytes = 10 };
     proto_msg_set_probe (m, &probe, 64);
-    s_frames_t f = s_bytes_of (m);
+    pltest_frames_t f = pltest_frames_of (m);
     pl_le_put_u32 (f.data[1] + 4, PROTO_PROBE_MAX_BYTES + 1);
-    s_refused (&f, NULL, PROTO_E_VALUE, "reply_bytes");
+    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "reply_bytes");
     //  A payload bigger than the receiver's frame limit.
     m = proto_msg_new (PROTO_MSG_PROBE);
     proto_msg_set_probe (m, &probe, 4096);
-    f = s_bytes_of (m);
+    f = pltest_frames_of (m);
     proto_limits_t small = { .max_frame_bytes = 1024 };
-    s_refused (&f, &small, PROTO_E_SIZE, "limit 1024");
+    pltest_frames_refused (&f, &small, PROTO_E_SIZE, "limit 1024");
     //  A payload that is not zeros.
     m = proto_msg_new (PROTO_MSG_PROBE);
     proto_msg_set_probe (m, &probe, 64);
-    f = s_bytes_of (m);
+    f = pltest_frames_of (m);
     f.data[2][40] = 7;
-    s_refused (&f, NULL, PROTO_E_VALUE, "payload byte 40 is 7");
+    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "payload byte 40 is 7");
     //  PROBE without its payload frame.
     m = proto_msg_new (PROTO_MSG_PROBE);
     proto_msg_set_probe (m, &probe, 0);
-    f = s_bytes_of (m);
+    f = pltest_frames_of (m);
     free (f.data[2]);
     f.count = 2;
-    s_refused (&f, NULL, PROTO_E_FRAMES, "expected 3");
+    pltest_frames_refused (&f, NULL, PROTO_E_FRAMES, "expected 3");
     //  PLAN: micro-batches beyond the batch, a short frame.
     m = proto_msg_new (PROTO_MSG_PLAN);
     proto_assign_t plan = s_plan ();
     proto_msg_set_assign (m, &plan);
-    f = s_bytes_of (m);
+    f = pltest_frames_of (m);
     pl_le_put_u32 (f.data[1] + 8, 101);
-    s_refused (&f, NULL, PROTO_E_VALUE, "PLAN: micro_batches 101");
+    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "PLAN: micro_batches 101");
     m = proto_msg_new (PROTO_MSG_PLAN);
     proto_msg_set_assign (m, &plan);
-    f = s_bytes_of (m);
+    f = pltest_frames_of (m);
     f.size[1] = 40;
-    s_refused (&f, NULL, PROTO_E_SIZE, "PLAN: payload 40 bytes");
+    pltest_frames_refused (&f, NULL, PROTO_E_SIZE, "PLAN: payload 40 bytes");
     //  The PROFILE flag is WELCOME's alone.
     m = proto_msg_new (PROTO_MSG_PLAN);
     proto_msg_set_assign (m, &plan);
-    f = s_bytes_of (m);
+    f = pltest_frames_of (m);
     f.data[0][8] |= PROTO_FLAG_PROFILE;
-    s_refused (&f, NULL, PROTO_E_VALUE, "flag PROFILE set on a non-WELCOME");
+    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "flag PROFILE set on a non-WELCOME");
 }
 
 Test (proto_plan, state_machine_places_planning)

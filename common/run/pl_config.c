@@ -25,6 +25,7 @@
 
 #include "nn_alloc.h"
 #include "nn_model.h"
+#include "pl_config_wire.h"
 
 #define S_MAX_FILE_SIZE (1024 * 1024)
 #define S_SEED_MAX 9007199254740992.0   //  2^53: every integer up to it is exact in a JSON number
@@ -51,7 +52,9 @@ typedef enum {
     S_DOUBLE,       //  double in min..max (open or closed ends)
     S_BOOL,
     S_SWITCH,       //  int: 1 (true), 0 (false) or PL_AUTO (the string "auto")
-    S_SEED          //  uint64_t in [0, 2^53]
+    S_SEED,         //  uint64_t in [0, 2^53]
+    S_CODEC,        //  "codec": pl_config_wire.c parses and prints it
+    S_NOISE         //  "noise": likewise
 } s_kind_t;
 
 #define S_AUTO      1u      //  S_INT: the string "auto" gives PL_AUTO
@@ -248,6 +251,15 @@ static const s_field_t s_fields[] = {
       .expect = "a non-empty string of at most 511 bytes" },
     { .key = "metrics", .kind = S_STRING, S_AT (metrics),
       .expect = "\"\" (off), \"PORT\" or \"ADDR:PORT\" of at most 127 bytes" },
+    { .key = "codec", .kind = S_CODEC, S_AT (codec),
+      .expect = "a codec (docs/codecs.md)" },
+    { .key = "int8_stochastic", .kind = S_BOOL, S_AT (int8_stochastic),
+      .expect = "true or false" },
+    { .key = "topk_fraction", .kind = S_DOUBLE, S_AT (topk_fraction),
+      .min = 0, .max = 1, .min_open = true,
+      .expect = "a fraction > 0 and <= 1 (the share of a gradient topk sends)" },
+    { .key = "noise", .kind = S_NOISE, S_AT (noise),
+      .expect = "noise (docs/codecs.md)" },
 };
 #define S_FIELDS_COUNT (sizeof s_fields / sizeof s_fields[0])
 
@@ -669,6 +681,10 @@ s_apply (pl_config_t *self, const s_field_t *f, const s_alias_t *alias,
             *(uint64_t *) target = (uint64_t) item->valuedouble;
             return 0;
         }
+        case S_CODEC:
+            return pl_config_wire_codec (self, item, source, err, err_size);
+        case S_NOISE:
+            return pl_config_wire_noise (self, item, source, err, err_size);
     }
     assert (false);
     return -1;
@@ -777,6 +793,7 @@ pl_config_defaults (pl_config_t *self)
     s_store_string (self->aggregation, sizeof self->aggregation, "fedavg");
     self->trim_fraction = 0.2;
     self->clip_update_norm = 0.0;
+    self->topk_fraction = 0.01;
     self->min_devices = 1;
     self->device_timeout_s = 30.0;
     self->round_timeout_s = 600.0;
@@ -1028,6 +1045,9 @@ s_check_field (const pl_config_t *self, const s_field_t *f, const char *source,
             return nn_errf (err, err_size, "%s: %s: expected %s, got %" PRIu64,
                             source, f->key, f->expect, v);
         }
+        case S_CODEC:
+        case S_NOISE:
+            return 0;       //  pl_config_wire_check checks both
     }
     assert (false);
     return -1;
@@ -1095,6 +1115,8 @@ pl_config_check (const pl_config_t *self, const char *source,
                         "%s: samples, devices: samples %d is fewer than devices %d; each "
                         "device needs at least one sample (or set samples 0 for all)",
                         source, self->samples, self->devices);
+    if (pl_config_wire_check (self, source, err, err_size))
+        return -1;
     if (self->min_devices > self->devices)
         return nn_errf (err, err_size,
                         "%s: min_devices, devices: min_devices %d exceeds devices %d (a run "
@@ -1201,6 +1223,13 @@ pl_config_to_json (const pl_config_t *self)
             }
             case S_SEED:
                 added = s_add_number (json, f->key, (double) *(const uint64_t *) value);
+                break;
+            case S_CODEC:
+            case S_NOISE:
+                added = f->kind == S_CODEC ? pl_config_wire_codec_json (self)
+                                           : pl_config_wire_noise_json (self);
+                if (added)
+                    cJSON_AddItemToObject (json, f->key, added);
                 break;
         }
         if (!added) {

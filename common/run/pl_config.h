@@ -16,13 +16,22 @@
 
 #include <cJSON.h>
 
+#include "nn_codec.h"
 #include "nn_dataset.h"
+#include "nn_noise.h"
 #include "pl_mode.h"
 
 #define PL_AUTO (-1)    //  split_point / micro_batches chosen by the planner;
                         //  augment / flip chosen by the dataset
 #define PL_PER_DEVICE (-2)  //  split_point: one per device, in split_points
 #define PL_SPLIT_POINTS_MAX 64  //  devices a per-device split_point list names
+
+//  The codecs of one device's tensors across the split (docs/codecs.md):
+//  up, the ACTIVATIONS it sends (none, fp16, int8); down, the GRADIENTS
+//  the server sends it (also topk).
+typedef struct {
+    nn_codec_id_t up, down;
+} pl_codecs_t;
 
 typedef struct {
     char experiment_name[64];   //  "pipelearn"
@@ -79,7 +88,23 @@ typedef struct {
     char bind[128];             //  "tcp://*:5555"
     char results_dir[512];      //  "results"
     char metrics[128];          //  "" = off; "PORT" (127.0.0.1) or "ADDR:PORT": server HTTP metrics
+    //  What crosses the split (docs/codecs.md). "codec": every device's, or
+    //  one per device (codecs_count == devices) in codecs.
+    pl_codecs_t codec;          //  none / none
+    pl_codecs_t codecs[PL_SPLIT_POINTS_MAX];
+    int codecs_count;           //  0: codec holds for every device
+    bool int8_stochastic;       //  false: int8 rounds to nearest
+    double topk_fraction;       //  0.01: share of a gradient topk sends, (0, 1]
+    //  "noise" on uploaded activations: every device's, or one per device.
+    nn_noise_t noise;           //  kind none
+    nn_noise_t noises[PL_SPLIT_POINTS_MAX];
+    int noises_count;           //  0: noise holds for every device
 } pl_config_t;
+
+//  Device id's codecs and noise under the config (a per-device list's
+//  entry, else the common value). id < devices.
+pl_codecs_t pl_config_codecs (const pl_config_t *self, int id);
+nn_noise_t pl_config_noise (const pl_config_t *self, int id);
 
 void pl_config_defaults (pl_config_t *self);
 //  Overlay the JSON object in text onto self. source names it in errors.

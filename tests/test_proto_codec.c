@@ -1,0 +1,217 @@
+/*  test_proto_codec: ACTIVATIONS and GRADIENTS carrying a codec payload
+    (proto/PROTOCOL.md, "Codecs"; dtype 2): round trips through proto's
+    encoder and decoder give nn_codec_decode's floats, the codec and the
+    payload's size; every way a peer can break a payload (bad header,
+    shape or count that is not the descriptor's, a NaN int8 scale, an
+    unknown codec, none dressed as a codec, topk on ACTIVATIONS, a short
+    payload) is refused with PROTO_E_* and a message, and a sender cannot
+    send what the receiver would refuse. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "nn_codec.h"
+#include "pl_le.h"
+#include "pltest_frames.h"
+#include "proto_msg.h"
+
+#define N 4
+#define H 3
+#define W 2
+#define C 5
+#define COUNT (N * H * W * C)
+
+static const uint32_t s_dims[4] = { N, H, W, C };
+
+static void
+s_tensor (float *x)
+{
+    for (int i = 0; i < COUNT; i++)
+        x[i] = (float) sin (0.37 * i) * (float) (1 + i % 7);
+}
+
+//  The payload of x in codec id (topk at fraction 0.25), *size bytes; the
+//  caller frees it.
+static uint8_t *
+s_payload (nn_codec_id_t id, const float *x, size_t *size)
+{
+    nn_codec_params_t params = { .id = id, .topk_fraction = 0.25 };
+    nn_codec_shape_t shape = { N, H, W, C };
+    char err[256];
+    nn_codec_encoder_t *enc = nn_codec_encoder_new (&params, &shape, err, sizeof err);
+    cr_assert_not_null (enc, "%s", err);
+    *size = nn_codec_encoder_bytes (enc);
+    uint8_t *buf = malloc (*size);
+    cr_assert_eq (nn_codec_encode (enc, buf, *size, x, NULL, err, sizeof err), 0, "%s", err);
+    nn_codec_encoder_destroy (&enc);
+    return buf;
+}
+
+//  A message of type carrying payload (size bytes).
+static proto_msg_t *
+s_msg (int type, const uint8_t *payload, size_t size)
+{
+    proto_msg_t *m = proto_msg_new (type);
+    proto_msg_set_route (m, 1, 0, 0, 0);
+    cr_assert_eq (proto_msg_set_tensor_encoded (m, payload, size, s_dims), 0);
+    if (type == PROTO_MSG_ACTIVATIONS) {
+        int32_t labels[N] = { 0, 1, 2, 3 };
+        proto_msg_set_labels (m, labels, N);
+    }
+    else {
+        proto_loss_t loss = { .loss = 1.0f, .correct = 1, .count = N };
+        proto_msg_set_loss (m, &loss);
+    }
+    return m;
+}
+
+static int
+s_decode (proto_msg_t **m, pltest_frames_t *f, char *err, size_t err_size)
+{
+    return proto_msg_decode_bytes (m, (const void *const *) f->data, f->size, f->count, NULL,
+                                   err, err_size);
+}
+
+Test (proto_codec, every_codec_round_trips_through_proto)
+{
+    float x[COUNT], want[COUNT];
+    s_tensor (x);
+    for (int id = NN_CODEC_FP16; id < NN_CODEC_COUNT; id++) {
+        int type = id == NN_CODEC_TOPK ? PROTO_MSG_GRADIENTS : PROTO_MSG_ACTIVATIONS;
+        size_t size;
+        uint8_t *payload = s_payload ((nn_codec_id_t) id, x, &size);
+        nn_codec_shape_t shape = { N, H, W, C };
+        char err[512] = "";
+        cr_assert_eq (nn_codec_decode (want, payload, size, (nn_codec_id_t) id, &shape, err,
+                                       sizeof err), 0, "%s", err);
+        proto_msg_t *m = s_msg (type, payload, size);
+        cr_assert_eq (proto_msg_tensor_codec (m), id);
+        cr_assert_eq (proto_msg_tensor_wire_bytes (m), size);
+        pltest_frames_t f = pltest_frames_of (m);
+        cr_assert_eq (f.data[1][0], PROTO_DTYPE_CODEC, "descriptor dtype");
+        cr_assert_eq (f.size[2], size, "the data frame is the payload");
+        cr_assert (memcmp (f.data[2], payload, size) == 0);
+        proto_msg_t *got = NULL;
+        cr_assert_eq (s_decode (&got, &f, err, sizeof err), 0, "%s: %s",
+                      nn_codec_name ((nn_codec_id_t) id), err);
+        cr_assert_eq (proto_msg_tensor_codec (got), id);
+        cr_assert_eq (proto_msg_tensor_wire_bytes (got), size);
+        cr_assert_eq (proto_msg_tensor_count (got), (size_t) COUNT);
+        cr_assert (memcmp (proto_msg_tensor_data (got), want, sizeof want) == 0,
+                   "%s: proto's floats are not nn_codec_decode's",
+                   nn_codec_name ((nn_codec_id_t) id));
+        proto_msg_destroy (&got);
+        pltest_frames_free (&f);
+        free (payload);
+    }
+    //  f32 tensors say codec none and 4 bytes a float.
+    proto_msg_t *m = proto_msg_new (PROTO_MSG_GRADIENTS);
+    cr_assert_eq (proto_msg_set_tensor_copy (m, x, s_dims, 4), 0);
+    cr_assert_eq (proto_msg_tensor_codec (m), NN_CODEC_NONE);
+    cr_assert_eq (proto_msg_tensor_wire_bytes (m), 4 * (size_t) COUNT);
+    proto_msg_destroy (&m);
+}
+
+//  A valid int8 ACTIVATIONS, as frames to damage.
+static pltest_frames_t
+s_int8_frames (int type, nn_codec_id_t id)
+{
+    float x[COUNT];
+    s_tensor (x);
+    size_t size;
+    uint8_t *payload = s_payload (id, x, &size);
+    pltest_frames_t f = pltest_frames_of (s_msg (type, payload, size));
+    free (payload);
+    return f;
+}
+
+Test (proto_codec, malformed_payloads_refused)
+{
+    //  Bad header: reserved bytes, flags, an unknown codec id.
+    pltest_frames_t f = s_int8_frames (PROTO_MSG_ACTIVATIONS, NN_CODEC_INT8);
+    f.data[2][2] = 1;
+    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "ACTIVATIONS: codec: int8: reserved bytes must be 0");
+    f = s_int8_frames (PROTO_MSG_ACTIVATIONS, NN_CODEC_FP16);
+    f.data[2][1] = 1;
+    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "fp16: flags 0x01 not allowed");
+    f = s_int8_frames (PROTO_MSG_ACTIVATIONS, NN_CODEC_INT8);
+    f.data[2][0] = 9;
+    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "ACTIVATIONS: codec id 9 unknown");
+    //  Count mismatch: the payload's shape is not the descriptor's.
+    f = s_int8_frames (PROTO_MSG_ACTIVATIONS, NN_CODEC_INT8);
+    pl_le_put_u32 (f.data[2] + 4, N - 1);
+    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "is not the expected");
+    f = s_int8_frames (PROTO_MSG_ACTIVATIONS, NN_CODEC_INT8);
+    pl_le_put_u32 (f.data[1] + 4, N - 1);     //  the descriptor's batch, labels too
+    f.size[3] -= 4;
+    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "is not the expected");
+    //  A payload cut short, and one shorter than its header.
+    f = s_int8_frames (PROTO_MSG_ACTIVATIONS, NN_CODEC_INT8);
+    f.size[2] -= 1;
+    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "the header says");
+    f = s_int8_frames (PROTO_MSG_ACTIVATIONS, NN_CODEC_INT8);
+    f.size[2] = 10;
+    pltest_frames_refused (&f, NULL, PROTO_E_SIZE, "shorter than its 24-byte header");
+    //  A NaN scale.
+    f = s_int8_frames (PROTO_MSG_ACTIVATIONS, NN_CODEC_INT8);
+    pl_le_put_f32 (f.data[2] + 24 + 8 * 2, NAN);
+    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "channel 2: scale nan");
+    //  none has one encoding (f32), and topk is for gradients only.
+    f = s_int8_frames (PROTO_MSG_ACTIVATIONS, NN_CODEC_FP16);
+    f.data[2][0] = NN_CODEC_NONE;
+    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "codec none travels as dtype 1");
+    f = s_int8_frames (PROTO_MSG_GRADIENTS, NN_CODEC_TOPK);
+    uint8_t *act = f.data[0];
+    pl_le_put_u16 (act + 6, PROTO_MSG_ACTIVATIONS);
+    f.size[3] = 4 * N;                          //  labels 0, in range
+    memset (f.data[3], 0, 12);
+    f.data[3] = realloc (f.data[3], 4 * N);
+    memset (f.data[3], 0, 4 * N);
+    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "codec topk is for GRADIENTS only");
+    //  topk indices out of order.
+    f = s_int8_frames (PROTO_MSG_GRADIENTS, NN_CODEC_TOPK);
+    uint32_t first = pl_le_get_u32 (f.data[2] + 24);
+    pl_le_put_u32 (f.data[2] + 28, first);
+    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "strictly increasing");
+}
+
+Test (proto_codec, sender_refuses_what_a_receiver_would)
+{
+    float x[COUNT];
+    s_tensor (x);
+    size_t size;
+    uint8_t *payload = s_payload (NN_CODEC_INT8, x, &size);
+    proto_msg_t *m = proto_msg_new (PROTO_MSG_ACTIVATIONS);
+    //  Shorter than a header, none, an unknown codec, a shape that is no tensor.
+    cr_assert_eq (proto_msg_set_tensor_encoded (m, payload, 10, s_dims), -1);
+    uint8_t saved = payload[0];
+    payload[0] = NN_CODEC_NONE;
+    cr_assert_eq (proto_msg_set_tensor_encoded (m, payload, size, s_dims), -1);
+    payload[0] = 7;
+    cr_assert_eq (proto_msg_set_tensor_encoded (m, payload, size, s_dims), -1);
+    payload[0] = saved;
+    const uint32_t zero[4] = { 0, H, W, C };
+    cr_assert_eq (proto_msg_set_tensor_encoded (m, payload, size, zero), -1);
+    proto_msg_destroy (&m);
+    //  A NaN scale set: proto_msg_check says why, the send would fail.
+    pl_le_put_f32 (payload + 24, NAN);
+    m = s_msg (PROTO_MSG_ACTIVATIONS, payload, size);
+    char err[512] = "";
+    cr_assert_eq (proto_msg_check (m, err, sizeof err), PROTO_E_VALUE);
+    cr_assert_not_null (strstr (err, "channel 0: scale nan"), "%s", err);
+    proto_msg_destroy (&m);
+    free (payload);
+}
+
+//  A receiver's frame limit leaves room for int8's per-channel parameters
+//  where they outweigh f32 (one element per channel).
+Test (proto_codec, frame_limit_fits_int8_payloads)
+{
+    proto_limits_t l = { .max_batch = 1, .h = 1, .w = 1, .c = 4096, .slab_count = 1,
+                         .max_events = 1, .max_json_bytes = 1 };
+    size_t bytes = proto_limits_frame_bytes (&l, true);
+    cr_assert_geq (bytes, nn_codec_wire_bytes (NN_CODEC_INT8, 4096, 4096, 0));
+}
