@@ -1,6 +1,7 @@
 /*  srv_planner.c: profiles, link probes and (re-)planning. See
     srv_planner.h. */
 #include "srv_planner.h"
+#include "srv_planner_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -15,44 +16,8 @@
 #include "pl_timeline.h"
 #include "srv_linkrate.h"
 
-//  What the planner knows of a device slot; it outlives the slot's sessions.
-typedef struct {
-    bool profiled;              //  costs came from its PROFILE
-    nn_estimate_costs_t costs;
-    srv_linkrate_t link;        //  probes and traffic samples
-    bool measured;              //  rtt/up/down hold a finished measurement
-    double rtt_s, up_Bps, down_Bps;     //  the last measurement
-    double plan_up_Bps, plan_down_Bps;  //  the link its current plan assumed
-    double est_iteration_s;     //  the current plan's estimate for it
-    double traffic_up_Bps;      //  last epoch's estimate (0: none)
-} s_slot_t;
-
-struct _srv_planner_t {
-    srv_planner_args_t args;
-    bool auto_split, auto_micro;    //  the config said "auto"
-    bool per_device;                //  auto_split in pipelearn or sfl: a split
-                                    //  point per device (sl: one replica, one P)
-    bool measure;                   //  devices profile and are probed (measure_link)
-    bool probing;                   //  epoch-end probes in progress
-    int fixed_micro;                //  the config's N when not "auto"
-    nn_estimate_costs_t server;         //  this host, one worker thread
-    nn_estimate_model_t model;          //  transfer sizes at batch B
-    int iterations;                 //  per epoch, for the estimates
-    double host_copy_Bps;           //  host_cores > 0: loopback bytes per core-second
-    size_t frame_limit;             //  the server's largest frame (0: none)
-    s_slot_t slot[SRV_MAX_DEVICES];
-    //  The configured codecs of each device, with this host's measured codec
-    //  speeds for the server's side; the devices' own speeds are not
-    //  reported (PROFILE has no codec costs), so their encode and decode
-    //  time is not charged. NULL in the input when every codec is none.
-    bool codecs_set;
-    nn_estimate_codec_t codecs[SRV_MAX_DEVICES];
-    nn_estimate_codec_speed_t server_codec;
-    cJSON *replans;                 //  this epoch's re-plans (summary), or NULL
-};
-
-static double
-s_mbps (double Bps)
+double
+srv_planner_mbps (double Bps)
 {
     return Bps * 8.0 / 1e6;
 }
@@ -80,8 +45,9 @@ s_pipelearn (const srv_planner_t *self)
 
 //  The planner's input for every device slot: its profile (or this host's
 //  until it sent one) and its measured link (or the configured one).
-static void
-s_input (const srv_planner_t *self, nn_estimate_input_t *in, nn_estimate_device_t *devs)
+void
+srv_planner_input (const srv_planner_t *self, nn_estimate_input_t *in,
+                   nn_estimate_device_t *devs)
 {
     const pl_config_t *cfg = self->args.cfg;
     memset (in, 0, sizeof *in);
@@ -100,7 +66,7 @@ s_input (const srv_planner_t *self, nn_estimate_input_t *in, nn_estimate_device_
     in->codecs = self->codecs_set ? self->codecs : NULL;
     in->server_codec = self->server_codec;
     for (int i = 0; i < self->args.devices; i++) {
-        const s_slot_t *s = &self->slot[i];
+        const srv_planner_slot_t *s = &self->slot[i];
         devs[i].costs = s->profiled ? s->costs : self->server;
         if (s->measured) {
             double up = s->up_Bps > s->traffic_up_Bps ? s->up_Bps : s->traffic_up_Bps;
@@ -117,12 +83,12 @@ s_input (const srv_planner_t *self, nn_estimate_input_t *in, nn_estimate_device_
 }
 
 //  A plan for the current input with P pinned (0 = free). NULL logged.
-static nn_estimate_t *
-s_plan_at (const srv_planner_t *self, int split_point)
+nn_estimate_t *
+srv_planner_plan_at (const srv_planner_t *self, int split_point)
 {
     nn_estimate_input_t in;
     nn_estimate_device_t devs[SRV_MAX_DEVICES];
-    s_input (self, &in, devs);
+    srv_planner_input (self, &in, devs);
     in.split_point = split_point;
     char err[NN_ERR_SIZE];
     nn_estimate_t *plan = nn_estimate_new (&in, err, sizeof err);
@@ -146,8 +112,8 @@ s_epoch_each (const nn_estimate_t *plan, int devices, const int *p, const int *n
 }
 
 //  The same with every device at split_point.
-static double
-s_epoch_of (const nn_estimate_t *plan, int devices, int split_point, const int *n)
+double
+srv_planner_epoch_of (const nn_estimate_t *plan, int devices, int split_point, const int *n)
 {
     int p[SRV_MAX_DEVICES];
     for (int i = 0; i < devices; i++)
@@ -178,13 +144,13 @@ s_plan_json (const srv_planner_t *self, const nn_estimate_t *plan, const srv_ass
     cJSON_AddBoolToObject (pj, "measured_links", self->measure);
     cJSON_AddNumberToObject (pj, "host_cores", cfg->host_cores);
     if (cfg->host_cores > 0)
-        cJSON_AddNumberToObject (pj, "host_copy_mbps", s_mbps (self->host_copy_Bps));
+        cJSON_AddNumberToObject (pj, "host_copy_mbps", srv_planner_mbps (self->host_copy_Bps));
     cJSON *devs = cJSON_AddArrayToObject (pj, "devices");
     nn_estimate_input_t in;
     nn_estimate_device_t dv[SRV_MAX_DEVICES];
-    s_input (self, &in, dv);
+    srv_planner_input (self, &in, dv);
     for (int i = 0; i < devices; i++) {
-        const s_slot_t *s = &self->slot[i];
+        const srv_planner_slot_t *s = &self->slot[i];
         cJSON *o = cJSON_CreateObject ();
         double fwd = 0.0, bwd = 0.0;
         for (int u = 0; u < dv[i].costs.units_count; u++) {
@@ -198,10 +164,10 @@ s_plan_json (const srv_planner_t *self, const nn_estimate_t *plan, const srv_ass
         cJSON_AddNumberToObject (o, "model_forward_s", fwd);
         cJSON_AddNumberToObject (o, "model_backward_s", bwd);
         //  Probed rates are TCP payload; configured ones are the wire's.
-        cJSON_AddNumberToObject (o, "uplink_mbps", s->measured ? s_mbps (dv[i].uplink_Bps)
-                                                               : cfg->uplink_mbps);
-        cJSON_AddNumberToObject (o, "downlink_mbps", s->measured ? s_mbps (dv[i].downlink_Bps)
-                                                                 : cfg->downlink_mbps);
+        cJSON_AddNumberToObject (o, "uplink_mbps", s->measured
+                                 ? srv_planner_mbps (dv[i].uplink_Bps) : cfg->uplink_mbps);
+        cJSON_AddNumberToObject (o, "downlink_mbps", s->measured
+                                 ? srv_planner_mbps (dv[i].downlink_Bps) : cfg->downlink_mbps);
         cJSON_AddNumberToObject (o, "rtt_ms", dv[i].rtt_s * 1000.0);
         cJSON_AddNumberToObject (o, "estimated_iteration_s", s->est_iteration_s);
         cJSON_AddItemToArray (devs, o);
@@ -284,7 +250,7 @@ s_provisional (srv_planner_t *self, srv_assign_t *assign, cJSON *summary_root)
     //  epoch estimates assume 10000 samples per device.
     int per_device = cfg->samples > 0 ? cfg->samples / self->args.devices : 10000;
     self->iterations = per_device > batch ? (per_device + batch - 1) / batch : 1;
-    nn_estimate_t *plan = s_plan_at (self, self->auto_split ? 0 : cfg->split_point);
+    nn_estimate_t *plan = srv_planner_plan_at (self, self->auto_split ? 0 : cfg->split_point);
     if (!plan)
         return -1;
     int p = 0, n = 1;
@@ -387,7 +353,7 @@ int
 srv_planner_on_probe (srv_planner_t *self, int id, const proto_msg_t *msg, int epoch,
                       proto_msg_t **send_p, char *why, size_t why_size)
 {
-    s_slot_t *s = &self->slot[id];
+    srv_planner_slot_t *s = &self->slot[id];
     if (srv_linkrate_answer (&s->link, msg, id, epoch, self->frame_limit, send_p, why,
                              why_size))
         return -1;
@@ -398,7 +364,7 @@ srv_planner_on_probe (srv_planner_t *self, int id, const proto_msg_t *msg, int e
     s->up_Bps = s->link.up_Bps;
     s->down_Bps = s->link.down_Bps;
     pl_log_info ("server: device %d link: uplink %.1f Mbit/s, downlink %.1f Mbit/s, RTT %.1f "
-                 "ms (probed)", id, s_mbps (s->up_Bps), s_mbps (s->down_Bps),
+                 "ms (probed)", id, srv_planner_mbps (s->up_Bps), srv_planner_mbps (s->down_Bps),
                  s->rtt_s * 1000.0);
     return 0;
 }
@@ -408,7 +374,7 @@ srv_planner_on_profile (srv_planner_t *self, int id, const proto_msg_t *msg, boo
                         int epoch, proto_msg_t **send_p, char *why, size_t why_size)
 {
     *send_p = NULL;
-    s_slot_t *s = &self->slot[id];
+    srv_planner_slot_t *s = &self->slot[id];
     const proto_profile_t *p = proto_msg_profile (msg);
     int units = self->args.spec->units_count;
     if (!srv_planner_profile_wanted (self, started) || s->profiled || (int) p->units != units) {
@@ -436,7 +402,7 @@ srv_planner_on_profile (srv_planner_t *self, int id, const proto_msg_t *msg, boo
 void
 srv_planner_on_join (srv_planner_t *self, int id, bool started)
 {
-    s_slot_t *s = &self->slot[id];
+    srv_planner_slot_t *s = &self->slot[id];
     if (!started) {
         //  A new device in the slot: what the last one measured is not its.
         srv_linkrate_t link = s->link;
@@ -479,15 +445,15 @@ srv_planner_on_activations (srv_planner_t *self, int id, const proto_msg_t *msg)
 void
 srv_planner_epoch_json (srv_planner_t *self, int id, int micro, cJSON *device)
 {
-    s_slot_t *s = &self->slot[id];
+    srv_planner_slot_t *s = &self->slot[id];
     double traffic = srv_linkrate_traffic (&s->link);
     if (traffic > 0.0) {
         s->traffic_up_Bps = traffic;
-        cJSON_AddNumberToObject (device, "uplink_mbps_traffic", s_mbps (traffic));
+        cJSON_AddNumberToObject (device, "uplink_mbps_traffic", srv_planner_mbps (traffic));
     }
     if (s->measured) {
-        cJSON_AddNumberToObject (device, "uplink_mbps_probe", s_mbps (s->up_Bps));
-        cJSON_AddNumberToObject (device, "downlink_mbps_probe", s_mbps (s->down_Bps));
+        cJSON_AddNumberToObject (device, "uplink_mbps_probe", srv_planner_mbps (s->up_Bps));
+        cJSON_AddNumberToObject (device, "downlink_mbps_probe", srv_planner_mbps (s->down_Bps));
         cJSON_AddNumberToObject (device, "rtt_ms_probe", s->rtt_s * 1000.0);
     }
     if (s_pipelearn (self))
@@ -507,9 +473,9 @@ srv_planner_take_replans (srv_planner_t *self)
 
 //  Each device's best N at split point P (cur's N if pinned), and its
 //  estimate.
-static void
-s_choose_micro (const srv_planner_t *self, const nn_estimate_t *plan, const srv_assign_t *cur,
-                int split_point, int *n, double *est)
+void
+srv_planner_choose_micro (const srv_planner_t *self, const nn_estimate_t *plan,
+                          const srv_assign_t *cur, int split_point, int *n, double *est)
 {
     for (int i = 0; i < self->args.devices; i++) {
         const nn_estimate_candidate_t *c = nn_estimate_chosen (plan, i);
@@ -526,15 +492,15 @@ s_start_each (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_root,
               srv_planner_decision_t *out)
 {
     int devices = self->args.devices;
-    nn_estimate_t *plan = s_plan_at (self, 0);
+    nn_estimate_t *plan = srv_planner_plan_at (self, 0);
     if (!plan)
         return -1;
     nn_estimate_input_t in;
     nn_estimate_device_t dv[SRV_MAX_DEVICES];
-    s_input (self, &in, dv);
+    srv_planner_input (self, &in, dv);
     out->next = *cur;
     for (int i = 0; i < devices; i++) {
-        s_slot_t *s = &self->slot[i];
+        srv_planner_slot_t *s = &self->slot[i];
         const nn_estimate_candidate_t *c = nn_estimate_chosen (plan, i);
         out->next.split[i] = c->split_point;
         out->next.micro[i] = self->auto_micro ? c->micro_batches : cur->micro[i];
@@ -548,7 +514,7 @@ s_start_each (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_root,
         pl_log_info ("server: planner: device %d: split point %d, %d micro-batch(es), "
                      "estimated iteration %.3f s (uplink %.1f, downlink %.1f Mbit/s, RTT %.1f "
                      "ms; its own choice)", i, out->next.split[i], out->next.micro[i], est,
-                     s_mbps (dv[i].uplink_Bps), s_mbps (dv[i].downlink_Bps),
+                     srv_planner_mbps (dv[i].uplink_Bps), srv_planner_mbps (dv[i].downlink_Bps),
                      dv[i].rtt_s * 1000.0);
     }
     for (int i = devices; i < SRV_MAX_DEVICES; i++)
@@ -565,7 +531,7 @@ srv_planner_start (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_
 {
     int devices = self->args.devices;
     for (int i = 0; i < devices; i++) {
-        const s_slot_t *s = &self->slot[i];
+        const srv_planner_slot_t *s = &self->slot[i];
         if (!s->profiled || (self->measure && !srv_linkrate_done (&s->link)))
             return 0;
     }
@@ -574,7 +540,7 @@ srv_planner_start (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_
     int split = srv_assign_split (cur);
     int p = split;
     if (self->auto_split) {
-        nn_estimate_t *free_plan = s_plan_at (self, 0);
+        nn_estimate_t *free_plan = srv_planner_plan_at (self, 0);
         if (!free_plan)
             return -1;
         int n_common;
@@ -584,21 +550,21 @@ srv_planner_start (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_
             nn_estimate_common (free_plan, &p, &n_common);
         nn_estimate_destroy (&free_plan);
     }
-    nn_estimate_t *plan = s_plan_at (self, p);
+    nn_estimate_t *plan = srv_planner_plan_at (self, p);
     if (!plan)
         return -1;
     int n[SRV_MAX_DEVICES];
     double est[SRV_MAX_DEVICES];
-    s_choose_micro (self, plan, cur, p, n, est);
+    srv_planner_choose_micro (self, plan, cur, p, n, est);
     if (p != split)
         pl_log_info ("server: planner: split point %d -> %d from the devices' profiles%s",
                      split, p, self->measure ? " and links" : "");
     out->next = *cur;
     nn_estimate_input_t in;
     nn_estimate_device_t dv[SRV_MAX_DEVICES];
-    s_input (self, &in, dv);
+    srv_planner_input (self, &in, dv);
     for (int i = 0; i < devices; i++) {
-        s_slot_t *s = &self->slot[i];
+        srv_planner_slot_t *s = &self->slot[i];
         out->next.split[i] = p;
         out->next.micro[i] = n[i];
         out->tell[i] = true;
@@ -607,236 +573,13 @@ srv_planner_start (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_
         s->plan_down_Bps = dv[i].downlink_Bps;
         pl_log_info ("server: planner: device %d: split point %d, %d micro-batch(es), "
                      "estimated iteration %.3f s (uplink %.1f, downlink %.1f Mbit/s, RTT %.1f ms)",
-                     i, p, n[i], est[i], s_mbps (dv[i].uplink_Bps), s_mbps (dv[i].downlink_Bps),
-                     dv[i].rtt_s * 1000.0);
+                     i, p, n[i], est[i], srv_planner_mbps (dv[i].uplink_Bps),
+                     srv_planner_mbps (dv[i].downlink_Bps), dv[i].rtt_s * 1000.0);
     }
     for (int i = devices; i < SRV_MAX_DEVICES; i++)
         out->tell[i] = false;
-    double epoch_s = s_epoch_of (plan, devices, p, n);
+    double epoch_s = srv_planner_epoch_of (plan, devices, p, n);
     s_plan_json (self, plan, &out->next, epoch_s, summary_root);
     nn_estimate_destroy (&plan);
-    return 1;
-}
-
-//  ---------------------------------------------------------------------
-//  Adaptive re-planning at epoch ends
-
-bool
-srv_planner_epoch_end (srv_planner_t *self, const bool *active, int epoch,
-                       proto_msg_t **probes)
-{
-    for (int i = 0; i < self->args.devices; i++)
-        probes[i] = NULL;
-    const pl_config_t *cfg = self->args.cfg;
-    pl_mode_t mode = self->args.mode;
-    if (!srv_planner_auto (self) || !self->measure || !cfg->adaptive || mode == PL_MODE_FL
-    ||  mode == PL_MODE_SL)
-        return false;
-    bool any = false;
-    for (int i = 0; i < self->args.devices; i++)
-        if (active[i]) {
-            probes[i] = srv_linkrate_probe (&self->slot[i].link, i, epoch);
-            any = true;
-        }
-    self->probing = any;
-    return any;
-}
-
-static cJSON *
-s_replan_record (int id, const char *what, double before, double after)
-{
-    cJSON *o = cJSON_CreateObject ();
-    if (id >= 0)
-        cJSON_AddNumberToObject (o, "device", id);
-    cJSON_AddStringToObject (o, "what", what);
-    cJSON_AddNumberToObject (o, "before", before);
-    cJSON_AddNumberToObject (o, "after", after);
-    return o;
-}
-
-//  A new split point, if it gains more than replan_gain over split point p
-//  with the micro-batch counts n: 1 with out filled (every active device
-//  told), 0 if not.
-static int
-s_replan_split (srv_planner_t *self, const srv_assign_t *cur, const bool *active, int epoch,
-                const nn_estimate_t *plan, int p, const int *n, srv_planner_decision_t *out)
-{
-    const pl_config_t *cfg = self->args.cfg;
-    int devices = self->args.devices;
-    double now_s = s_epoch_of (plan, devices, p, n);
-    nn_estimate_t *free_plan = s_plan_at (self, 0);
-    int p2 = p, n2 = 1;
-    if (free_plan)
-        nn_estimate_common (free_plan, &p2, &n2);
-    nn_estimate_destroy (&free_plan);
-    nn_estimate_t *at2 = p2 != p ? s_plan_at (self, p2) : NULL;
-    if (!at2)
-        return 0;
-    int m[SRV_MAX_DEVICES];
-    double e2[SRV_MAX_DEVICES];
-    s_choose_micro (self, at2, cur, p2, m, e2);
-    double next = s_epoch_of (at2, devices, p2, m);
-    nn_estimate_destroy (&at2);
-    double gain = now_s > 0 ? (now_s - next) / now_s : 0.0;
-    if (gain <= cfg->replan_gain)
-        return 0;
-    pl_log_info ("server: re-plan at epoch %d: split point %d -> %d (estimated "
-                 "epoch %.1f -> %.1f s, gain %.0f%% beyond replan_gain %.0f%%)",
-                 epoch, p, p2, now_s, next, 100.0 * gain, 100.0 * cfg->replan_gain);
-    cJSON *r = s_replan_record (-1, "split_point", p, p2);
-    cJSON_AddNumberToObject (r, "estimated_epoch_s_before", now_s);
-    cJSON_AddNumberToObject (r, "estimated_epoch_s_after", next);
-    cJSON_AddItemToArray (self->replans, r);
-    out->next = *cur;
-    for (int i = 0; i < devices; i++) {
-        out->next.split[i] = p2;
-        out->next.micro[i] = m[i];
-        out->tell[i] = active[i];
-        self->slot[i].est_iteration_s = e2[i];
-    }
-    return 1;
-}
-
-//  Per-device re-plan (pipelearn, sfl): each drifted device's own choice
-//  under its new link. Its split point moves only if that gains more than
-//  replan_gain on its estimated iteration; otherwise its N is re-chosen at
-//  the split point it has. 1 with out filled (the changed devices told),
-//  0 if no plan could be made.
-static int
-s_replan_each (srv_planner_t *self, const srv_assign_t *cur, const bool *drifted,
-               char (*reason)[200], const nn_estimate_device_t *dv, int epoch,
-               srv_planner_decision_t *out)
-{
-    const pl_config_t *cfg = self->args.cfg;
-    nn_estimate_t *free_plan = s_plan_at (self, 0);
-    if (!free_plan)
-        return 0;
-    out->next = *cur;
-    for (int i = 0; i < self->args.devices; i++) {
-        if (!drifted[i])
-            continue;
-        s_slot_t *s = &self->slot[i];
-        const nn_estimate_candidate_t *c = nn_estimate_chosen (free_plan, i);
-        const nn_estimate_candidate_t *old = nn_estimate_find (free_plan, i, cur->split[i],
-                                                       cur->micro[i]);
-        double before = old ? old->iteration_s : s->est_iteration_s;
-        int p2 = c->split_point, n2 = self->auto_micro ? c->micro_batches : cur->micro[i];
-        const nn_estimate_candidate_t *f = nn_estimate_find (free_plan, i, p2, n2);
-        double after = f ? f->iteration_s : c->iteration_s;
-        double gain = before > 0 ? (before - after) / before : 0.0;
-        if (p2 != cur->split[i] && gain <= cfg->replan_gain) {
-            //  Not worth a move: the best N at the split point it has.
-            p2 = cur->split[i];
-            nn_estimate_t *at = s_plan_at (self, p2);
-            n2 = at && self->auto_micro ? nn_estimate_chosen (at, i)->micro_batches
-                                        : cur->micro[i];
-            f = at ? nn_estimate_find (at, i, p2, n2) : NULL;
-            after = f ? f->iteration_s : before;
-            nn_estimate_destroy (&at);
-        }
-        pl_log_info ("server: re-plan at epoch %d: device %d: %s: split point %d -> %d, "
-                     "micro-batches %d -> %d (estimated iteration %.3f -> %.3f s)", epoch, i,
-                     reason[i], cur->split[i], p2, cur->micro[i], n2, before, after);
-        if (p2 != cur->split[i]) {
-            cJSON *r = s_replan_record (i, "split_point", cur->split[i], p2);
-            cJSON_AddStringToObject (r, "reason", reason[i]);
-            cJSON_AddNumberToObject (r, "estimated_iteration_s_before", before);
-            cJSON_AddNumberToObject (r, "estimated_iteration_s_after", after);
-            cJSON_AddItemToArray (self->replans, r);
-        }
-        cJSON *r = s_replan_record (i, "micro_batches", cur->micro[i], n2);
-        cJSON_AddStringToObject (r, "reason", reason[i]);
-        cJSON_AddNumberToObject (r, "estimated_iteration_s_before", before);
-        cJSON_AddNumberToObject (r, "estimated_iteration_s_after", after);
-        cJSON_AddItemToArray (self->replans, r);
-        out->next.split[i] = p2;
-        out->next.micro[i] = n2;
-        out->tell[i] = p2 != cur->split[i] || n2 != cur->micro[i];
-        s->plan_up_Bps = dv[i].uplink_Bps;
-        s->plan_down_Bps = dv[i].downlink_Bps;
-        s->est_iteration_s = after;
-    }
-    nn_estimate_destroy (&free_plan);
-    return 1;
-}
-
-int
-srv_planner_replan (srv_planner_t *self, const srv_assign_t *cur, const bool *active,
-                    int epoch, srv_planner_decision_t *out)
-{
-    self->probing = false;
-    const pl_config_t *cfg = self->args.cfg;
-    int devices = self->args.devices;
-    memset (out->tell, 0, sizeof out->tell);
-    nn_estimate_input_t in;
-    nn_estimate_device_t dv[SRV_MAX_DEVICES];
-    s_input (self, &in, dv);
-    bool drifted[SRV_MAX_DEVICES] = { false };
-    char reason[SRV_MAX_DEVICES][200];
-    bool any = false;
-    for (int i = 0; i < devices; i++) {
-        s_slot_t *s = &self->slot[i];
-        if (!active[i] || !s->measured || s->plan_up_Bps <= 0 || s->plan_down_Bps <= 0)
-            continue;
-        double du = dv[i].uplink_Bps / s->plan_up_Bps - 1.0;
-        double dd = dv[i].downlink_Bps / s->plan_down_Bps - 1.0;
-        if (fabs (du) <= cfg->replan_drift && fabs (dd) <= cfg->replan_drift)
-            continue;
-        drifted[i] = any = true;
-        snprintf (reason[i], sizeof reason[i], "uplink %.1f -> %.1f Mbit/s (%+.0f%%), "
-                  "downlink %.1f -> %.1f Mbit/s (%+.0f%%), beyond replan_drift %.0f%%",
-                  s_mbps (s->plan_up_Bps), s_mbps (dv[i].uplink_Bps), 100.0 * du,
-                  s_mbps (s->plan_down_Bps), s_mbps (dv[i].downlink_Bps), 100.0 * dd,
-                  100.0 * cfg->replan_drift);
-    }
-    if (!any)
-        return 0;
-    if (!self->replans)
-        self->replans = cJSON_CreateArray ();
-    if (self->per_device)
-        return s_replan_each (self, cur, drifted, reason, dv, epoch, out);
-    int p = srv_assign_split (cur);
-    nn_estimate_t *plan = s_plan_at (self, p);
-    if (!plan)
-        return 0;
-    int n[SRV_MAX_DEVICES];
-    double est[SRV_MAX_DEVICES];
-    s_choose_micro (self, plan, cur, p, n, est);
-    for (int i = 0; i < devices; i++) {
-        s_slot_t *s = &self->slot[i];
-        if (!drifted[i]) {
-            n[i] = cur->micro[i];       //  only a drifted device is re-planned
-            continue;
-        }
-        const nn_estimate_candidate_t *old = nn_estimate_find (plan, i, p, cur->micro[i]);
-        double old_est = old ? old->iteration_s : s->est_iteration_s;
-        if (n[i] != cur->micro[i])
-            pl_log_info ("server: re-plan at epoch %d: device %d: %s: micro-batches %d -> %d "
-                         "(estimated iteration %.3f -> %.3f s)", epoch, i, reason[i],
-                         cur->micro[i], n[i], old_est, est[i]);
-        else
-            pl_log_info ("server: re-plan at epoch %d: device %d: %s: micro-batches stay %d "
-                         "(estimated iteration %.3f s)", epoch, i, reason[i], cur->micro[i],
-                         est[i]);
-        cJSON *r = s_replan_record (i, "micro_batches", cur->micro[i], n[i]);
-        cJSON_AddStringToObject (r, "reason", reason[i]);
-        cJSON_AddNumberToObject (r, "estimated_iteration_s_before", old_est);
-        cJSON_AddNumberToObject (r, "estimated_iteration_s_after", est[i]);
-        cJSON_AddItemToArray (self->replans, r);
-        s->plan_up_Bps = dv[i].uplink_Bps;
-        s->plan_down_Bps = dv[i].downlink_Bps;
-        s->est_iteration_s = est[i];
-    }
-    int moved = self->auto_split
-              ? s_replan_split (self, cur, active, epoch, plan, p, n, out) : 0;
-    nn_estimate_destroy (&plan);
-    if (moved)
-        return 1;
-    out->next = *cur;
-    for (int i = 0; i < devices; i++)
-        if (drifted[i] && n[i] != cur->micro[i]) {
-            out->next.micro[i] = n[i];
-            out->tell[i] = true;
-        }
     return 1;
 }

@@ -1,0 +1,67 @@
+/*  srv_planner_internal.h: the planner's state and the helpers its two
+    files share: srv_planner.c (profiles, probes, the start's plan) and
+    srv_replan.c (re-planning at epoch ends). Not for the rest of the
+    server: it sees srv_planner.h only.
+*/
+#ifndef SRV_PLANNER_INTERNAL_H_INCLUDED
+#define SRV_PLANNER_INTERNAL_H_INCLUDED
+
+#include "nn_estimate.h"
+#include "srv_linkrate.h"
+#include "srv_planner.h"
+
+//  What the planner knows of a device slot; it outlives the slot's sessions.
+typedef struct {
+    bool profiled;              //  costs came from its PROFILE
+    nn_estimate_costs_t costs;
+    srv_linkrate_t link;        //  probes and traffic samples
+    bool measured;              //  rtt/up/down hold a finished measurement
+    double rtt_s, up_Bps, down_Bps;     //  the last measurement
+    double plan_up_Bps, plan_down_Bps;  //  the link its current plan assumed
+    double est_iteration_s;     //  the current plan's estimate for it
+    double traffic_up_Bps;      //  last epoch's estimate (0: none)
+} srv_planner_slot_t;
+
+struct _srv_planner_t {
+    srv_planner_args_t args;
+    bool auto_split, auto_micro;    //  the config said "auto"
+    bool per_device;                //  auto_split in pipelearn or sfl: a split
+                                    //  point per device (sl: one replica, one P)
+    bool measure;                   //  devices profile and are probed (measure_link)
+    bool probing;                   //  epoch-end probes in progress
+    int fixed_micro;                //  the config's N when not "auto"
+    nn_estimate_costs_t server;         //  this host, one worker thread
+    nn_estimate_model_t model;          //  transfer sizes at batch B
+    int iterations;                 //  per epoch, for the estimates
+    double host_copy_Bps;           //  host_cores > 0: loopback bytes per core-second
+    size_t frame_limit;             //  the server's largest frame (0: none)
+    srv_planner_slot_t slot[SRV_MAX_DEVICES];
+    //  The configured codecs of each device, with this host's measured codec
+    //  speeds for the server's side; the devices' own speeds are not
+    //  reported (PROFILE has no codec costs), so their encode and decode
+    //  time is not charged. NULL in the input when every codec is none.
+    bool codecs_set;
+    nn_estimate_codec_t codecs[SRV_MAX_DEVICES];
+    nn_estimate_codec_speed_t server_codec;
+    cJSON *replans;                 //  this epoch's re-plans (summary), or NULL
+};
+
+//  Bytes per second in Mbit/s, for the log.
+double srv_planner_mbps (double Bps);
+//  The planner's input for every device slot: its profile (or this host's
+//  until it sent one) and its measured link (or the configured one); devs
+//  holds SRV_MAX_DEVICES.
+void srv_planner_input (const srv_planner_t *self, nn_estimate_input_t *in,
+                        nn_estimate_device_t *devs);
+//  A plan for the current input with P pinned (0 = free). NULL logged.
+nn_estimate_t *srv_planner_plan_at (const srv_planner_t *self, int split_point);
+//  The run's epoch estimate with every device at split_point and device i
+//  at n[i] micro-batches (the slowest device's epoch: rounds are barriers).
+double srv_planner_epoch_of (const nn_estimate_t *plan, int devices, int split_point,
+                             const int *n);
+//  Each device's best N at split point P (cur's N if pinned), and its
+//  estimate.
+void srv_planner_choose_micro (const srv_planner_t *self, const nn_estimate_t *plan,
+                               const srv_assign_t *cur, int split_point, int *n, double *est);
+
+#endif
