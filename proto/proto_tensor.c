@@ -591,13 +591,13 @@ proto_msg_tensor_wire_bytes (const proto_msg_t *self)
     return self->codec ? self->codec_bytes : 4 * self->data_count;
 }
 
-//  The payload of a codec tensor, checked as the receiver will check it
-//  (nn_codec_decode against the descriptor's shape and the payload's own
-//  codec) and, when out is not NULL, decoded into it (count floats). what
-//  names the message. topk travels only in GRADIENTS.
+//  A codec tensor's payload header against its message and descriptor:
+//  the message type (topk travels only in GRADIENTS), the codec, and the
+//  payload's exact size for the descriptor's shape. Reads only the header,
+//  allocates nothing: what a receiver checks first.
 static int
-s_codec_payload_check (float *out, const uint8_t *buf, size_t size,
-                       const proto_tensor_desc_t *d, int type, char *err, size_t err_size)
+s_codec_payload_header (const uint8_t *buf, size_t size, const proto_tensor_desc_t *d,
+                        int type, char *err, size_t err_size)
 {
     const char *tn = proto_type_name (type);
     if (type != PROTO_MSG_ACTIVATIONS && type != PROTO_MSG_GRADIENTS)
@@ -618,15 +618,43 @@ s_codec_payload_check (float *out, const uint8_t *buf, size_t size,
     if (id == NN_CODEC_TOPK && type != PROTO_MSG_GRADIENTS)
         return proto_fail (err, err_size, PROTO_E_VALUE, "%s: codec topk is for "
                            "GRADIENTS only", tn);
+    //  The payload's size follows from its header and the shape (int8's
+    //  channels, topk's k): anything else is refused before the decoder
+    //  (and before any buffer of the shape's size) sees it.
     const nn_codec_shape_t shape = s_codec_shape (d);
+    const uint64_t count = nn_codec_shape_count (&shape);
+    const uint32_t k = id == NN_CODEC_TOPK ? pl_le_get_u32 (buf + 20) : 0;
+    if (count == 0 || count > UINT32_MAX || k > count)
+        return proto_fail (err, err_size, PROTO_E_SHAPE, "%s: codec payload for %" PRIu64
+                           " elements with k %" PRIu32, tn, count, k);
+    const uint64_t want = nn_codec_wire_bytes (id, count, shape.c, k);
+    if (size != want)
+        return proto_fail (err, err_size, PROTO_E_SIZE, "%s: %s payload %zu bytes, its "
+                           "header and shape need %" PRIu64, tn, nn_codec_name (id), size,
+                           want);
+    return 0;
+}
+
+//  s_codec_payload_header, then the whole payload decoded into out
+//  (count floats of d's shape; NULL: into a scratch buffer, freed).
+static int
+s_codec_payload_check (float *out, const uint8_t *buf, size_t size,
+                       const proto_tensor_desc_t *d, int type, char *err, size_t err_size)
+{
+    int rc = s_codec_payload_header (buf, size, d, type, err, err_size);
+    if (rc)
+        return rc;
+    const nn_codec_shape_t shape = s_codec_shape (d);
+    const nn_codec_id_t id = (nn_codec_id_t) buf[0];
     float *scratch = out ? out : nn_alloc_aligned (sizeof (float)
                                                    * (size_t) nn_codec_shape_count (&shape));
     char why[256];
-    int rc = nn_codec_decode (scratch, buf, size, id, &shape, why, sizeof why);
+    rc = nn_codec_decode (scratch, buf, size, id, &shape, why, sizeof why);
     if (!out)
         nn_free (scratch);
     if (rc)
-        return proto_fail (err, err_size, PROTO_E_VALUE, "%s: %s", tn, why);
+        return proto_fail (err, err_size, PROTO_E_VALUE, "%s: %s", proto_type_name (type),
+                           why);
     return 0;
 }
 
@@ -778,12 +806,25 @@ proto_msg_decode_tensor (proto_msg_t *self, zmq_msg_t *frames, const proto_limit
             return proto_fail (err, err_size, PROTO_E_SHAPE, "%s: %" PRIu64 " elements, "
                                "a codec payload carries at most %" PRIu32, tn, count,
                                UINT32_MAX);
+        //  The decoded tensor is held as f32: no larger than an f32 frame
+        //  the receiver would take (a topk payload of 32 bytes is valid for
+        //  any count, so its size alone bounds nothing).
+        size_t cap = l && l->max_frame_bytes ? l->max_frame_bytes
+                                             : PROTO_DEFAULT_MAX_FRAME_BYTES;
+        if (count > cap / 4)
+            return proto_fail (err, err_size, PROTO_E_SIZE, "%s: %" PRIu64 " elements "
+                               "decode to %" PRIu64 " bytes, over the frame limit of %zu",
+                               tn, count, count * 4, cap);
         //  Checked (and its size bounded) before the labels and the loss, as
         //  an f32 frame's size is; decoded at the end, once all else holds.
         if (dlen < NN_CODEC_HEADER_BYTES)
             return proto_fail (err, err_size, PROTO_E_SIZE,
                                "%s: codec payload of %zu bytes is shorter than its %d-byte "
                                "header", tn, dlen, NN_CODEC_HEADER_BYTES);
+        rc = s_codec_payload_header (zmq_msg_data (&frames[2]), dlen, d, type, err,
+                                     err_size);
+        if (rc)
+            return rc;
     }
     else
     if (dlen != count * 4)      //  checked: count * 4 fits in size_t

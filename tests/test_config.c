@@ -989,6 +989,8 @@ Test (config, codec_and_noise_nonsense_refused)
     S_ASSERT_HAS (err, "1..64 entries");
     s_parse_fails ("{\"topk_fraction\": 0}", err, sizeof err);
     S_ASSERT_HAS (err, "topk_fraction");
+    s_parse_fails ("{\"topk_fraction\": 1e-50}", err, sizeof err);  //  0 as a float
+    S_ASSERT_HAS (err, "topk_fraction");
     s_parse_fails ("{\"topk_fraction\": 1.5}", err, sizeof err);
     S_ASSERT_HAS (err, "topk_fraction");
     s_parse_fails ("{\"noise\": {\"kind\": \"laplace\"}}", err, sizeof err);

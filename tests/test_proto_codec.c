@@ -128,6 +128,25 @@ s_int8_frames (int type, nn_codec_id_t id)
     return f;
 }
 
+//  A few bytes cannot make the receiver allocate a huge tensor: a 24-byte
+//  fp16 header claiming 1 x 65536 x 65535 x 1 elements (16 GiB as f32) is
+//  refused on the frame limit before any allocation, and so is a payload
+//  whose size is not its shape's.
+Test (proto_codec, a_small_payload_cannot_claim_a_huge_tensor)
+{
+    pltest_frames_t f = s_int8_frames (PROTO_MSG_ACTIVATIONS, NN_CODEC_FP16);
+    pl_le_put_u32 (f.data[1] + 4, 1);
+    pl_le_put_u32 (f.data[1] + 8, 65536);
+    pl_le_put_u32 (f.data[1] + 12, 65535);
+    pl_le_put_u32 (f.data[1] + 16, 1);
+    f.size[3] = 4;                              //  one label, in range
+    f.size[2] = NN_CODEC_HEADER_BYTES;
+    pltest_frames_refused (&f, NULL, PROTO_E_SIZE, "over the frame limit");
+    f = s_int8_frames (PROTO_MSG_ACTIVATIONS, NN_CODEC_FP16);
+    proto_limits_t limits = { .max_frame_bytes = 4 * COUNT - 4 };
+    pltest_frames_refused (&f, &limits, PROTO_E_SIZE, "over the frame limit");
+}
+
 Test (proto_codec, malformed_payloads_refused)
 {
     //  Bad header: reserved bytes, flags, an unknown codec id.
@@ -144,14 +163,16 @@ Test (proto_codec, malformed_payloads_refused)
     f = s_int8_frames (PROTO_MSG_ACTIVATIONS, NN_CODEC_INT8);
     pl_le_put_u32 (f.data[2] + 4, N - 1);
     pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "is not the expected");
+    //  The descriptor's shape needs another payload size: refused on the
+    //  size, before anything of the shape's size is allocated.
     f = s_int8_frames (PROTO_MSG_ACTIVATIONS, NN_CODEC_INT8);
     pl_le_put_u32 (f.data[1] + 4, N - 1);     //  the descriptor's batch, labels too
     f.size[3] -= 4;
-    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "is not the expected");
+    pltest_frames_refused (&f, NULL, PROTO_E_SIZE, "its header and shape need");
     //  A payload cut short, and one shorter than its header.
     f = s_int8_frames (PROTO_MSG_ACTIVATIONS, NN_CODEC_INT8);
     f.size[2] -= 1;
-    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "the header says");
+    pltest_frames_refused (&f, NULL, PROTO_E_SIZE, "its header and shape need");
     f = s_int8_frames (PROTO_MSG_ACTIVATIONS, NN_CODEC_INT8);
     f.size[2] = 10;
     pltest_frames_refused (&f, NULL, PROTO_E_SIZE, "shorter than its 24-byte header");

@@ -256,8 +256,9 @@ static const s_field_t s_fields[] = {
     { .key = "int8_stochastic", .kind = S_BOOL, S_AT (int8_stochastic),
       .expect = "true or false" },
     { .key = "topk_fraction", .kind = S_DOUBLE, S_AT (topk_fraction),
-      .min = 0, .max = 1, .min_open = true,
-      .expect = "a fraction > 0 and <= 1 (the share of a gradient topk sends)" },
+      .min = 1e-6, .max = 1,
+      .expect = "a fraction >= 0.000001 and <= 1 (the share of a gradient topk sends; "
+                "the plan carries it as a float)" },
     { .key = "noise", .kind = S_NOISE, S_AT (noise),
       .expect = "noise (docs/codecs.md)" },
 };
