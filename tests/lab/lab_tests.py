@@ -39,6 +39,7 @@ BUILD = os.environ.get("PL_BUILD_DIR") or os.path.join(SRC, "build")
 NETEM = os.path.join(SRC, "deploy", "netem", "pipelearn-netem")
 LAB = os.path.join(SRC, "deploy", "lab", "pipelearn-lab")
 REPORT = os.path.join(SRC, "deploy", "lab", "pl-report")
+HEADLINE = os.path.join(SRC, "deploy", "lab", "headline")
 RELAY = os.path.join(BUILD, "deploy", "netem", "pipelearn-relay")
 
 
@@ -234,6 +235,7 @@ def test_dryrun(t):
              "pipelearn-relay names a namespace it cannot enter", r.stderr)
     else:
         t.skip("pipelearn-relay's argument checks", "no " + RELAY)
+    lab_flags(t)
     r, _ = run([NETEM, "remove", "--backend", "netem", "--dry-run"] + PAIR)
     t.ok(r.returncode == 0 and r.stdout == "tc -n pl-dev0 qdisc del dev eth0 root\n"
          "tc -n pl-srv qdisc del dev vd0 root\n", "netem remove dry-run", r.stdout + r.stderr)
@@ -266,6 +268,44 @@ def test_dryrun(t):
     t.ok(fine, "tc's parser accepts every generated netem/tbf command",
          p.stdout + p.stderr)
     t.note("tc verdicts: " + "; ".join(verdicts))
+
+
+def lab_flags(t):
+    """pipelearn-lab's --mode-set and headline's lab commands, without a lab."""
+    from importlib.machinery import SourceFileLoader
+    from importlib.util import module_from_spec, spec_from_loader
+    spec = spec_from_loader("pipelearn_lab", SourceFileLoader("pipelearn_lab", LAB))
+    lab = module_from_spec(spec)
+    spec.loader.exec_module(lab)
+    cfg = os.path.join(SRC, "configs", "pipelearn.json")
+    a = lab.parse_args(["--config", cfg, "--profile", "4g", "--modes", "fl,sfl", "--out",
+                        "/tmp/x", "--set", "codec=int8", "--set", "samples=200",
+                        "--mode-set", "fl:codec=none", "--mode-set", "sfl:samples=400"])
+    t.ok(lab.server_sets(a, "fl") == ["codec=int8", "samples=200", "codec=none"]
+         and lab.server_sets(a, "sfl") == ["codec=int8", "samples=200", "samples=400"]
+         and lab.server_sets(a, "pipelearn") == ["codec=int8", "samples=200"],
+         "--mode-set MODE:KEY=VALUE reaches only MODE's runs, after every --set",
+         [lab.server_sets(a, m) for m in ("fl", "sfl", "pipelearn")])
+    for bad in ("codec=none", "xl:codec=none", "fl:codec", "fl:mode=sfl"):
+        r, _ = run([LAB, "--config", cfg, "--profile", "4g", "--modes", "fl", "--out", "/tmp/x",
+                    "--mode-set", bad])
+        t.ok(r.returncode == 2 and "--mode-set" in r.stderr,
+             "pipelearn-lab refuses --mode-set %s" % bad, r.stderr)
+    cmds = {}
+    for codec in ("int8", "auto"):
+        r, _ = run([HEADLINE, "--out", "/tmp/hl", "--dry-run", "--codec", codec])
+        cmds[codec] = [l for l in r.stdout.splitlines() if l.startswith("$ ")]
+        t.ok(r.returncode == 0 and len(cmds[codec]) == 4, "headline --dry-run --codec %s prints "
+             "its four commands" % codec, r.stdout + r.stderr)
+    homo = cmds["int8"][0] if cmds["int8"] else ""
+    t.ok("--profile 4g --device-cpu 10 " in homo and "--modes fl,sfl,pipelearn" in homo
+         and "--set split_point=auto --set micro_batches=auto --set codec=int8 "
+         "--mode-set fl:codec=none" in homo,
+         "headline: 2 devices at 10% on 4g, fl/sfl/pipelearn, planner's P and N, fl without "
+         "codec", homo)
+    diff = [(x, y) for x, y in zip(cmds["int8"], cmds["auto"]) if x != y]
+    t.ok(len(diff) == 2 and all(x.replace("codec=int8", "codec=auto") == y for x, y in diff),
+         "headline: --codec changes the codec of the planned runs and nothing else", diff)
 
 
 # ------------------------------------------------------------------ shaping
