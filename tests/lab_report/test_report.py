@@ -316,7 +316,8 @@ def t_runs_csv_and_md_failed(ctx):
     assert "| 4g | pipelearn | 3 | 11.00 | 2.73x | 1.91x |" in md, md
     assert "target <= 1.2x: **missed**" in md and "target <= 1.2x: **met**" in md
     assert "target >= 80%: **missed**" in md
-    assert "| 4g | 1.20 | 8.00 | 2.50 | 6.40 | 1.00 | 19.10 | 8.00 | 2.39x |" in md
+    # device: the larger forward + backward + update of one device, 1.2 + 0.9 + 0.1.
+    assert "| 4g | 1.20 | 8.00 | 2.50 | 6.40 | 1.00 | 19.10 | 2.20 | 8.00 | 2.39x |" in md
     assert "- 4g: **pipelearn** (11.00 s)" in md
     assert "![epoch time per mode and profile](epoch_time.svg)" in md
 
@@ -591,9 +592,37 @@ def t_models(ctx):
     return None
 
 
+def t_ideal_device_bound(ctx):
+    """A weak device: its forward and backward share its one core, so the
+    pipeline's ideal is bound by their sum (9 s), not by the largest stage
+    (forward, 5 s)."""
+    lab = ctx.lab + "-weak"
+    MB = 1e6
+    # Per epoch (10 iterations): forward 5, upload 5e6*8/10e6 = 4, server
+    # 0.1 x 10 = 1, download 5e6*8/25e6 = 1.6, backward + update 3.5 + 0.5:
+    # sum 15.6, device 5 + 4 = 9 -> ideal 15.6 / 9.
+    devs = [device(0, 5.0, 3.5, 0.5, 1.0, 5 * MB, 5 * MB),
+            device(1, 4.0, 3.0, 0.5, 1.0, 5 * MB, 5 * MB)]
+    make_run(lab, "sfl-4g-r1", "sfl", "4g", 1, [epoch(1, 16.0, 2.0, 2, 30.0, devs)],
+             micro=1, server_iter_s=(0.1, 0.1))
+    make_run(lab, "pipelearn-4g-r1", "pipelearn", "4g", 1,
+             [epoch(1, 10.0, 2.0, 2, 18.0, copy.deepcopy(devs))])
+    rc, out, err = run_report(lab)
+    assert rc == 0, err
+    r = row_of(read_csv(os.path.join(lab, "comparison.csv")), "pipelearn", "4g")
+    close(r["ideal_speedup_vs_sfl"], 15.6 / 9.0, "ideal bound by the device's compute")
+    close(r["fraction_of_ideal"], 1.6 / (15.6 / 9.0), "fraction_of_ideal")
+    assert r["ideal_target"] == "met", r["ideal_target"]
+    with open(os.path.join(lab, "comparison.md"), encoding="utf-8") as f:
+        md = f.read()
+    assert "| 4g | 5.00 | 4.00 | 1.00 | 1.60 | 4.00 | 15.60 | 9.00 | 9.00 | 1.73x |" in md, md
+    return None
+
+
 TESTS = [t_exit_and_outputs, t_csv_rows, t_csv_pipelearn_4g, t_csv_other_rows,
          t_runs_csv_and_md_failed, t_epoch_time_svg, t_idle_svg, t_gantt_default,
-         t_gantt_options, t_real_timeline, t_demo_if_present, t_robustness, t_png, t_models]
+         t_gantt_options, t_real_timeline, t_demo_if_present, t_robustness, t_png, t_models,
+         t_ideal_device_bound]
 
 
 def main():

@@ -152,18 +152,31 @@ def run_metrics(run, want_stages=False):
 
     m["stages"] = _stages(run, epochs) if want_stages else None
     if m["stages"]:
-        total, largest = sum(m["stages"].values()), max(m["stages"].values())
+        total, largest = ideal_terms(m["stages"])
         m["ideal_speedup"] = total / largest if largest > 0 else None
     else:
         m["ideal_speedup"] = None
     return m
 
 
+def ideal_terms(stages):
+    """(sum of the five stages, the busiest resource): the largest stage, or
+    the device's forward + backward when that is larger, since both run on
+    the device's one core (a weak device's pipeline is bound by its compute,
+    not by its larger stage alone)."""
+    vals = [stages[s] for s in STAGES if stages.get(s) is not None]
+    largest = max(vals) if vals else 0.0
+    if stages.get("device") is not None:
+        largest = max(largest, stages["device"])
+    return sum(vals), largest
+
+
 def _stages(run, epochs):
     """Per-epoch stage times of a split run (sfl): for each stage the largest
     over devices (the slowest device sets the epoch). The server stage of a
     device is its server:dN compute time in timeline.csv, else busy_s shared
-    evenly over the devices."""
+    evenly over the devices. "device": the largest forward + backward +
+    update of one device (its one core does all three)."""
     by_dev = _server_by_device(run)
     sums = {}
     for e in epochs:
@@ -171,7 +184,7 @@ def _stages(run, epochs):
         ep = num(e.get("epoch"))
         server = e.get("server") if isinstance(e.get("server"), dict) else {}
         busy = num(server.get("busy_s"))
-        per_stage = {s: [] for s in STAGES}
+        per_stage = {s: [] for s in STAGES + ["device"]}
         for i, d in enumerate(devs):
             did = _device_id(d, i)
             bwd = [num(d.get("backward_s")), num(d.get("update_s"))]
@@ -183,6 +196,8 @@ def _stages(run, epochs):
                 "backward": sum(b for b in bwd if b is not None) if bwd[0] is not None
                 else None,
             }
+            if vals["forward"] is not None and vals["backward"] is not None:
+                vals["device"] = vals["forward"] + vals["backward"]
             if vals["server"] is None and busy is not None and devs:
                 vals["server"] = busy / len(devs)
             for s, v in vals.items():
@@ -193,7 +208,7 @@ def _stages(run, epochs):
                 sums[s] = sums.get(s, 0.0) + max(vs)
     if not sums:
         return None
-    return {s: sums[s] / len(epochs) for s in STAGES if s in sums}
+    return {s: sums[s] / len(epochs) for s in STAGES + ["device"] if s in sums}
 
 
 def aggregate(runs):
@@ -224,7 +239,7 @@ def aggregate(runs):
             vals = sorted({m[key] for m in ms if m[key] is not None})
             row[key] = vals[0] if len(vals) == 1 else None
         stages = [m["stages"] for m in ms if m["stages"]]
-        row["stages"] = {s: median(st.get(s) for st in stages) for s in STAGES} \
+        row["stages"] = {s: median(st.get(s) for st in stages) for s in STAGES + ["device"]} \
             if stages else None
         row["notes"] = sorted({n for m in ms for n in m["notes"]})
         rows.append(row)

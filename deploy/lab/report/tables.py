@@ -3,7 +3,7 @@
 import csv
 import io
 
-from .metrics import IDEAL_TARGET, LB_TARGET, STAGES
+from .metrics import IDEAL_TARGET, LB_TARGET, STAGES, ideal_terms
 
 CSV_COLUMNS = [
     "model", "mode", "profile", "runs_ok", "runs_failed",
@@ -181,17 +181,21 @@ def comparison_md(directory, runs, rows, per_run, charts, profile_notes):
         L.append("")
         L.append("Per stage, the slowest device; server = that device's compute on the server "
                  "(timeline.csv `server:dN`); links at the profile's nominal rate. "
-                 "Backward includes the optimiser update.")
+                 "Backward includes the optimiser update. Device = forward + backward of one "
+                 "device: both run on its one core, so the pipeline can go no faster than "
+                 "that either; largest = the largest stage or device.")
         L.append("")
-        L.append("| profile | " + " | ".join(STAGES) + " | sum | largest | ideal |")
-        L.append("|---|" + "---:|" * (len(STAGES) + 3))
+        L.append("| profile | " + " | ".join(STAGES) + " | sum | device | largest | ideal |")
+        L.append("|---|" + "---:|" * (len(STAGES) + 4))
         for r in sfl:
             st = r["stages"]
             vals = [st.get(s) for s in STAGES]
-            known = [v for v in vals if v is not None]
-            L.append("| %s | %s | %s | %s | %s |" % (
-                where(r), " | ".join(_f(v) for v in vals), _f(sum(known) if known else None),
-                _f(max(known) if known else None), _f(r["ideal_speedup"], suffix="x")))
+            total, largest = ideal_terms(st)
+            L.append("| %s | %s | %s | %s | %s | %s |" % (
+                where(r), " | ".join(_f(v) for v in vals),
+                _f(total if any(v is not None for v in vals) else None),
+                _f(st.get("device")), _f(largest if largest > 0 else None),
+                _f(r["ideal_speedup"], suffix="x")))
         L.append("")
 
     L.append("## Fastest mode per profile (median epoch time)")
