@@ -346,17 +346,35 @@ def t_idle_svg(ctx):
     root = svg_root(os.path.join(ctx.lab, "idle.svg"))
     panels = find_all(root, "g", **{"class": "panel"})
     assert [p.get("data-metric") for p in panels] == ["server_idle_s", "device_idle_s"]
-    # fl's server has no compute workers: no server idle bar, "n/a".
-    for p, n in zip(panels, (3, 4)):
+    for p, n in zip(panels, (4, 4)):
         bars = [b for b in p.iter(SVG_NS + "rect") if b.get("class") == "bar"]
         assert len(bars) == n, (p.get("data-metric"), len(bars))
     missing = {(t.get("data-group"), t.get("data-mode"), t.text)
                for t in panels[0].iter(SVG_NS + "text") if t.get("class") == "missing"}
-    assert missing == {("4g", "fl", "n/a"), ("4g", "sl", "failed"), ("wifi", "fl", "failed")}, \
-        missing
+    assert missing == {("4g", "sl", "failed"), ("wifi", "fl", "failed")}, missing
     server = {b.get("data-mode") + "/" + b.get("data-group"): float(b.get("data-value"))
               for b in panels[0].iter(SVG_NS + "rect") if b.get("class") == "bar"}
     assert abs(server["pipelearn/4g"] - 2.0) < 1e-6 and abs(server["sfl/4g"] - 3.0) < 1e-6, server
+    # fl's server has no compute workers and idles through its devices'
+    # training: epoch 30 s x the 2 workers of the split modes' server.
+    assert abs(server["fl/4g"] - 60.0) < 1e-6, server
+    fl = row_of(read_csv(os.path.join(ctx.lab, "comparison.csv")), "fl", "4g")
+    close(fl["server_idle_s"], 60.0, "fl server idle")
+    assert "x 2 workers" in fl["notes"], fl["notes"]
+    # With no split mode at a profile there is nothing to count it in: n/a.
+    lab = ctx.lab + "-flonly"
+    make_run(lab, "fl-4g-r1", "fl", "4g", 1,
+             [epoch(1, 30.0, 0.0, 0, 0.0, [device(0, 10.0, 15.0, 1.0, 0.0, 2e6, 2e6),
+                                           device(1, 11.0, 15.0, 1.0, 0.0, 2e6, 2e6)])],
+             micro=1, split=5, server_iter_s=())
+    rc, _, err = run_report(lab)
+    assert rc == 0, err
+    empty(row_of(read_csv(os.path.join(lab, "comparison.csv")), "fl", "4g")["server_idle_s"],
+          "fl alone: server idle")
+    root = svg_root(os.path.join(lab, "idle.svg"))
+    missing = {(t.get("data-mode"), t.text) for t in root.iter(SVG_NS + "text")
+               if t.get("class") == "missing"}
+    assert ("fl", "n/a") in missing, missing
 
 
 def gantt_lanes(path):
@@ -575,7 +593,7 @@ def t_models(ctx):
     server = {b.get("data-mode"): float(b.get("data-value"))
               for b in panels[2].iter(SVG_NS + "rect") if b.get("class") == "bar"
               and b.get("data-group") == "4g"}
-    assert server == {"sfl": 6.0, "pipelearn": 1.0}, server
+    assert server == {"fl": 180.0, "sfl": 6.0, "pipelearn": 1.0}, server   # fl: 90 s x 2
     device_idle = {b.get("data-mode"): float(b.get("data-value"))
                    for b in panels[3].iter(SVG_NS + "rect") if b.get("class") == "bar"
                    and b.get("data-group") == "4g"}

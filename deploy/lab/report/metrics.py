@@ -107,6 +107,10 @@ def run_metrics(run, want_stages=False):
          "epochs": len(epochs), "notes": []}
     m["epoch_s"] = _mean(num(e.get("wall_s")) for e in epochs)
     m["server_idle_s"] = _mean(_server_idle_s(e) for e in epochs)
+    workers = [num((e.get("server") or {}).get("workers")) for e in epochs
+               if isinstance(e.get("server"), dict)]
+    workers = [w for w in workers if w]
+    m["workers"] = int(max(workers)) if workers else None
     m["device_idle_s"] = _mean(_mean(num(d.get("idle_s")) for d in _devices(e)) for e in epochs)
     m["bytes_up"] = _mean(_mean(num(d.get("bytes_up")) for d in _devices(e)) for e in epochs)
     m["bytes_down"] = _mean(_mean(num(d.get("bytes_down")) for d in _devices(e)) for e in epochs)
@@ -211,6 +215,24 @@ def _stages(run, epochs):
     return {s: sums[s] / len(epochs) for s in STAGES + ["device"] if s in sums}
 
 
+def _fl_server_idle(rows):
+    """fl's server has no compute workers and computes nothing while its
+    devices train: its idle time, in the split modes' units (summed over
+    workers), is its epoch time x the workers the split modes' server ran
+    at the same model and profile (the paper's Figure 3 counts it so).
+    Left empty when no split mode ran there."""
+    for row in rows:
+        if row["mode"] != "fl" or row["epoch_s"] is None or row["server_idle_s"] is not None:
+            continue
+        peers = [r["workers"] for r in rows if r["mode"] != "fl" and r["workers"]
+                 and r["model"] == row["model"] and r["profile"] == row["profile"]]
+        if peers:
+            row["server_idle_s"] = row["epoch_s"] * max(peers)
+            row["notes"].append("server idle = epoch time x %d workers (the split modes' "
+                                "server): fl's server computes nothing while its devices "
+                                "train" % max(peers))
+
+
 def aggregate(runs):
     """(rows, per_run): one row per (model, mode, profile) with any run,
     ordered by model, profile, then mode, and the per-run metrics of every
@@ -238,6 +260,8 @@ def aggregate(runs):
         for key in ("split_point", "micro_batches", "devices"):
             vals = sorted({m[key] for m in ms if m[key] is not None})
             row[key] = vals[0] if len(vals) == 1 else None
+        workers = [m["workers"] for m in ms if m["workers"]]
+        row["workers"] = max(workers) if workers else None
         stages = [m["stages"] for m in ms if m["stages"]]
         row["stages"] = {s: median(st.get(s) for st in stages) for s in STAGES + ["device"]} \
             if stages else None
@@ -251,6 +275,7 @@ def aggregate(runs):
                 return r
         return None
 
+    _fl_server_idle(rows)
     for row in rows:
         fl = find(row["model"], "fl", row["profile"])
         sfl = find(row["model"], "sfl", row["profile"])
