@@ -27,6 +27,7 @@ import xml.etree.ElementTree as ET
 HERE = os.path.dirname(os.path.realpath(__file__))
 SOURCE = os.environ.get("PL_SOURCE_DIR") or os.path.dirname(os.path.dirname(HERE))
 PL_REPORT = os.path.join(SOURCE, "deploy", "lab", "pl-report")
+HEADLINE = os.path.join(SOURCE, "deploy", "lab", "headline")
 FIXTURES = os.path.join(HERE, "fixtures")
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
@@ -637,10 +638,88 @@ def t_ideal_device_bound(ctx):
     return None
 
 
+def _plan(run_dir, plans, codec="int8"):
+    """Gives a run's summary.json a per-device plan [(P, N), ...] and codecs,
+    as a planned pipelearn-server run writes them."""
+    path = os.path.join(run_dir, "summary.json")
+    with open(path, encoding="utf-8") as f:
+        s = json.load(f)
+    s["config"]["split_point"] = "auto"
+    s["plan"] = {"devices": [{"id": i, "split_point": p, "micro_batches": n}
+                             for i, (p, n) in enumerate(plans)]}
+    for e in s["epochs"]:
+        for d in e["devices"]:
+            d.update(codec_up=codec, codec_down=codec)
+    with open(path, "w") as f:
+        json.dump(s, f)
+
+
+def t_headline(ctx):
+    """deploy/lab/headline --report-only: issue 17's targets from lab
+    directories laid out as the headline's runs leave them."""
+    out = ctx.lab + "-headline"
+    homo = os.path.join(out, "homogeneous")
+    MB = 1e6
+    devs = lambda acc_idle: [device(0, 1.0, 1.0, 0.1, acc_idle, 1 * MB, 1 * MB),  # noqa: E731
+                             device(1, 1.0, 1.0, 0.1, acc_idle, 1 * MB, 1 * MB)]
+    # vgg5: fl 30 s, sfl 18 s, pipelearn 12 s: faster than fl, 1.5x sfl
+    # (met, exactly); accuracy fl 85%, sfl 84.5%, pipelearn 83.8% (-1.2: missed).
+    # resnet18: fl 100 s, sfl 25 s, pipelearn 20 s: 5x fl met, 1.25x sfl
+    # missed; server idle fl 100 x 2 = 200 vs pipelearn 50: 4x, missed.
+    for model, walls, accs, pl_idle in (("vgg5", (30.0, 18.0, 12.0), (0.85, 0.845, 0.838), 1.0),
+                                        ("resnet18", (100.0, 25.0, 20.0), (0.80, 0.80, 0.795),
+                                         50.0)):
+        for mode, wall, acc in zip(("fl", "sfl", "pipelearn"), walls, accs):
+            d = make_run(homo, "%s-%s-4g-r1" % (model, mode), mode, "4g", 1,
+                         [epoch(1, wall, 0.0 if mode == "fl" else 4.0,
+                                0 if mode == "fl" else 2,
+                                0.0 if mode == "fl" else (pl_idle if mode == "pipelearn"
+                                                          else 10.0), devs(0.5), acc=acc)],
+                         micro=1 if mode != "pipelearn" else 10, split=5 if mode == "fl" else 2,
+                         server_iter_s=() if mode == "fl" else (0.02, 0.02), model=model)
+            if mode != "fl":
+                _plan(d, [(2, 10 if mode == "pipelearn" else 1)] * 2)
+    # Heterogeneous: per-device (1, 20) and (3, 5) in 10 s; singles 13 and
+    # 11.5 s: the best single is 1.15x the per-device epoch (missed).
+    het = os.path.join(out, "heterogeneous")
+    for name, wall, plans in (("per-device", 10.0, [(1, 20), (3, 5)]),
+                              ("single-p1-n5", 13.0, None), ("single-p3-n5", 11.5, None)):
+        d = make_run(os.path.join(het, name), "vgg5-pipelearn-4g+wifi-r1", "pipelearn", "4g", 1,
+                     [epoch(1, wall, 4.0, 2, 1.0, devs(0.5))], micro=5,
+                     split=int(name[8]) if plans is None else 1, model="vgg5")
+        if plans:
+            _plan(d, plans)
+    p = subprocess.run(["/usr/bin/python3", HEADLINE, "--out", out, "--report-only"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    with open(os.path.join(out, "headline.md"), encoding="utf-8") as f:
+        md = f.read()
+    for want in (
+            "vgg5: pipelearn 2.50x as fast as fl (epoch 12.00 s vs 30.00 s); target faster "
+            "than fl: **met**",
+            "vgg5: pipelearn 1.50x as fast as sfl (epoch 12.00 s vs 18.00 s); target >= 1.5x: "
+            "**met**",
+            "vgg5: sfl's test accuracy -0.50 points from fl's; target within 1: **met**",
+            "vgg5: pipelearn's test accuracy -1.20 points from fl's; target within 1: **missed**",
+            "resnet18: pipelearn 5.00x as fast as fl (epoch 20.00 s vs 100.00 s); target >= 5x: "
+            "**met**",
+            "resnet18: pipelearn 1.25x as fast as sfl (epoch 20.00 s vs 25.00 s); target >= "
+            "1.5x: **missed**",
+            "resnet18: server idle of fl 200.00 s / pipelearn 50.00 s = 4.00x; target >= 5x: "
+            "**missed**",
+            "heterogeneous: per-device plans 10.00 s per epoch, best single (P, N) single-p3-n5 "
+            "11.50 s (of 2 measured): 1.15x; target >= 1.2x: **missed**",
+            "| vgg5 | pipelearn | 1 | 12.00 | 2.50x | 1.50x |",
+            "| per-device | 1/3 | 20/5 | int8/int8 | 1 | 10.00 |",
+            "| single-p3-n5 | 3/3 | 5/5 | none/none | 1 | 11.50 |"):
+        assert want in md, (want, md)
+    return None
+
+
 TESTS = [t_exit_and_outputs, t_csv_rows, t_csv_pipelearn_4g, t_csv_other_rows,
          t_runs_csv_and_md_failed, t_epoch_time_svg, t_idle_svg, t_gantt_default,
          t_gantt_options, t_real_timeline, t_demo_if_present, t_robustness, t_png, t_models,
-         t_ideal_device_bound]
+         t_ideal_device_bound, t_headline]
 
 
 def main():
