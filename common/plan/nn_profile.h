@@ -9,10 +9,18 @@
     profiled one after the other, each on synthetic input of its input
     shape and a synthetic output gradient (the last: the loss's), and freed
     before the next: the profile needs one unit's memory at batch B, not
-    the model's. Each unit's time is the fastest of the measured
-    iterations (other load on the host only adds time). A second, smaller
-    batch gives each unit's per-call (fixed) cost: t(m) = fixed + (t(B) -
-    fixed) * m / B fitted through both sizes.
+    the model's. Each unit's time is what the host sustains: the average
+    over iterations that span a window of several CPU-quota periods (a
+    device under a quota runs at full speed for a slice of each period,
+    and an iteration that fits in the slice would read ten times its
+    sustained speed at 10% of a core), split among forward, backward and
+    update as the fastest iteration splits. A second, smaller batch gives
+    each unit's per-call (fixed) cost: t(m) = fixed + (t(B) - fixed) * m /
+    B fitted through both sizes.
+
+    Run time: per unit, max(warmup + iterations iterations, the window) at
+    B and max(warmup + 3 * iterations, the window) at the small batch; 10
+    windows (3 s at the default) for a 5-unit model on a fast host.
 */
 #ifndef NN_PROFILE_H_INCLUDED
 #define NN_PROFILE_H_INCLUDED
@@ -22,6 +30,10 @@
 
 #include "nn_model.h"
 #include "nn_estimate.h"
+
+//  The default window: three periods of the kernel's default CFS period
+//  (100 ms), so a quota's pauses are averaged in.
+#define NN_PROFILE_WINDOW_S 0.3
 
 //  Seconds from any fixed origin (e.g. CLOCK_MONOTONIC).
 typedef double (*nn_profile_now_fn) (void *arg);
@@ -33,7 +45,9 @@ typedef struct {
     int threads;            //  nn_model_set_threads; 0 = 1 (the daemons' workers)
     int warmup;             //  iterations not measured; 0 = 1
     int iterations;         //  measured iterations at B (3x as many at the
-                            //  small batch); 0 = 5
+                            //  small batch) at least; 0 = 5
+    double window_s;        //  and at least this long, in the clock's
+                            //  seconds; 0 = NN_PROFILE_WINDOW_S (<= 60)
     uint64_t seed;          //  weights and synthetic data
     nn_profile_now_fn now;  //  required
     void *now_arg;
