@@ -140,6 +140,20 @@ s_iteration (s_prof_t *p, int n, double t[4])
     t[3] = s_now (p);
 }
 
+//  The parts of an iteration that took `mean` on average, in the
+//  proportions of the fastest parts: out[k] = fastest[k] * mean / sum. A
+//  clock too coarse to see the iteration leaves the fastest as they are.
+static void
+s_sustained (double *out, const double *fastest, int parts, double mean)
+{
+    double sum = 0.0;
+    for (int k = 0; k < parts; k++)
+        sum += fastest[k];
+    double scale = sum > 0.0 ? mean / sum : 1.0;
+    for (int k = 0; k < parts; k++)
+        out[k] = fastest[k] * scale;
+}
+
 //  What n samples sustain, per kind (0 forward, 1 backward, 2 update).
 //  Iterations run until at least `iters` are done and they span the
 //  window; the total is their average (the sum of their times over their
@@ -175,12 +189,7 @@ s_measure (s_prof_t *p, int n, int iters, double sustained[3])
         busy += t[3] - t[0];
         count++;
     } while (count < iters || t[3] - first < window);
-    double sum = fastest[0] + fastest[1] + fastest[2];
-    //  A clock too coarse to see the iteration leaves the fastest as they
-    //  are (0).
-    double scale = sum > 0.0 ? busy / count / sum : 1.0;
-    for (int k = 0; k < 3; k++)
-        sustained[k] = fastest[k] * scale;
+    s_sustained (sustained, fastest, 3, busy / count);
 }
 
 //  fixed from t(B) = total and t(m): the intercept of the line through
@@ -276,6 +285,7 @@ nn_profile_codecs (const nn_codec_shape_t *shape, const nn_profile_args_t *args,
                         "1..2^28", (unsigned long long) count);
     int iterations = args->iterations > 0 ? args->iterations : 5;
     int warmup = args->warmup > 0 ? args->warmup : 1;
+    double window = args->window_s > 0.0 ? args->window_s : NN_PROFILE_WINDOW_S;
     //  Activations as a ReLU leaves them: half zeros, half in (0, 2).
     nn_rng_t rng;
     nn_rng_seed (&rng, args->seed);
@@ -295,21 +305,31 @@ nn_profile_codecs (const nn_codec_shape_t *shape, const nn_profile_args_t *args,
         }
         size_t bytes = nn_codec_encoder_bytes (enc);
         uint8_t *wire = nn_malloc (bytes);
-        double best_enc = INFINITY, best_dec = INFINITY;
-        for (int i = 0; i < warmup + iterations && rc == 0; i++) {
+        //  As for the units (s_measure): at least `iterations` and the
+        //  window, the average split as the fastest encode and decode split.
+        double best[2] = { INFINITY, INFINITY }, first = 0.0, busy = 0.0, t2 = 0.0;
+        int done = 0;
+        for (int i = 0; rc == 0 && (i < warmup + iterations || t2 - first < window); i++) {
             double t0 = args->now (args->now_arg);
             rc = nn_codec_encode (enc, wire, bytes, x, &rng, err, err_size);
             double t1 = args->now (args->now_arg);
             if (rc == 0)
                 rc = nn_codec_decode (y, wire, bytes, (nn_codec_id_t) c, shape, err, err_size);
-            double t2 = args->now (args->now_arg);
-            if (i >= warmup) {
-                best_enc = t1 - t0 < best_enc ? t1 - t0 : best_enc;
-                best_dec = t2 - t1 < best_dec ? t2 - t1 : best_dec;
-            }
+            t2 = args->now (args->now_arg);
+            if (i < warmup)
+                continue;
+            if (done++ == 0)
+                first = t0;
+            best[0] = fmin (best[0], t1 - t0);
+            best[1] = fmin (best[1], t2 - t1);
+            busy += t2 - t0;
         }
-        //  The fastest run, as for the units; a clock too coarse to see it
-        //  gives 0 (not measured) rather than infinity.
+        double sustained[2] = { 0.0, 0.0 };
+        if (done > 0)
+            s_sustained (sustained, best, 2, busy / done);
+        double best_enc = sustained[0], best_dec = sustained[1];
+        //  A clock too coarse to see it gives 0 (not measured) rather than
+        //  infinity.
         double f32 = 4.0 * (double) count;
         speed->encode_Bps[c] = best_enc > 0.0 && isfinite (best_enc) ? f32 / best_enc : 0.0;
         speed->decode_Bps[c] = best_dec > 0.0 && isfinite (best_dec) ? f32 / best_dec : 0.0;

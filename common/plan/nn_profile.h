@@ -78,10 +78,11 @@ int nn_profile_run (const nn_model_spec_t *spec, const nn_profile_args_t *args,
                     nn_profile_report_t *report, char *err, size_t err_size);
 
 //  Measure this host's codec speeds (one thread) on a tensor of shape
-//  (activations as a ReLU leaves them): for fp16, int8 and topk, the
-//  fastest of args->iterations encodes and decodes after args->warmup,
-//  as float32 bytes per second. none is left 0 (not a codec's work). Uses
-//  args->now, seed, warmup and iterations only. -1 with a message if the
+//  (activations as a ReLU leaves them): for fp16, int8 and topk, what
+//  the host sustains over at least args->iterations encodes and decodes
+//  (after args->warmup) and the window, as for the units, as float32
+//  bytes per second. none is left 0 (not a codec's work). Uses args->now,
+//  seed, warmup, iterations and window_s only. -1 with a message if the
 //  shape is empty or larger than 2^28 elements.
 int nn_profile_codecs (const nn_codec_shape_t *shape, const nn_profile_args_t *args,
                        nn_estimate_codec_speed_t *speed, char *err, size_t err_size);
