@@ -13,6 +13,13 @@
 #define S_FIRST    ((size_t) 256 << 10)
 #define S_MAX      ((size_t) 4 << 20)
 #define S_TARGET_S 0.2              //  a timed transfer should take this long
+//  and the transfers of that size, together, at least this long (at most
+//  S_REPEATS of them): a device under a CPU quota (10 ms of every 100 ms
+//  at 10% of a core) or a connection in TCP slow start delays a transfer
+//  by a pause or a few round trips; over six periods one such delay is a
+//  sixth of the time, not half of it.
+#define S_WINDOW_S 0.6
+#define S_REPEATS  8
 #define S_MAX_BPS  12.5e9           //  100 Gbit/s: loopback timing noise above it
 
 enum {
@@ -72,6 +79,9 @@ srv_linkrate_probe (srv_linkrate_t *self, int id, int epoch)
     self->sent = 0.0;
     self->size = 0;
     self->pings = 0;
+    self->grown = false;
+    self->sum_bytes = self->sum_s = 0.0;
+    self->repeats = 0;
     self->rtt_s = INFINITY;
     self->down_Bps = self->up_Bps = 0.0;
     return s_send (self, id, epoch);
@@ -101,15 +111,27 @@ srv_linkrate_answer (srv_linkrate_t *self, const proto_msg_t *msg, int id, int e
         *next = s_send (self, id, epoch);
         return 0;
     }
-    if (t < S_TARGET_S && self->size < cap) {
+    if (!self->grown && t < S_TARGET_S && self->size < cap) {
         self->size = self->size * 4 < cap ? self->size * 4 : cap;
         *next = s_send (self, id, epoch);
         return 0;
     }
-    //  The transfer's time is its round trip less the RTT of an empty probe.
+    //  Grown: this size and the next of the same size are summed, bytes and
+    //  time. A transfer's time is its round trip less the RTT of an empty
+    //  probe.
+    self->grown = true;
     double xfer = t - self->rtt_s;
-    double rate = (double) self->size / (xfer > 1e-6 ? xfer : 1e-6);
+    self->sum_bytes += (double) self->size;
+    self->sum_s += xfer > 1e-6 ? xfer : 1e-6;
+    if (++self->repeats < S_REPEATS && self->sum_s < S_WINDOW_S) {
+        *next = s_send (self, id, epoch);
+        return 0;
+    }
+    double rate = self->sum_bytes / self->sum_s;
     rate = rate < S_MAX_BPS ? rate : S_MAX_BPS;
+    self->grown = false;
+    self->sum_bytes = self->sum_s = 0.0;
+    self->repeats = 0;
     if (self->step == S_DOWN) {
         self->down_Bps = rate;
         self->step = S_UP;

@@ -2,7 +2,10 @@
 
     Two sources. PROBE round trips (proto/PROTOCOL.md "Planning"): one
     probe outstanding at a time; pings for the RTT, then timed transfers
-    down and up of growing size until one takes long enough to time. And
+    down and up of growing size until one takes long enough to time, then
+    more of that size until together they span several CPU-quota periods
+    (the rate is their bytes over their time, so that a pause of a
+    throttled device or TCP's slow start weighs little). And
     the training traffic: back-to-back ACTIVATIONS of one iteration are
     spaced by at least their transfer time, so their rate is a floor for
     the uplink's. No sockets: a call returns the PROBE to send.
@@ -26,6 +29,9 @@ typedef struct {
     double sent;                //  pl_monotonic when it went out
     size_t size;                //  transfer size of the current step
     int pings;
+    bool grown;                 //  the size is final: transfers are summed
+    double sum_bytes, sum_s;    //  the summed transfers of this direction
+    int repeats;
     double rtt_s, down_Bps, up_Bps;     //  of the probe in progress
     //  Training traffic: spacing of consecutive ACTIVATIONS of one iteration.
     double act_t;

@@ -43,24 +43,6 @@ nn_profile_model_bytes (const nn_model_spec_t *spec, int batch_size,
     return 0;
 }
 
-static int
-s_cmp_double (const void *a, const void *b)
-{
-    double x = *(const double *) a, y = *(const double *) b;
-    return x < y ? -1 : x > y;
-}
-
-//  The fastest of the measured iterations: other work on the host only
-//  ever adds time, so the minimum is the figure it moves least. (The
-//  fixed part is a difference of two such figures, and noise in it turns
-//  into a different N.)
-static double
-s_fastest (double *v, int n)
-{
-    qsort (v, (size_t) n, sizeof (double), s_cmp_double);
-    return v[0];
-}
-
 //  One unit (or, for the report, the whole model) at a time: its model,
 //  synthetic input of its input shape and, unless it ends the model (where
 //  the loss makes it), a synthetic gradient of its output shape. Only one
@@ -77,8 +59,6 @@ typedef struct {
     float *dx;                      //  (B, input) if need_dx
     int *y;                         //  (B) labels if last
     nn_rng_t rng;
-    //  samples[kind][iteration]: kind 0 fwd, 1 bwd, 2 update
-    double *samples[3];
 } s_prof_t;
 
 static double
@@ -95,8 +75,6 @@ s_free (s_prof_t *p)
     nn_free (p->dout);
     nn_free (p->dx);
     nn_free (p->y);
-    for (int k = 0; k < 3; k++)
-        nn_free (p->samples[k]);
     memset (p, 0, sizeof *p);
 }
 
@@ -105,7 +83,7 @@ s_free (s_prof_t *p)
 //  data. -1 with a message.
 static int
 s_prepare (s_prof_t *p, const nn_model_spec_t *spec, int begin, int end, int b,
-           int samples, char *err, size_t err_size)
+           char *err, size_t err_size)
 {
     const nn_profile_args_t *args = p->args;
     p->classes = spec->classes;
@@ -138,48 +116,80 @@ s_prepare (s_prof_t *p, const nn_model_spec_t *spec, int begin, int end, int b,
         for (int i = 0; i < b; i++)
             p->y[i] = (int) nn_rng_below (&p->rng, (uint32_t) spec->classes);
     }
-    for (int k = 0; k < 3; k++)
-        p->samples[k] = nn_calloc ((size_t) samples, sizeof (double));
     return 0;
 }
 
 //  One iteration on n samples: forward (and the loss, which belongs to the
-//  last unit's step, as on the server), backward, an SGD step; times go to
-//  slot it.
+//  last unit's step, as on the server), backward, an SGD step. t[0..3]:
+//  the clock before forward, after forward, after backward, after the step.
 static void
-s_iteration (s_prof_t *p, int n, int it, bool record)
+s_iteration (s_prof_t *p, int n, double t[4])
 {
     nn_model_zero_grad (p->model);
-    double t0 = s_now (p);
+    t[0] = s_now (p);
     const float *out = nn_model_forward (p->model, p->x, n, true, &p->rng);
     if (p->last)
         nn_softmax_xent (p->dout, out, p->y, n, p->classes, 1.0f, NULL);
-    double t1 = s_now (p);
+    t[1] = s_now (p);
     nn_model_backward (p->model, p->dout, p->need_dx ? p->dx : NULL);
-    double t2 = s_now (p);
+    t[2] = s_now (p);
     //  lr 0 keeps the weights (and so the work) the same every iteration.
     nn_sgd_t sgd = { 0.0f, 0.9f, 0.0f };
     nn_sgd_step (nn_model_weights (p->model), nn_model_optim_state (p->model),
                  nn_model_grads (p->model), nn_model_params_count (p->model), &sgd);
-    double t3 = s_now (p);
-    if (record) {
-        p->samples[0][it] = t1 - t0;
-        p->samples[1][it] = t2 - t1;
-        p->samples[2][it] = t3 - t2;
-    }
+    t[3] = s_now (p);
 }
 
-//  The fastest of `iters` measured iterations at n samples, per kind.
+//  The parts of an iteration that took `mean` on average, in the
+//  proportions of the fastest parts: out[k] = fastest[k] * mean / sum. A
+//  clock too coarse to see the iteration leaves the fastest as they are.
 static void
-s_measure (s_prof_t *p, int n, int iters, double fastest[3])
+s_sustained (double *out, const double *fastest, int parts, double mean)
+{
+    double sum = 0.0;
+    for (int k = 0; k < parts; k++)
+        sum += fastest[k];
+    double scale = sum > 0.0 ? mean / sum : 1.0;
+    for (int k = 0; k < parts; k++)
+        out[k] = fastest[k] * scale;
+}
+
+//  What n samples sustain, per kind (0 forward, 1 backward, 2 update).
+//  Iterations run until at least `iters` are done and they span the
+//  window; the total is their average (the sum of their times over their
+//  count), split among the kinds in the proportions of the fastest
+//  iteration's.
+//
+//  Why not the fastest alone: a device under a CPU quota (cgroup cpu.max,
+//  a container's limit, a throttled phone) runs at full speed for its
+//  slice of every period (10 ms of 100 ms at 10%) and not at all for the
+//  rest, so an iteration short enough to fit in a slice reads the
+//  unthrottled speed, ten times what the device sustains. An average over
+//  a window of several periods reads the quota, and also thermal
+//  throttling and a shared host. Why the fastest's proportions: the pauses
+//  fall on whichever kind is running, a handful per window, so each kind's
+//  own average is noisy; their sum is not.
+static void
+s_measure (s_prof_t *p, int n, int iters, double sustained[3])
 {
     int warm = p->args->warmup > 0 ? p->args->warmup : 1;
+    double window = p->args->window_s > 0.0 ? p->args->window_s : NN_PROFILE_WINDOW_S;
+    double t[4];
     for (int i = 0; i < warm; i++)
-        s_iteration (p, n, 0, false);
-    for (int i = 0; i < iters; i++)
-        s_iteration (p, n, i, true);
-    for (int k = 0; k < 3; k++)
-        fastest[k] = s_fastest (p->samples[k], iters);
+        s_iteration (p, n, t);
+    double fastest[3] = { INFINITY, INFINITY, INFINITY };
+    double first = 0.0, busy = 0.0;
+    int count = 0;
+    do {
+        s_iteration (p, n, t);
+        if (count == 0)
+            first = t[0];
+        for (int k = 0; k < 3; k++)
+            fastest[k] = fmin (fastest[k], t[k + 1] - t[k]);
+        busy += t[3] - t[0];
+        count++;
+    } while (count < iters || t[3] - first < window);
+    s_sustained (sustained, fastest, 3, busy / count);
 }
 
 //  fixed from t(B) = total and t(m): the intercept of the line through
@@ -201,11 +211,13 @@ nn_profile_run (const nn_model_spec_t *spec, const nn_profile_args_t *args,
     if (!args->now)
         return nn_errf (err, err_size, "profile: no clock given");
     if (b < 1 || args->small_batch < 0 || args->small_batch > b || args->threads < 0
-    ||  args->warmup < 0 || args->iterations < 0)
+    ||  args->warmup < 0 || args->iterations < 0 || !(args->window_s >= 0.0)
+    ||  args->window_s > 60.0)
         return nn_errf (err, err_size, "profile: batch %d, small batch %d, threads %d, "
-                        "warm-up %d, iterations %d: need batch >= 1, 0 <= small <= batch "
-                        "and the rest >= 0", b, args->small_batch, args->threads,
-                        args->warmup, args->iterations);
+                        "warm-up %d, iterations %d, window %g s: need batch >= 1, 0 <= "
+                        "small <= batch, the counts >= 0 and the window in [0, 60] s", b,
+                        args->small_batch, args->threads, args->warmup, args->iterations,
+                        args->window_s);
     nn_estimate_model_t bytes;
     if (nn_profile_model_bytes (spec, b, &bytes, err, err_size))
         return -1;
@@ -213,14 +225,13 @@ nn_profile_run (const nn_model_spec_t *spec, const nn_profile_args_t *args,
         *model = bytes;
 
     int iters = args->iterations > 0 ? args->iterations : 5;
-    int samples = 3 * iters;            //  room for the small batch's runs
     int m = args->small_batch ? args->small_batch : (b / 10 > 0 ? b / 10 : 1);
     bool fit = m < b;
     memset (costs, 0, sizeof *costs);
     costs->units_count = spec->units_count;
     for (int u = 0; u < spec->units_count; u++) {
         s_prof_t p = { .args = args };
-        if (s_prepare (&p, spec, u, u + 1, b, samples, err, err_size)) {
+        if (s_prepare (&p, spec, u, u + 1, b, err, err_size)) {
             s_free (&p);
             return -1;
         }
@@ -243,7 +254,7 @@ nn_profile_run (const nn_model_spec_t *spec, const nn_profile_args_t *args,
     if (report) {
         //  The whole model, for comparison: built only when asked for.
         s_prof_t p = { .args = args };
-        if (s_prepare (&p, spec, 0, spec->units_count, b, samples, err, err_size)) {
+        if (s_prepare (&p, spec, 0, spec->units_count, b, err, err_size)) {
             s_free (&p);
             return -1;
         }
@@ -274,6 +285,7 @@ nn_profile_codecs (const nn_codec_shape_t *shape, const nn_profile_args_t *args,
                         "1..2^28", (unsigned long long) count);
     int iterations = args->iterations > 0 ? args->iterations : 5;
     int warmup = args->warmup > 0 ? args->warmup : 1;
+    double window = args->window_s > 0.0 ? args->window_s : NN_PROFILE_WINDOW_S;
     //  Activations as a ReLU leaves them: half zeros, half in (0, 2).
     nn_rng_t rng;
     nn_rng_seed (&rng, args->seed);
@@ -293,21 +305,31 @@ nn_profile_codecs (const nn_codec_shape_t *shape, const nn_profile_args_t *args,
         }
         size_t bytes = nn_codec_encoder_bytes (enc);
         uint8_t *wire = nn_malloc (bytes);
-        double best_enc = INFINITY, best_dec = INFINITY;
-        for (int i = 0; i < warmup + iterations && rc == 0; i++) {
+        //  As for the units (s_measure): at least `iterations` and the
+        //  window, the average split as the fastest encode and decode split.
+        double best[2] = { INFINITY, INFINITY }, first = 0.0, busy = 0.0, t2 = 0.0;
+        int done = 0;
+        for (int i = 0; rc == 0 && (i < warmup + iterations || t2 - first < window); i++) {
             double t0 = args->now (args->now_arg);
             rc = nn_codec_encode (enc, wire, bytes, x, &rng, err, err_size);
             double t1 = args->now (args->now_arg);
             if (rc == 0)
                 rc = nn_codec_decode (y, wire, bytes, (nn_codec_id_t) c, shape, err, err_size);
-            double t2 = args->now (args->now_arg);
-            if (i >= warmup) {
-                best_enc = t1 - t0 < best_enc ? t1 - t0 : best_enc;
-                best_dec = t2 - t1 < best_dec ? t2 - t1 : best_dec;
-            }
+            t2 = args->now (args->now_arg);
+            if (i < warmup)
+                continue;
+            if (done++ == 0)
+                first = t0;
+            best[0] = fmin (best[0], t1 - t0);
+            best[1] = fmin (best[1], t2 - t1);
+            busy += t2 - t0;
         }
-        //  The fastest run, as for the units; a clock too coarse to see it
-        //  gives 0 (not measured) rather than infinity.
+        double sustained[2] = { 0.0, 0.0 };
+        if (done > 0)
+            s_sustained (sustained, best, 2, busy / done);
+        double best_enc = sustained[0], best_dec = sustained[1];
+        //  A clock too coarse to see it gives 0 (not measured) rather than
+        //  infinity.
         double f32 = 4.0 * (double) count;
         speed->encode_Bps[c] = best_enc > 0.0 && isfinite (best_enc) ? f32 / best_enc : 0.0;
         speed->decode_Bps[c] = best_dec > 0.0 && isfinite (best_dec) ? f32 / best_dec : 0.0;

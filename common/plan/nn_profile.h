@@ -9,10 +9,18 @@
     profiled one after the other, each on synthetic input of its input
     shape and a synthetic output gradient (the last: the loss's), and freed
     before the next: the profile needs one unit's memory at batch B, not
-    the model's. Each unit's time is the fastest of the measured
-    iterations (other load on the host only adds time). A second, smaller
-    batch gives each unit's per-call (fixed) cost: t(m) = fixed + (t(B) -
-    fixed) * m / B fitted through both sizes.
+    the model's. Each unit's time is what the host sustains: the average
+    over iterations that span a window of several CPU-quota periods (a
+    device under a quota runs at full speed for a slice of each period,
+    and an iteration that fits in the slice would read ten times its
+    sustained speed at 10% of a core), split among forward, backward and
+    update as the fastest iteration splits. A second, smaller batch gives
+    each unit's per-call (fixed) cost: t(m) = fixed + (t(B) - fixed) * m /
+    B fitted through both sizes.
+
+    Run time: per unit, max(warmup + iterations iterations, the window) at
+    B and max(warmup + 3 * iterations, the window) at the small batch; 10
+    windows (3 s at the default) for a 5-unit model on a fast host.
 */
 #ifndef NN_PROFILE_H_INCLUDED
 #define NN_PROFILE_H_INCLUDED
@@ -22,6 +30,10 @@
 
 #include "nn_model.h"
 #include "nn_estimate.h"
+
+//  The default window: three periods of the kernel's default CFS period
+//  (100 ms), so a quota's pauses are averaged in.
+#define NN_PROFILE_WINDOW_S 0.3
 
 //  Seconds from any fixed origin (e.g. CLOCK_MONOTONIC).
 typedef double (*nn_profile_now_fn) (void *arg);
@@ -33,7 +45,9 @@ typedef struct {
     int threads;            //  nn_model_set_threads; 0 = 1 (the daemons' workers)
     int warmup;             //  iterations not measured; 0 = 1
     int iterations;         //  measured iterations at B (3x as many at the
-                            //  small batch); 0 = 5
+                            //  small batch) at least; 0 = 5
+    double window_s;        //  and at least this long, in the clock's
+                            //  seconds; 0 = NN_PROFILE_WINDOW_S (<= 60)
     uint64_t seed;          //  weights and synthetic data
     nn_profile_now_fn now;  //  required
     void *now_arg;
@@ -64,10 +78,11 @@ int nn_profile_run (const nn_model_spec_t *spec, const nn_profile_args_t *args,
                     nn_profile_report_t *report, char *err, size_t err_size);
 
 //  Measure this host's codec speeds (one thread) on a tensor of shape
-//  (activations as a ReLU leaves them): for fp16, int8 and topk, the
-//  fastest of args->iterations encodes and decodes after args->warmup,
-//  as float32 bytes per second. none is left 0 (not a codec's work). Uses
-//  args->now, seed, warmup and iterations only. -1 with a message if the
+//  (activations as a ReLU leaves them): for fp16, int8 and topk, what
+//  the host sustains over at least args->iterations encodes and decodes
+//  (after args->warmup) and the window, as for the units, as float32
+//  bytes per second. none is left 0 (not a codec's work). Uses args->now,
+//  seed, warmup, iterations and window_s only. -1 with a message if the
 //  shape is empty or larger than 2^28 elements.
 int nn_profile_codecs (const nn_codec_shape_t *shape, const nn_profile_args_t *args,
                        nn_estimate_codec_speed_t *speed, char *err, size_t err_size);
