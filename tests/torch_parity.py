@@ -185,6 +185,21 @@ def run_graph(layers, P, x, train=True):
     return outs[-1].reshape(x.shape[0], -1)
 
 
+def tensor_to_torch(name, arr, tens, layers):
+    """Tensor `name` of slab arr (tens: name -> (offset, count), layers:
+    spec.txt's rows) in PyTorch's layout."""
+    o, cnt = tens[name]
+    v = arr[o:o + cnt]
+    if name.endswith(".conv.w"):
+        # Ours (k, r, s, c / groups); PyTorch's (k, c / groups, r, s).
+        k = [l for l in layers if "u%d.l%d.conv.w" % (l[0], l[1]) == name][0]
+        return v.reshape(k[3], k[4], k[4], -1).transpose(0, 3, 1, 2)
+    if name.endswith(".dense.w"):
+        out_c = [l for l in layers if "u%d.l%d.dense.w" % (l[0], l[1]) == name][0][3]
+        return v.reshape(out_c, -1)
+    return v
+
+
 def check_model(binary, model, c, side, n, threads, seed, steps=3, tol=1e-4, lr=0.01):
     with tempfile.TemporaryDirectory() as d:
         subprocess.run([binary, d, str(side), str(n), "1", str(threads), str(seed), model, str(c),
@@ -203,16 +218,7 @@ def check_model(binary, model, c, side, n, threads, seed, steps=3, tol=1e-4, lr=
         losses = [float(v) for v in open(os.path.join(d, "loss.txt")).read().split()]
 
     def to_torch(name, arr):
-        o, cnt = tens[name]
-        v = arr[o:o + cnt]
-        if name.endswith(".conv.w"):
-            # Ours (k, r, s, c / groups); PyTorch's (k, c / groups, r, s).
-            k = [l for l in layers if "u%d.l%d.conv.w" % (l[0], l[1]) == name][0]
-            return v.reshape(k[3], k[4], k[4], -1).transpose(0, 3, 1, 2)
-        if name.endswith(".dense.w"):
-            out_c = [l for l in layers if "u%d.l%d.dense.w" % (l[0], l[1]) == name][0][3]
-            return v.reshape(out_c, -1)
-        return v
+        return tensor_to_torch(name, arr, tens, layers)
 
     params = {}
     for name in tens:

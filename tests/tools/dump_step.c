@@ -17,6 +17,7 @@
     unit, kind, out_channels, kernel, stride, pad, bias, groups, from[0],
     from[1]).
 */
+#include "dump_files.h"
 #include "nn_alloc.h"
 #include "nn_kernels.h"
 #include "nn_model.h"
@@ -24,19 +25,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-
-static int
-s_write (const char *dir, const char *name, const void *data, size_t bytes)
-{
-    char path[1024];
-    snprintf (path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen (path, "wb");
-    if (!f || fwrite (data, 1, bytes, f) != bytes) {
-        fprintf (stderr, "dump_step: cannot write %s\n", path);
-        return -1;
-    }
-    return fclose (f);
-}
 
 int
 main (int argc, char **argv)
@@ -83,9 +71,9 @@ main (int argc, char **argv)
     for (int i = 0; i < n * steps; i++)
         y[i] = (int) nn_rng_below (&rng, 10);
     size_t wc = nn_model_weights_count (m), pc = nn_model_params_count (m);
-    if (s_write (dir, "weights.bin", w, 4 * wc)
-        || s_write (dir, "x.bin", x, 4 * in_count * (size_t) steps)
-        || s_write (dir, "y.bin", y, 4 * (size_t) (n * steps)))
+    if (dump_write (dir, "weights.bin", w, 4 * wc)
+        || dump_write (dir, "x.bin", x, 4 * in_count * (size_t) steps)
+        || dump_write (dir, "y.bin", y, 4 * (size_t) (n * steps)))
         return 1;
     float *d = nn_malloc (sizeof (float) * 10 * (size_t) n);
     float *dx = nn_malloc (sizeof (float) * in_count);
@@ -96,42 +84,26 @@ main (int argc, char **argv)
         const float *out = nn_model_forward (m, x + (size_t) step * in_count, n, true, NULL);
         losses[step] = nn_softmax_xent (d, out, y + step * n, n, 10, 1.0f, NULL);
         nn_model_backward (m, d, dx);
-        if (step == 0 && (s_write (dir, "grads.bin", nn_model_grads (m), 4 * pc)
-                          || s_write (dir, "dx.bin", dx, 4 * in_count)))
+        if (step == 0 && (dump_write (dir, "grads.bin", nn_model_grads (m), 4 * pc)
+                          || dump_write (dir, "dx.bin", dx, 4 * in_count)))
             return 1;
-        if (step == steps - 1 && s_write (dir, "grads_last.bin", nn_model_grads (m), 4 * pc))
+        if (step == steps - 1 && dump_write (dir, "grads_last.bin", nn_model_grads (m), 4 * pc))
             return 1;
         nn_sgd_step (w, nn_model_optim_state (m), nn_model_grads (m), pc, &sgd);
     }
-    if (s_write (dir, "after.bin", w, 4 * wc))
+    if (dump_write (dir, "after.bin", w, 4 * wc))
         return 1;
     //  Evaluation mode (BN's running statistics) on the first batch.
     const float *eval = nn_model_forward (m, x, n, false, NULL);
-    if (s_write (dir, "eval.bin", eval, 4 * 10 * (size_t) n))
+    if (dump_write (dir, "eval.bin", eval, 4 * 10 * (size_t) n))
+        return 1;
+    if (dump_tensors (dir, m) || dump_spec (dir, &spec))
         return 1;
     char path[1024];
-    snprintf (path, sizeof path, "%s/tensors.txt", dir);
-    FILE *f = fopen (path, "w");
-    for (int t = 0; t < nn_model_tensors_count (m); t++) {
-        nn_tensor_info_t info;
-        nn_model_tensor (m, t, &info);
-        fprintf (f, "%s %zu %zu\n", info.name, info.offset, info.count);
-    }
-    fclose (f);
     snprintf (path, sizeof path, "%s/loss.txt", dir);
-    f = fopen (path, "w");
+    FILE *f = fopen (path, "w");
     for (int step = 0; step < steps && step < 16; step++)
         fprintf (f, "%.9g\n", (double) losses[step]);
-    fclose (f);
-    snprintf (path, sizeof path, "%s/spec.txt", dir);
-    f = fopen (path, "w");
-    for (int u = 0; u < spec.units_count; u++)
-        for (int l = 0; l < spec.units[u].layers_count; l++) {
-            const nn_layer_spec_t *ls = &spec.units[u].layers[l];
-            fprintf (f, "%d %d %d %d %d %d %d %d %d %d %d\n", u, l, (int) ls->kind,
-                     ls->out_channels, ls->kernel, ls->stride, ls->pad, (int) ls->bias,
-                     ls->groups, ls->from[0], ls->from[1]);
-        }
     fclose (f);
     nn_free (x), nn_free (y), nn_free (d), nn_free (dx);
     nn_model_destroy (&m);
