@@ -69,7 +69,11 @@ s_codec_pair (pl_codecs_t *pair, const cJSON *v, const char *what, char *err,
     if (!cJSON_IsObject (v))
         return nn_errf (err, err_size, "%s: expected " S_CODEC_EXPECT ", got %s", what,
                         s_shown (got, sizeof got, v));
-    pl_codecs_t p = { NN_CODEC_NONE, NN_CODEC_NONE, false, false };
+    //  Zeroed padding included (the flags leave two bytes): equal configs
+    //  are equal under memcmp.
+    pl_codecs_t p;
+    memset (&p, 0, sizeof p);
+    p.up = p.down = NN_CODEC_NONE;
     for (const cJSON *m = v->child; m; m = m->next) {
         char sub[96];
         bool up = m->string && strcmp (m->string, "up") == 0;
@@ -81,7 +85,7 @@ s_codec_pair (pl_codecs_t *pair, const cJSON *v, const char *what, char *err,
                           up ? "up" : "down", sub, err, err_size))
             return -1;
     }
-    *pair = p;
+    memcpy (pair, &p, sizeof p);
     return 0;
 }
 
