@@ -44,6 +44,24 @@ cli_planning_profile (cli_t *self)
         fwd += c->fwd_s;
         bwd += c->bwd_s;
     }
+    //  The codecs on the tensor it will send: the provisional split's
+    //  boundary at the provisional micro-batch size (speeds in bytes per
+    //  second carry over to the other split points' tensors).
+    int split = (int) self->assign.split_point;
+    int micro = self->micro > 0 ? self->micro : 1;
+    nn_shape_t bs = nn_model_spec_unit_output (&self->spec, split >= 1 ? split - 1 : 0);
+    nn_codec_shape_t shape = { (uint32_t) (self->batch / micro > 0 ? self->batch / micro : 1),
+                               (uint32_t) bs.h, (uint32_t) bs.w, (uint32_t) bs.c };
+    nn_estimate_codec_speed_t speed;
+    if (nn_profile_codecs (&shape, &args, &speed, err, sizeof err)) {
+        pl_log_error ("client: profiling the codecs: %s", err);
+        cli_send_error (self, PROTO_ERR_INTERNAL, err);
+        return -1;
+    }
+    for (int c = 0; c < PROTO_PROFILE_CODECS; c++) {
+        p.encode_Bps[c] = speed.encode_Bps[NN_CODEC_FP16 + c];
+        p.decode_Bps[c] = speed.decode_Bps[NN_CODEC_FP16 + c];
+    }
     proto_msg_t *msg = proto_msg_new (PROTO_MSG_PROFILE);
     proto_msg_set_route (msg, (uint32_t) self->id, 0, 0, 0);
     if (proto_msg_set_profile (msg, &p)) {
@@ -53,8 +71,12 @@ cli_planning_profile (cli_t *self)
         return -1;
     }
     pl_log_info ("client: profiled %d units at batch %d in %.1f s: forward %.3f s, "
-                 "backward %.3f s per batch (whole model)", costs.units_count, self->batch,
-                 pl_monotonic () - t0, fwd, bwd);
+                 "backward %.3f s per batch (whole model); codecs on %ux%ux%ux%u (MB/s of "
+                 "float32, encode / decode): fp16 %.0f / %.0f, int8 %.0f / %.0f, topk %.0f / "
+                 "%.0f", costs.units_count, self->batch, pl_monotonic () - t0, fwd, bwd,
+                 shape.n, shape.h, shape.w, shape.c, p.encode_Bps[0] / 1e6,
+                 p.decode_Bps[0] / 1e6, p.encode_Bps[1] / 1e6, p.decode_Bps[1] / 1e6,
+                 p.encode_Bps[2] / 1e6, p.decode_Bps[2] / 1e6);
     return cli_send (self, &msg);
 }
 

@@ -87,6 +87,7 @@ typedef struct {
     nn_codec_encoder_t *up_enc;
     nn_codec_shape_t up_shape;
     nn_codec_id_t up_codec;
+    bool up_stochastic;                 //  up_enc rounds stochastically (codec_flags)
     uint8_t *up_buf;                    //  the encoder's bytes
     float *up_noisy;                    //  activations plus noise (up_count floats)
     size_t up_count;

@@ -51,8 +51,9 @@ s_encoder (cli_t *self, const uint32_t *dims, char *err, size_t err_size)
     nn_codec_params_t params = {
         .id = (nn_codec_id_t) self->assign.codec_up,
         .stochastic = (self->assign.codec_flags & PROTO_ASSIGN_STOCHASTIC_UP) != 0 };
+    //  A PLAN may change the codec or only its rounding (codec_flags).
     if (self->up_enc && memcmp (&shape, &self->up_shape, sizeof shape) == 0
-    &&  self->up_codec == params.id)
+    &&  self->up_codec == params.id && self->up_stochastic == params.stochastic)
         return 0;
     nn_codec_encoder_destroy (&self->up_enc);
     nn_free (self->up_buf);
@@ -63,6 +64,7 @@ s_encoder (cli_t *self, const uint32_t *dims, char *err, size_t err_size)
     self->up_buf = nn_malloc (nn_codec_encoder_bytes (self->up_enc));
     self->up_shape = shape;
     self->up_codec = params.id;
+    self->up_stochastic = params.stochastic;
     return 0;
 }
 

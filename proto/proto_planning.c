@@ -35,6 +35,16 @@ s_profile_check (const proto_profile_t *p, char *err, size_t err_size)
                            PROTO_PROFILE_UNITS_MAX);
     if (p->threads < 1)
         return proto_fail (err, err_size, PROTO_E_VALUE, "PROFILE: threads is 0");
+    static const char *const codecs[PROTO_PROFILE_CODECS] = { "fp16", "int8", "topk" };
+    for (int c = 0; c < PROTO_PROFILE_CODECS; c++) {
+        const double v[2] = { p->encode_Bps[c], p->decode_Bps[c] };
+        for (int k = 0; k < 2; k++)
+            if (!isfinite (v[k]) || v[k] < 0 || v[k] > PROTO_CODEC_MAX_BPS)
+                return proto_fail (err, err_size, PROTO_E_VALUE,
+                                   "PROFILE: %s %s speed is %g bytes/s, must be in 0..%g",
+                                   codecs[c], k ? "decode" : "encode", v[k],
+                                   PROTO_CODEC_MAX_BPS);
+    }
     static const char *const names[5] = { "fwd_s", "bwd_s", "fwd_fixed_s", "bwd_fixed_s",
                                           "upd_s" };
     for (uint32_t u = 0; u < p->units; u++) {
@@ -291,6 +301,10 @@ proto_msg_encode_planning (proto_msg_t *self, zmq_msg_t *frames)
                                                + p->units * PROTO_UNIT_COST_SIZE);
             pl_le_put_u32 (b, p->units);
             pl_le_put_u32 (b + 4, p->threads);
+            for (int c = 0; c < PROTO_PROFILE_CODECS; c++) {
+                pl_le_put_f64 (b + 8 + 16 * c, p->encode_Bps[c]);
+                pl_le_put_f64 (b + 16 + 16 * c, p->decode_Bps[c]);
+            }
             b += PROTO_PROFILE_FIXED_SIZE;
             for (uint32_t u = 0; u < p->units; u++, b += PROTO_UNIT_COST_SIZE) {
                 const proto_unit_cost_t *c = &p->unit[u];
@@ -341,6 +355,10 @@ proto_msg_decode_planning (proto_msg_t *self, zmq_msg_t *frames, const proto_lim
             proto_profile_t *p = nn_calloc (1, sizeof *p);
             p->units = units;
             p->threads = pl_le_get_u32 (b + 4);
+            for (int c = 0; c < PROTO_PROFILE_CODECS; c++) {
+                p->encode_Bps[c] = pl_le_get_f64 (b + 8 + 16 * c);
+                p->decode_Bps[c] = pl_le_get_f64 (b + 16 + 16 * c);
+            }
             const uint8_t *r = b + PROTO_PROFILE_FIXED_SIZE;
             for (uint32_t u = 0; u < units; u++, r += PROTO_UNIT_COST_SIZE) {
                 proto_unit_cost_t *c = &p->unit[u];

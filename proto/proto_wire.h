@@ -40,7 +40,10 @@
 #define PROTO_EVENT_NONE       0xFFFFFFFFu  //  EVENTS iteration / micro_batch: not applicable
 #define PROTO_PROFILE_UNITS_MAX 64          //  split units in a PROFILE
 #define PROTO_UNIT_COST_SIZE   40           //  one PROFILE unit record
-#define PROTO_PROFILE_FIXED_SIZE 8          //  + units * PROTO_UNIT_COST_SIZE
+#define PROTO_PROFILE_CODECS   3            //  codec speeds in a PROFILE: fp16, int8, topk
+#define PROTO_PROFILE_FIXED_SIZE 56         //  units, threads, codec speeds;
+                                            //  + units * PROTO_UNIT_COST_SIZE
+#define PROTO_CODEC_MAX_BPS    1e13         //  a codec speed beyond 10 TB/s is nonsense
 #define PROTO_PROBE_SIZE       8            //  PROBE frame 1
 #define PROTO_PROBE_MAX_BYTES  ((uint32_t) 16 << 20)  //  PROBE reply_bytes cap
 #define PROTO_COST_MAX_S       3600.0       //  a unit's cost beyond this is nonsense
@@ -238,9 +241,15 @@ typedef struct {
     double fwd_s, bwd_s, fwd_fixed_s, bwd_fixed_s, upd_s;
 } proto_unit_cost_t;
 
+//  The device's codec speeds (nn_profile_codecs, one thread): float32
+//  bytes per second it encodes and decodes, entry c - 1 for codec id c
+//  (fp16, int8, topk). Finite, 0 <= speed <= PROTO_CODEC_MAX_BPS; 0 = not
+//  measured (the server's planner cannot choose a codec for it then).
 typedef struct {
     uint32_t units;             //  1..PROTO_PROFILE_UNITS_MAX: every unit of the model
     uint32_t threads;           //  compute threads it was measured with, >= 1
+    double encode_Bps[PROTO_PROFILE_CODECS];
+    double decode_Bps[PROTO_PROFILE_CODECS];
     proto_unit_cost_t unit[PROTO_PROFILE_UNITS_MAX];
 } proto_profile_t;
 

@@ -60,7 +60,10 @@ s_usage (FILE *out)
         "                      (pipelearn-client runs an arrived gradient's first)\n"
         "  --json              print {\"candidates\", \"chosen\", \"modes\"} as JSON\n"
         "split_point / micro_batches given as numbers in the config are honoured;\n"
-        "\"auto\" lets the planner choose. Without --costs this host is profiled and\n"
+        "\"auto\" lets the planner choose. The config's codec is costed (its bytes and\n"
+        "this host's codec speeds); \"codec\": \"auto\" (or per direction / device)\n"
+        "lets the planner choose none, fp16 or int8 for each device and direction\n"
+        "(never topk). Without --costs this host is profiled and\n"
         "its costs stand for both the devices and the server (1 thread each, as the\n"
         "daemons run by default). See docs/planner.md.\n");
 }

@@ -53,6 +53,55 @@ s_iterations (const pl_config_t *cfg, const nn_dataset_t *train, char *err, size
     return (max_count + cfg->batch_size - 1) / cfg->batch_size;
 }
 
+//  The config's codecs ("auto": the planner's choice) with this host's
+//  codec speeds (one thread, on the first boundary's tensor at batch B,
+//  as pipelearn-server measures them) for the server and the devices, the
+//  devices' divided by the slowdown. Nothing when every codec is none.
+//  0 or -1 (logged).
+static int
+s_codecs (const pl_config_t *cfg, const nn_model_spec_t *spec, double slowdown,
+          nn_estimate_input_t *in, nn_estimate_codec_t *codecs)
+{
+    bool any = false;
+    for (int d = 0; d < cfg->devices; d++) {
+        pl_codecs_t c = pl_config_codecs (cfg, d);
+        codecs[d] = (nn_estimate_codec_t) {
+            .up = c.auto_up ? NN_ESTIMATE_CODEC_AUTO : (int) c.up,
+            .down = c.auto_down ? NN_ESTIMATE_CODEC_AUTO : (int) c.down,
+            .topk_fraction = cfg->topk_fraction };
+        any |= c.up != NN_CODEC_NONE || c.down != NN_CODEC_NONE || c.auto_up || c.auto_down;
+    }
+    if (!any)
+        return 0;
+    char err[NN_ERR_SIZE];
+    nn_shape_t s = nn_model_spec_unit_output (spec, 0);
+    nn_codec_shape_t shape = { (uint32_t) cfg->batch_size, (uint32_t) s.h, (uint32_t) s.w,
+                               (uint32_t) s.c };
+    nn_profile_args_t pa = { .batch_size = cfg->batch_size, .seed = cfg->seed,
+                             .now = pl_monotonic_clock };
+    if (nn_profile_codecs (&shape, &pa, &in->server_codec, err, sizeof err)) {
+        pl_log_error ("codec speeds: %s", err);
+        return -1;
+    }
+    double f = slowdown > 0.0 ? slowdown : 1.0;
+    for (int d = 0; d < cfg->devices; d++)
+        for (int c = 0; c < NN_CODEC_COUNT; c++) {
+            codecs[d].speed.encode_Bps[c] = in->server_codec.encode_Bps[c] / f;
+            codecs[d].speed.decode_Bps[c] = in->server_codec.decode_Bps[c] / f;
+        }
+    in->codecs = codecs;
+    pl_log_info ("codec speeds of this host (MB/s of float32, encode / decode): fp16 %.0f / "
+                 "%.0f, int8 %.0f / %.0f, topk %.0f / %.0f%s",
+                 in->server_codec.encode_Bps[NN_CODEC_FP16] / 1e6,
+                 in->server_codec.decode_Bps[NN_CODEC_FP16] / 1e6,
+                 in->server_codec.encode_Bps[NN_CODEC_INT8] / 1e6,
+                 in->server_codec.decode_Bps[NN_CODEC_INT8] / 1e6,
+                 in->server_codec.encode_Bps[NN_CODEC_TOPK] / 1e6,
+                 in->server_codec.decode_Bps[NN_CODEC_TOPK] / 1e6,
+                 f != 1.0 ? "; the devices' divided by the slowdown" : "");
+    return 0;
+}
+
 int
 main (int argc, char **argv)
 {
@@ -143,7 +192,8 @@ main (int argc, char **argv)
             pl_log_warn ("profile: the units and the whole model differ by more than 30%%; "
                          "the host looks busy, so the costs are noisy (profile on a quiet "
                          "host and save them with --write-costs)");
-        plan_costs_slow_devices (devs, args.device_slowdown);
+        //  The file holds what was profiled: --device-slowdown applies when
+        //  it is read again, not twice.
         if (args.write_costs_path) {
             if (plan_costs_write (args.write_costs_path, cfg.batch_size, &in, cfg.model,
                                   err, sizeof err)) {
@@ -152,6 +202,7 @@ main (int argc, char **argv)
             }
             pl_log_info ("costs written to %s", args.write_costs_path);
         }
+        plan_costs_slow_devices (devs, args.device_slowdown);
     }
     if (args.write_costs_path && args.costs_path)
         pl_log_warn ("--write-costs is ignored with --costs (nothing was profiled)");
@@ -168,6 +219,10 @@ main (int argc, char **argv)
                      "costs a core %.0f Mbit/s%s", in.devices_count, in.host_cores,
                      in.host_copy_Bps * 8e-6, cfg.host_copy_mbps > 0.0 ? "" : " (measured)");
     }
+
+    static nn_estimate_codec_t codecs[NN_ESTIMATE_MAX_DEVICES];
+    if (s_codecs (&cfg, &spec, args.device_slowdown, &in, codecs))
+        return 1;
 
     nn_estimate_t *plan = nn_estimate_new (&in, err, sizeof err);
     if (!plan) {

@@ -3,7 +3,28 @@
 
 #include <cJSON.h>
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
+
+//  A candidate's codecs (the pinned ones or auto's choice).
+static void
+s_codecs_json (const nn_estimate_candidate_t *c, cJSON *o)
+{
+    cJSON_AddStringToObject (o, "codec_up", nn_codec_name ((nn_codec_id_t) c->codec_up));
+    cJSON_AddStringToObject (o, "codec_down", nn_codec_name ((nn_codec_id_t) c->codec_down));
+}
+
+//  "int8" or "int8 (auto)" for device d's direction.
+static const char *
+s_codec_text (const nn_estimate_input_t *in, int d, bool up, int codec, char *buf,
+              size_t size)
+{
+    bool is_auto = in->codecs && (up ? in->codecs[d].up : in->codecs[d].down)
+                                 == NN_ESTIMATE_CODEC_AUTO;
+    snprintf (buf, size, "%s%s", nn_codec_name ((nn_codec_id_t) codec),
+              is_auto ? " (auto)" : "");
+    return buf;
+}
 
 static cJSON *
 s_candidate_json (const nn_estimate_candidate_t *c)
@@ -11,6 +32,7 @@ s_candidate_json (const nn_estimate_candidate_t *c)
     cJSON *o = cJSON_CreateObject ();
     cJSON_AddNumberToObject (o, "split_point", c->split_point);
     cJSON_AddNumberToObject (o, "micro_batches", c->micro_batches);
+    s_codecs_json (c, o);
     cJSON_AddNumberToObject (o, "estimated_iteration_s", c->iteration_s);
     cJSON_AddNumberToObject (o, "estimated_epoch_s", c->epoch_s);
     cJSON_AddNumberToObject (o, "host_floor_s", c->host_floor_s);
@@ -25,6 +47,7 @@ s_candidate_json (const nn_estimate_candidate_t *c)
     cJSON_AddNumberToObject (s, "server_update_s", st->server_update_s);
     cJSON_AddNumberToObject (s, "latency_s", st->latency_s);
     cJSON_AddNumberToObject (s, "aggregation_s", c->aggregation_s);
+    cJSON_AddNumberToObject (s, "codec_s", st->codec_s);
     cJSON_AddNumberToObject (o, "bytes_per_iteration", st->bytes_up + st->bytes_down);
     cJSON_AddNumberToObject (o, "bytes_up", st->bytes_up);
     cJSON_AddNumberToObject (o, "bytes_down", st->bytes_down);
@@ -46,6 +69,21 @@ plan_report_json (const nn_estimate_t *plan, const nn_estimate_input_t *in,
     cJSON_AddNumberToObject (chosen, "estimated_iteration_s", ch->iteration_s);
     cJSON_AddNumberToObject (chosen, "estimated_epoch_s", ch->epoch_s);
     cJSON_AddNumberToObject (chosen, "host_floor_s", ch->host_floor_s);
+    s_codecs_json (ch, chosen);
+    //  Each device's codecs at its own choice (auto picks per device).
+    cJSON *dc = cJSON_AddArrayToObject (chosen, "codecs");
+    for (int d = 0; d < in->devices_count; d++) {
+        const nn_estimate_candidate_t *c = nn_estimate_chosen (plan, d);
+        cJSON *o = cJSON_CreateObject ();
+        cJSON_AddNumberToObject (o, "device", d);
+        s_codecs_json (c, o);
+        cJSON_AddBoolToObject (o, "codec_up_auto", in->codecs
+                               && in->codecs[d].up == NN_ESTIMATE_CODEC_AUTO);
+        cJSON_AddBoolToObject (o, "codec_down_auto", in->codecs
+                               && in->codecs[d].down == NN_ESTIMATE_CODEC_AUTO);
+        cJSON_AddNumberToObject (o, "estimated_epoch_s", c->epoch_s);
+        cJSON_AddItemToArray (dc, o);
+    }
     if (heterogeneous) {
         //  Candidates are device 0's; each device's own choice is here.
         cJSON *per = cJSON_AddArrayToObject (chosen, "per_device");
@@ -57,6 +95,7 @@ plan_report_json (const nn_estimate_t *plan, const nn_estimate_input_t *in,
             cJSON_AddNumberToObject (o, "micro_batches", c->micro_batches);
             cJSON_AddNumberToObject (o, "estimated_iteration_s", c->iteration_s);
             cJSON_AddNumberToObject (o, "estimated_epoch_s", c->epoch_s);
+            s_codecs_json (c, o);
             cJSON_AddItemToArray (per, o);
         }
         int p = 0, n = 0;
@@ -94,9 +133,10 @@ plan_report_text (const nn_estimate_t *plan, const nn_estimate_input_t *in,
             printf ("one host with %d core(s) (host_s: all CPU work per iteration / cores; "
                     "iter_s is at least that); moving bytes costs a core %.0f Mbit/s\n",
                     in->host_cores, in->host_copy_Bps * 8e-6);
-        printf ("%3s %4s %9s %9s %8s %8s %8s %8s %8s %8s %9s%s\n", "P", "N", "iter_s",
+        printf ("%3s %4s %9s %9s %8s %8s %8s %8s %8s %8s %9s%s%s\n", "P", "N", "iter_s",
                 "epoch_s", "dev_fwd", "upload", "server", "download", "dev_bwd", "update",
-                "MB/iter", in->host_cores > 0 ? "    host_s" : "");
+                "MB/iter", in->host_cores > 0 ? "    host_s" : "",
+                in->codecs ? "  codecs up/down" : "");
         const nn_estimate_candidate_t *ch = nn_estimate_chosen (plan, d);
         for (int i = 0; i < nn_estimate_candidates_count (plan, d); i++) {
             const nn_estimate_candidate_t *c = nn_estimate_candidate (plan, d, i);
@@ -104,11 +144,17 @@ plan_report_text (const nn_estimate_t *plan, const nn_estimate_input_t *in,
             char host[32] = "";
             if (in->host_cores > 0)
                 snprintf (host, sizeof host, " %9.4f", c->host_floor_s);
-            printf ("%3d %4d %9.4f %9.2f %8.4f %8.4f %8.4f %8.4f %8.4f %8.4f %9.3f%s%s\n",
+            char codec[32] = "";
+            if (in->codecs)
+                snprintf (codec, sizeof codec, "  %s/%s",
+                          nn_codec_name ((nn_codec_id_t) c->codec_up),
+                          nn_codec_name ((nn_codec_id_t) c->codec_down));
+            printf ("%3d %4d %9.4f %9.2f %8.4f %8.4f %8.4f %8.4f %8.4f %8.4f %9.3f%s%s%s\n",
                     c->split_point, c->micro_batches, c->iteration_s, c->epoch_s,
                     s->device_forward_s, s->upload_s, s->server_s, s->download_s,
                     s->device_backward_s, s->device_update_s + s->server_update_s,
-                    (s->bytes_up + s->bytes_down) / 1e6, host, c == ch ? "  <- chosen" : "");
+                    (s->bytes_up + s->bytes_down) / 1e6, host, codec,
+                    c == ch ? "  <- chosen" : "");
         }
         //  The reference's closed form at the chosen split, for comparison.
         int p = ch->split_point;
@@ -130,6 +176,18 @@ plan_report_text (const nn_estimate_t *plan, const nn_estimate_input_t *in,
         printf ("chosen for device %d: split_point %d, micro_batches %d: %.4f s/iteration, "
                 "%.2f s/epoch (the reference's formula would give N = %d at P = %d)\n", d,
                 ch->split_point, ch->micro_batches, ch->iteration_s, ch->epoch_s, ref, p);
+    }
+    //  Each device's codecs at its own choice (auto picks per device and
+    //  direction).
+    for (int d = 0; in->codecs && d < in->devices_count; d++) {
+        const nn_estimate_candidate_t *c = nn_estimate_chosen (plan, d);
+        char up[32], down[32];
+        printf ("%scodecs for device %d: up %s, down %s at split_point %d, micro_batches %d: "
+                "%.4f s/iteration, %.2f s/epoch (codec CPU %.4f s/iteration)\n",
+                d ? "" : "\n", d, s_codec_text (in, d, true, c->codec_up, up, sizeof up),
+                s_codec_text (in, d, false, c->codec_down, down, sizeof down),
+                c->split_point, c->micro_batches, c->iteration_s, c->epoch_s,
+                c->stages.codec_s);
     }
     if (heterogeneous) {
         int p = 0, n = 0;

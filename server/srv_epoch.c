@@ -100,9 +100,7 @@ s_devices_json (srv_t *self, cJSON *ej)
         cJSON_AddNumberToObject (o, "bytes_up", (double) s->bytes_up);
         cJSON_AddNumberToObject (o, "bytes_down", (double) s->bytes_down);
         //  What its bytes crossed the split in, and the noise on its uploads.
-        pl_codecs_t codecs = srv_wire_codecs (self->wire, i);
-        cJSON_AddStringToObject (o, "codec_up", nn_codec_name (codecs.up));
-        cJSON_AddStringToObject (o, "codec_down", nn_codec_name (codecs.down));
+        srv_planner_codecs_json (self->cfg, i, srv_wire_codecs (self->wire, i), o);
         nn_noise_t noise = pl_config_noise (self->cfg, i);
         cJSON *nj = cJSON_AddObjectToObject (o, "noise");
         cJSON_AddStringToObject (nj, "kind", nn_noise_name (noise.kind));

@@ -25,7 +25,7 @@ srv_planner_mbps (double Bps)
 bool
 srv_planner_auto (const srv_planner_t *self)
 {
-    return self->auto_split || self->auto_micro;
+    return self->auto_split || self->auto_micro || self->auto_codec;
 }
 
 bool
@@ -170,6 +170,7 @@ s_plan_json (const srv_planner_t *self, const nn_estimate_t *plan, const srv_ass
                                  ? srv_planner_mbps (dv[i].downlink_Bps) : cfg->downlink_mbps);
         cJSON_AddNumberToObject (o, "rtt_ms", dv[i].rtt_s * 1000.0);
         cJSON_AddNumberToObject (o, "estimated_iteration_s", s->est_iteration_s);
+        srv_planner_codecs_json (self->args.cfg, i, self->chosen[i], o);
         cJSON_AddItemToArray (devs, o);
     }
     cJSON *modes = cJSON_AddObjectToObject (pj, "modes");
@@ -190,9 +191,12 @@ s_codecs (srv_planner_t *self, const nn_profile_args_t *pa)
     const pl_config_t *cfg = self->args.cfg;
     for (int i = 0; i < self->args.devices && i < SRV_MAX_DEVICES; i++) {
         pl_codecs_t c = pl_config_codecs (cfg, i);
-        self->codecs[i] = (nn_estimate_codec_t) { .up = c.up, .down = c.down,
-                                                  .topk_fraction = cfg->topk_fraction };
-        self->codecs_set |= c.up != NN_CODEC_NONE || c.down != NN_CODEC_NONE;
+        self->codecs[i] = (nn_estimate_codec_t) {
+            .up = c.auto_up ? NN_ESTIMATE_CODEC_AUTO : (int) c.up,
+            .down = c.auto_down ? NN_ESTIMATE_CODEC_AUTO : (int) c.down,
+            .topk_fraction = cfg->topk_fraction };
+        self->codecs_set |= c.up != NN_CODEC_NONE || c.down != NN_CODEC_NONE || c.auto_up
+                         || c.auto_down;
     }
     if (!self->codecs_set)
         return 0;
@@ -204,9 +208,12 @@ s_codecs (srv_planner_t *self, const nn_profile_args_t *pa)
         pl_log_error ("server: planner: codec speeds: %s", err);
         return -1;
     }
+    //  Until a device's PROFILE says otherwise, it codes as fast as this host.
+    for (int i = 0; i < self->args.devices && i < SRV_MAX_DEVICES; i++)
+        self->codecs[i].speed = self->server_codec;
     pl_log_info ("server: planner: codec speeds of this host (MB/s of float32, encode / "
-                 "decode): fp16 %.0f / %.0f, int8 %.0f / %.0f, topk %.0f / %.0f; the "
-                 "devices' are not charged", self->server_codec.encode_Bps[NN_CODEC_FP16] / 1e6,
+                 "decode): fp16 %.0f / %.0f, int8 %.0f / %.0f, topk %.0f / %.0f; each "
+                 "device's come in its PROFILE", self->server_codec.encode_Bps[NN_CODEC_FP16] / 1e6,
                  self->server_codec.decode_Bps[NN_CODEC_FP16] / 1e6,
                  self->server_codec.encode_Bps[NN_CODEC_INT8] / 1e6,
                  self->server_codec.decode_Bps[NN_CODEC_INT8] / 1e6,
@@ -250,9 +257,24 @@ s_provisional (srv_planner_t *self, srv_assign_t *assign, cJSON *summary_root)
     //  epoch estimates assume 10000 samples per device.
     int per_device = cfg->samples > 0 ? cfg->samples / self->args.devices : 10000;
     self->iterations = per_device > batch ? (per_device + batch - 1) / batch : 1;
-    nn_estimate_t *plan = srv_planner_plan_at (self, self->auto_split ? 0 : cfg->split_point);
+    //  A per-device split_point list is pinned per device, not for all.
+    nn_estimate_t *plan = srv_planner_plan_at (self, self->auto_split || cfg->split_point < 1
+                                                     ? 0 : cfg->split_point);
     if (!plan)
         return -1;
+    if (!self->auto_split && !self->auto_micro) {
+        //  Only a codec is "auto": the configured (P, N) stand; the codecs
+        //  are chosen once the devices' profiles are in.
+        double epoch_s = s_epoch_each (plan, self->args.devices, assign->split, assign->micro);
+        s_plan_json (self, plan, assign, epoch_s, summary_root);
+        cJSON_AddNumberToObject (cJSON_GetObjectItemCaseSensitive (summary_root, "plan"),
+                                 "profile_s", pl_monotonic () - t0);
+        pl_log_info ("server: planner: codec \"auto\": codecs none until the devices' "
+                     "profiles%s are in (estimated epoch %.1f s without codecs)",
+                     self->measure ? " and links" : "", epoch_s);
+        nn_estimate_destroy (&plan);
+        return 0;
+    }
     int p = 0, n = 1;
     double epoch_s;
     if (mode == PL_MODE_SL) {
@@ -300,8 +322,12 @@ srv_planner_new (const srv_planner_args_t *args, srv_assign_t *assign, cJSON *su
     for (int i = 0; per_device && i < args->devices; i++)
         assign->split[i] = cfg->split_points[i];
     self->fixed_micro = pipelearn ? cfg->micro_batches : 1;
+    for (int i = 0; i < args->devices && i < SRV_MAX_DEVICES; i++)
+        self->chosen[i] = pl_config_codecs (cfg, i);
+    self->auto_codec = args->mode != PL_MODE_FL && pl_config_codec_auto (cfg);
     if (args->mode == PL_MODE_FL
-    ||  !(cfg->split_point == PL_AUTO || (pipelearn && cfg->micro_batches == PL_AUTO)))
+    ||  !(cfg->split_point == PL_AUTO || (pipelearn && cfg->micro_batches == PL_AUTO)
+          || self->auto_codec))
         return self;
     self->auto_split = cfg->split_point == PL_AUTO;
     self->auto_micro = pipelearn && cfg->micro_batches == PL_AUTO;
@@ -391,9 +417,29 @@ srv_planner_on_profile (srv_planner_t *self, int id, const proto_msg_t *msg, boo
         fwd += c->fwd_s;
         bwd += c->bwd_s;
     }
+    nn_estimate_codec_t *k = &self->codecs[id];
+    bool wants_auto = k->up == NN_ESTIMATE_CODEC_AUTO || k->down == NN_ESTIMATE_CODEC_AUTO;
+    for (int c = 0; c < PROTO_PROFILE_CODECS; c++) {
+        if (wants_auto && c + NN_CODEC_FP16 <= NN_CODEC_INT8
+        &&  (p->encode_Bps[c] <= 0.0 || p->decode_Bps[c] <= 0.0)) {
+            snprintf (why, why_size, "PROFILE: codec auto needs measured %s encode and decode "
+                      "speeds; the device sent %g / %g bytes/s",
+                      nn_codec_name ((nn_codec_id_t) (c + NN_CODEC_FP16)), p->encode_Bps[c],
+                      p->decode_Bps[c]);
+            return -1;
+        }
+    }
+    for (int c = 0; c < PROTO_PROFILE_CODECS; c++) {
+        k->speed.encode_Bps[NN_CODEC_FP16 + c] = p->encode_Bps[c];
+        k->speed.decode_Bps[NN_CODEC_FP16 + c] = p->decode_Bps[c];
+    }
     s->profiled = true;
     pl_log_info ("server: device %d profile: whole model forward %.3f s, backward %.3f s "
-                 "per batch of %d (%u thread(s))", id, fwd, bwd, self->args.batch, p->threads);
+                 "per batch of %d (%u thread(s)); codecs (MB/s of float32, encode / decode): "
+                 "fp16 %.0f / %.0f, int8 %.0f / %.0f, topk %.0f / %.0f", id, fwd, bwd,
+                 self->args.batch, p->threads, p->encode_Bps[0] / 1e6, p->decode_Bps[0] / 1e6,
+                 p->encode_Bps[1] / 1e6, p->decode_Bps[1] / 1e6, p->encode_Bps[2] / 1e6,
+                 p->decode_Bps[2] / 1e6);
     if (self->measure)
         *send_p = srv_linkrate_probe (&s->link, id, epoch);
     return 0;
@@ -409,6 +455,7 @@ srv_planner_on_join (srv_planner_t *self, int id, bool started)
         memset (s, 0, sizeof *s);
         s->link = link;
         srv_linkrate_reset (&s->link);
+        self->codecs[id].speed = self->server_codec;
     }
     else
         srv_linkrate_abandon (&s->link);
@@ -486,9 +533,11 @@ srv_planner_choose_micro (const srv_planner_t *self, const nn_estimate_t *plan,
 }
 
 //  Each device's own choice (pipelearn, sfl): its (P, N) from a plan with
-//  P free (N pinned unless "auto"). 1 with out filled, -1 on failure.
+//  P free (N pinned unless "auto"); with keep (only codecs are "auto") the
+//  (P, N) it has. Its codecs at that (P, N). 1 with out filled, -1 on
+//  failure.
 static int
-s_start_each (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_root,
+s_start_each (srv_planner_t *self, const srv_assign_t *cur, bool keep, cJSON *summary_root,
               srv_planner_decision_t *out)
 {
     int devices = self->args.devices;
@@ -502,7 +551,7 @@ s_start_each (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_root,
     for (int i = 0; i < devices; i++) {
         srv_planner_slot_t *s = &self->slot[i];
         const nn_estimate_candidate_t *c = nn_estimate_chosen (plan, i);
-        out->next.split[i] = c->split_point;
+        out->next.split[i] = keep ? cur->split[i] : c->split_point;
         out->next.micro[i] = self->auto_micro ? c->micro_batches : cur->micro[i];
         const nn_estimate_candidate_t *f = nn_estimate_find (plan, i, out->next.split[i],
                                                      out->next.micro[i]);
@@ -513,16 +562,87 @@ s_start_each (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_root,
         s->plan_down_Bps = dv[i].downlink_Bps;
         pl_log_info ("server: planner: device %d: split point %d, %d micro-batch(es), "
                      "estimated iteration %.3f s (uplink %.1f, downlink %.1f Mbit/s, RTT %.1f "
-                     "ms; its own choice)", i, out->next.split[i], out->next.micro[i], est,
+                     "ms; %s)", i, out->next.split[i], out->next.micro[i], est,
                      srv_planner_mbps (dv[i].uplink_Bps), srv_planner_mbps (dv[i].downlink_Bps),
-                     dv[i].rtt_s * 1000.0);
+                     dv[i].rtt_s * 1000.0, keep ? "as configured" : "its own choice");
     }
     for (int i = devices; i < SRV_MAX_DEVICES; i++)
         out->tell[i] = false;
+    srv_planner_choose_codecs (self, true, 0, out);
     double epoch_s = s_epoch_each (plan, devices, out->next.split, out->next.micro);
     s_plan_json (self, plan, &out->next, epoch_s, summary_root);
     nn_estimate_destroy (&plan);
     return 1;
+}
+
+//  A direction's choice, for the log and the re-plan record.
+static void
+s_codec_changed (srv_planner_t *self, int id, const char *what, nn_codec_id_t before,
+                 nn_codec_id_t after, bool start, int epoch)
+{
+    if (start)
+        return;
+    pl_log_info ("server: re-plan at epoch %d: device %d: %s %s -> %s (codec \"auto\": the "
+                 "estimate's choice at its split point and micro-batches)", epoch, id, what,
+                 nn_codec_name (before), nn_codec_name (after));
+    if (!self->replans)
+        self->replans = cJSON_CreateArray ();
+    cJSON *r = cJSON_CreateObject ();
+    cJSON_AddNumberToObject (r, "device", id);
+    cJSON_AddStringToObject (r, "what", what);
+    cJSON_AddStringToObject (r, "before", nn_codec_name (before));
+    cJSON_AddStringToObject (r, "after", nn_codec_name (after));
+    cJSON_AddStringToObject (r, "reason", "codec auto: the planner's choice for the new "
+                             "estimate");
+    cJSON_AddItemToArray (self->replans, r);
+}
+
+void
+srv_planner_choose_codecs (srv_planner_t *self, bool start, int epoch,
+                           srv_planner_decision_t *out)
+{
+    int devices = self->args.devices;
+    nn_estimate_t *plan = self->auto_codec ? srv_planner_plan_at (self, 0) : NULL;
+    for (int i = 0; i < devices; i++) {
+        pl_codecs_t c = self->chosen[i];
+        const nn_estimate_candidate_t *k = NULL;
+        if (plan && (c.auto_up || c.auto_down) && (start || self->drifted[i] || out->tell[i]))
+            k = nn_estimate_find (plan, i, out->next.split[i], out->next.micro[i]);
+        if (k) {
+            pl_codecs_t next = c;
+            if (c.auto_up)
+                next.up = (nn_codec_id_t) k->codec_up;
+            if (c.auto_down)
+                next.down = (nn_codec_id_t) k->codec_down;
+            if (next.up != c.up)
+                s_codec_changed (self, i, "codec_up", c.up, next.up, start, epoch);
+            if (next.down != c.down)
+                s_codec_changed (self, i, "codec_down", c.down, next.down, start, epoch);
+            if (next.up != c.up || next.down != c.down)
+                out->tell[i] = true;
+            if (start)
+                pl_log_info ("server: planner: device %d: codecs up %s%s, down %s%s "
+                             "(estimated iteration %.3f s at split point %d, %d "
+                             "micro-batch(es))", i, nn_codec_name (next.up),
+                             c.auto_up ? " (auto)" : "", nn_codec_name (next.down),
+                             c.auto_down ? " (auto)" : "", k->iteration_s, k->split_point,
+                             k->micro_batches);
+            self->chosen[i] = next;
+        }
+        out->codecs[i] = self->chosen[i];
+        self->drifted[i] = false;
+    }
+    nn_estimate_destroy (&plan);
+}
+
+void
+srv_planner_codecs_json (const pl_config_t *cfg, int id, pl_codecs_t codecs, cJSON *o)
+{
+    pl_codecs_t configured = pl_config_codecs (cfg, id);
+    cJSON_AddStringToObject (o, "codec_up", nn_codec_name (codecs.up));
+    cJSON_AddStringToObject (o, "codec_down", nn_codec_name (codecs.down));
+    cJSON_AddStringToObject (o, "codec_up_by", configured.auto_up ? "planner" : "config");
+    cJSON_AddStringToObject (o, "codec_down_by", configured.auto_down ? "planner" : "config");
 }
 
 int
@@ -535,8 +655,8 @@ srv_planner_start (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_
         if (!s->profiled || (self->measure && !srv_linkrate_done (&s->link)))
             return 0;
     }
-    if (self->per_device)
-        return s_start_each (self, cur, summary_root, out);
+    if (self->per_device || (!self->auto_split && !self->auto_micro))
+        return s_start_each (self, cur, !self->per_device, summary_root, out);
     int split = srv_assign_split (cur);
     int p = split;
     if (self->auto_split) {
@@ -578,6 +698,7 @@ srv_planner_start (srv_planner_t *self, const srv_assign_t *cur, cJSON *summary_
     }
     for (int i = devices; i < SRV_MAX_DEVICES; i++)
         out->tell[i] = false;
+    srv_planner_choose_codecs (self, true, 0, out);
     double epoch_s = srv_planner_epoch_of (plan, devices, p, n);
     s_plan_json (self, plan, &out->next, epoch_s, summary_root);
     nn_estimate_destroy (&plan);

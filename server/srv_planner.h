@@ -4,7 +4,7 @@
     do (a PROBE to send, a device that broke the protocol, a new
     assignment), and the server's step function acts on it.
 
-    With split_point or micro_batches "auto":
+    With split_point, micro_batches or a codec "auto":
     - at setup the server profiles itself and makes a provisional
       assignment for the configured link (so the replicas can be built);
     - each device that joins before the start profiles itself (PROFILE)
@@ -46,9 +46,12 @@ typedef struct {
     int workers;                    //  the server's compute threads
 } srv_planner_args_t;
 
-//  A decision: the assignment to apply and the devices to tell (PLAN).
+//  A decision: the assignment to apply, each device's codecs (the
+//  planner's choice for an "auto" direction, else the config's) and the
+//  devices to tell (PLAN).
 typedef struct {
     srv_assign_t next;
+    pl_codecs_t codecs[SRV_MAX_DEVICES];
     bool tell[SRV_MAX_DEVICES];
 } srv_planner_decision_t;
 
@@ -60,7 +63,7 @@ srv_planner_t *srv_planner_new (const srv_planner_args_t *args, srv_assign_t *as
                                 cJSON *summary_root);
 void srv_planner_destroy (srv_planner_t **self_p);
 
-//  The config said "auto" for the split point or N.
+//  The config said "auto" for the split point, N or a codec.
 bool srv_planner_auto (const srv_planner_t *self);
 //  N is "auto": any N that divides the batch may be planned.
 bool srv_planner_auto_micro (const srv_planner_t *self);
@@ -108,6 +111,19 @@ bool srv_planner_epoch_end (srv_planner_t *self, const bool *active, int epoch,
 //  0 when nothing changes, -1 when the planner failed.
 int srv_planner_replan (srv_planner_t *self, const srv_assign_t *cur, const bool *active,
                         int epoch, srv_planner_decision_t *out);
+//  out->next decided (srv_planner_start does this itself; the server calls
+//  it after srv_planner_replan returned 1): fill out->codecs. A device
+//  with an "auto" direction gets the codec the estimate chose at its
+//  (P, N) when it is new to the plan (the start) or was re-planned now
+//  (its link drifted, or its plan changed): it is told when its codecs
+//  change, the change logged and recorded with the epoch's re-plans.
+//  Every other device keeps its codecs.
+void srv_planner_choose_codecs (srv_planner_t *self, bool start, int epoch,
+                                srv_planner_decision_t *out);
+//  Device id's codecs into a summary.json device entry: codec_up,
+//  codec_down, and codec_up_by / codec_down_by, "planner" for an "auto"
+//  direction, else "config".
+void srv_planner_codecs_json (const pl_config_t *cfg, int id, pl_codecs_t codecs, cJSON *o);
 //  Epoch-end probes are out.
 bool srv_planner_probing (const srv_planner_t *self);
 

@@ -36,13 +36,17 @@ struct _srv_planner_t {
     double host_copy_Bps;           //  host_cores > 0: loopback bytes per core-second
     size_t frame_limit;             //  the server's largest frame (0: none)
     srv_planner_slot_t slot[SRV_MAX_DEVICES];
-    //  The configured codecs of each device, with this host's measured codec
-    //  speeds for the server's side; the devices' own speeds are not
-    //  reported (PROFILE has no codec costs), so their encode and decode
-    //  time is not charged. NULL in the input when every codec is none.
+    //  The configured codecs of each device (NN_ESTIMATE_CODEC_AUTO for an
+    //  "auto" direction) with its codec speeds: its PROFILE's, this host's
+    //  until it sent one; server_codec this host's (one thread). NULL in
+    //  the input when every codec is none.
     bool codecs_set;
+    bool auto_codec;                //  some device's codec is "auto"
     nn_estimate_codec_t codecs[SRV_MAX_DEVICES];
     nn_estimate_codec_speed_t server_codec;
+    pl_codecs_t chosen[SRV_MAX_DEVICES];    //  each device's codecs now (the last
+                                            //  decision's, the config's before)
+    bool drifted[SRV_MAX_DEVICES];  //  re-planned at the last epoch end (srv_replan.c)
     cJSON *replans;                 //  this epoch's re-plans (summary), or NULL
 };
 

@@ -173,6 +173,7 @@ srv_planner_replan (srv_planner_t *self, const srv_assign_t *cur, const bool *ac
         if (fabs (du) <= cfg->replan_drift && fabs (dd) <= cfg->replan_drift)
             continue;
         drifted[i] = any = true;
+        self->drifted[i] = true;    //  its codecs are chosen again (srv_planner_choose_codecs)
         snprintf (reason[i], sizeof reason[i], "uplink %.1f -> %.1f Mbit/s (%+.0f%%), "
                   "downlink %.1f -> %.1f Mbit/s (%+.0f%%), beyond replan_drift %.0f%%",
                   srv_planner_mbps (s->plan_up_Bps), srv_planner_mbps (dv[i].uplink_Bps),

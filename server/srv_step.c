@@ -132,8 +132,10 @@ static int
 s_apply (srv_t *self, const srv_planner_decision_t *dec)
 {
     bool moved = false;
-    for (int i = 0; i < self->devices; i++)
+    for (int i = 0; i < self->devices; i++) {
         moved = moved || dec->next.split[i] != self->assign.split[i];
+        srv_wire_set_codecs (self->wire, i, dec->codecs[i]);
+    }
     self->assign = dec->next;
     if (moved && srv_parts_resplit (self))
         return -1;
@@ -379,9 +381,11 @@ s_replan (srv_t *self)
         active[i] = self->dev[i].active;
     srv_planner_decision_t dec;
     self->replanning = false;
-    if (srv_planner_replan (self->planner, &self->assign, active, self->epoch, &dec) == 1
-    &&  s_apply (self, &dec))
-        s_fail (self);
+    if (srv_planner_replan (self->planner, &self->assign, active, self->epoch, &dec) == 1) {
+        srv_planner_choose_codecs (self->planner, false, self->epoch, &dec);
+        if (s_apply (self, &dec))
+            s_fail (self);
+    }
     if (!self->done)
         s_epoch_begin (self);
 }

@@ -75,6 +75,18 @@ srv_wire_codecs (const srv_wire_t *self, int id)
 }
 
 void
+srv_wire_set_codecs (srv_wire_t *self, int id, pl_codecs_t codecs)
+{
+    assert (self && id >= 0 && id < self->devices);
+    assert (codecs.up != NN_CODEC_TOPK);
+    //  An encoder of the old codec must not encode the next GRADIENTS.
+    if (codecs.down != self->codecs[id].down)
+        srv_wire_reset (self, id);
+    self->codecs[id].up = codecs.up;
+    self->codecs[id].down = codecs.down;
+}
+
+void
 srv_wire_assign (const srv_wire_t *self, int id, proto_assign_t *plan)
 {
     pl_codecs_t c = srv_wire_codecs (self, id);

@@ -1,5 +1,6 @@
 /*  srv_wire.h: the server's side of what crosses the split: each device's
-    codecs (the config's, named in WELCOME and PLAN), the check that its
+    codecs (the config's, or the planner's choice for "auto"; named in
+    WELCOME and PLAN), the check that its
     ACTIVATIONS come in its up codec, and the encoders of its GRADIENTS.
 
     The sender owns an encoder: the server holds one per device for the
@@ -28,8 +29,14 @@ void srv_wire_destroy (srv_wire_t **self_p);
 
 //  Device id's codecs into a WELCOME or PLAN assignment.
 void srv_wire_assign (const srv_wire_t *self, int id, proto_assign_t *plan);
-//  Device id's codecs (for the summary).
+//  Device id's codecs (for the summary): the config's, or the planner's
+//  choice for an "auto" direction (auto_up / auto_down as configured).
 pl_codecs_t srv_wire_codecs (const srv_wire_t *self, int id);
+//  The planner chose device id's codecs (an "auto" direction): they hold
+//  for the GRADIENTS it is sent and the ACTIVATIONS it sends from the next
+//  MODEL on (the server tells it in a PLAN). A new down codec starts a new
+//  encoder. codecs.up is never topk.
+void srv_wire_set_codecs (srv_wire_t *self, int id, pl_codecs_t codecs);
 
 //  Device id has a new session: its encoder starts afresh.
 void srv_wire_reset (srv_wire_t *self, int id);

@@ -967,6 +967,40 @@ Test (config, codec_and_noise_forms)
     cr_assert_eq (pl_config_set (&config, "codec=fp16", err, sizeof err), 0, "%s", err);
     cr_assert_eq (config.codecs_count, 0);
     cr_assert_eq (pl_config_codecs (&config, 1).down, NN_CODEC_FP16);
+    cr_assert_not (pl_config_codec_auto (&config));
+}
+
+//  "auto": the planner's choice, globally, per direction or per device;
+//  the config says so when printed and stays none until the planner chose.
+Test (config, codec_auto_in_every_form)
+{
+    pl_config_t config;
+    char err [NN_ERR_SIZE] = "";
+    s_parse_ok (&config, "{\"codec\": \"auto\"}");
+    cr_assert (pl_config_codecs (&config, 1).auto_up && pl_config_codecs (&config, 1).auto_down);
+    cr_assert_eq (pl_config_codecs (&config, 1).up, NN_CODEC_NONE);
+    cr_assert (pl_config_codec_auto (&config));
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
+    s_assert_round_trip (&config);
+    s_parse_ok (&config, "{\"codec\": {\"up\": \"auto\", \"down\": \"topk\"}}");
+    cr_assert (pl_config_codecs (&config, 0).auto_up);
+    cr_assert_not (pl_config_codecs (&config, 0).auto_down);
+    cr_assert_eq (pl_config_codecs (&config, 0).down, NN_CODEC_TOPK);
+    s_assert_round_trip (&config);
+    s_parse_ok (&config, "{\"devices\": 2, \"codec\": [\"int8\", {\"down\": \"auto\"}]}");
+    cr_assert_not (pl_config_codecs (&config, 0).auto_up || pl_config_codecs (&config, 0).auto_down);
+    cr_assert_not (pl_config_codecs (&config, 1).auto_up);
+    cr_assert (pl_config_codecs (&config, 1).auto_down);
+    cr_assert (pl_config_codec_auto (&config));
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
+    s_assert_round_trip (&config);
+    cJSON *j = pl_config_to_json (&config);
+    char *text = cJSON_PrintUnformatted (cJSON_GetObjectItemCaseSensitive (j, "codec"));
+    cr_assert_str_eq (text, "[\"int8\",{\"up\":\"none\",\"down\":\"auto\"}]");
+    free (text);
+    cJSON_Delete (j);
+    cr_assert_eq (pl_config_set (&config, "codec=auto", err, sizeof err), 0, "%s", err);
+    cr_assert (pl_config_codecs (&config, 0).auto_down);
 }
 
 Test (config, codec_and_noise_nonsense_refused)
@@ -975,8 +1009,9 @@ Test (config, codec_and_noise_nonsense_refused)
     char err [NN_ERR_SIZE] = "";
     s_parse_fails ("{\"codec\": \"zip\"}", err, sizeof err);
     S_ASSERT_HAS (err, "codec: expected \"none\", \"fp16\", \"int8\"");
-    s_parse_fails ("{\"codec\": \"auto\"}", err, sizeof err);
-    S_ASSERT_HAS (err, "codec: \"auto\" (the planner's choice) is not supported");
+    s_parse_ok (&config, "{\"mode\": \"fl\", \"codec\": {\"down\": \"auto\"}}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "mode fl sends whole models");
     s_parse_fails ("{\"codec\": \"topk\"}", err, sizeof err);
     S_ASSERT_HAS (err, "topk compresses gradients only");
     s_parse_fails ("{\"codec\": {\"up\": \"topk\"}}", err, sizeof err);

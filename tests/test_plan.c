@@ -745,6 +745,82 @@ Test (plan, codec_auto_is_per_device_and_direction_and_never_topk)
     nn_estimate_destroy (&plan);
 }
 
+//  A fast link and a very slow device: encoding and decoding on the
+//  device would cost more than the transfer time the codec saves, so auto
+//  keeps none; the same link with the device's codecs at full speed takes
+//  a codec (the CPU cost is what decides).
+Test (plan, codec_auto_keeps_none_when_the_codec_cpu_costs_more_than_the_bytes)
+{
+    s_case_t c;
+    nn_estimate_codec_t codecs[2];
+    //  1 Gbit/s both ways: one batch's 2.5 MB of activations take 20 ms up.
+    double gbit = nn_estimate_link_payload_Bps (1000);
+    s_vgg5_case (&c, codecs, gbit, gbit, NN_ESTIMATE_CODEC_AUTO, NN_ESTIMATE_CODEC_AUTO, 1.0);
+    c.in.micro_batches = 1;
+    for (int d = 0; d < 2; d++)
+        codecs[d].speed = s_speed (1000.0);    //  int8 encode 0.4 MB/s: 6 s a batch
+    nn_estimate_t *plan = s_plan (&c);
+    for (int d = 0; d < 2; d++) {
+        const nn_estimate_candidate_t *k = nn_estimate_chosen (plan, d);
+        cr_assert_eq (k->codec_up, NN_CODEC_NONE, "slow device: up %s",
+                      nn_codec_name (k->codec_up));
+        cr_assert_eq (k->codec_down, NN_CODEC_NONE, "slow device: down %s",
+                      nn_codec_name (k->codec_down));
+        //  int8 would indeed be slower there.
+        double share = nn_estimate_server_share (&c.in);
+        double int8 = nn_estimate_iteration_codecs (&c.in, d, 1, 1, share, NN_CODEC_INT8,
+                                                    NN_CODEC_INT8, NULL);
+        cr_assert_gt (int8, k->iteration_s, "int8 %g s, none %g s", int8, k->iteration_s);
+    }
+    nn_estimate_destroy (&plan);
+    //  Same link, codecs at a full core's speed: int8 up pays (20 ms of
+    //  transfer against 6 ms of encoding).
+    for (int d = 0; d < 2; d++)
+        codecs[d].speed = s_speed (1.0);
+    plan = s_plan (&c);
+    cr_assert_neq (nn_estimate_chosen (plan, 0)->codec_up, NN_CODEC_NONE,
+                   "fast device on 1 Gbit/s: up stayed none");
+    nn_estimate_destroy (&plan);
+}
+
+//  A named codec shrinks the predicted transfer time by exactly its byte
+//  ratio: upload_s and download_s are bytes over the link's rate.
+Test (plan, codec_explicit_shrinks_transfer_time_by_the_byte_ratio)
+{
+    const int ids[3] = { NN_CODEC_FP16, NN_CODEC_INT8, NN_CODEC_TOPK };
+    s_case_t c;
+    nn_estimate_codec_t codecs[2];
+    s_vgg5_case (&c, codecs, nn_estimate_link_payload_Bps (10), nn_estimate_link_payload_Bps (25),
+                 NN_CODEC_NONE, NN_CODEC_NONE, 10.0);
+    c.in.micro_batches = 4;
+    nn_estimate_t *plan = s_plan (&c);
+    nn_estimate_stages_t none = nn_estimate_chosen (plan, 0)->stages;
+    nn_estimate_destroy (&plan);
+    uint64_t count = 25 * 14 * 14 * 32;     //  one micro-batch of unit 0's output
+    for (int i = 0; i < 3; i++) {
+        int up = ids[i] == NN_CODEC_TOPK ? NN_CODEC_INT8 : ids[i];
+        s_vgg5_case (&c, codecs, nn_estimate_link_payload_Bps (10),
+                     nn_estimate_link_payload_Bps (25), up, ids[i], 10.0);
+        c.in.micro_batches = 4;
+        plan = s_plan (&c);
+        const nn_estimate_stages_t *st = &nn_estimate_chosen (plan, 0)->stages;
+        double up_ratio = st->bytes_up / none.bytes_up;
+        double down_ratio = st->bytes_down / none.bytes_down;
+        cr_assert_float_eq (st->upload_s, none.upload_s * up_ratio, 1e-12,
+                            "%s up: %g s, none %g s x %g", nn_codec_name (up), st->upload_s,
+                            none.upload_s, up_ratio);
+        cr_assert_float_eq (st->download_s, none.download_s * down_ratio, 1e-12,
+                            "%s down: %g s, none %g s x %g", nn_codec_name (ids[i]),
+                            st->download_s, none.download_s, down_ratio);
+        //  And the ratio is the codec's arithmetic (fp16 about 1/2, int8 1/4).
+        uint32_t k = ids[i] == NN_CODEC_TOPK ? nn_codec_topk_k (count, 0.01) : 0;
+        cr_assert_float_eq (down_ratio, (double) nn_codec_wire_bytes (ids[i], count, 32, k)
+                                        / (4.0 * (double) count), 1e-12);
+        cr_assert_lt (st->upload_s, 0.51 * none.upload_s);
+        nn_estimate_destroy (&plan);
+    }
+}
+
 //  The estimate's bytes are the codec's wire bytes and its codec time the
 //  bytes over the measured speeds; codecs of none with no speeds change
 //  nothing against no codecs at all.
@@ -1096,6 +1172,52 @@ Test (plan_cli, heterogeneous_devices_from_the_cost_file)
     cr_assert (cJSON_IsNumber (cJSON_GetObjectItem (common, "split_point")), "%s", out);
     cr_assert (cJSON_IsNumber (cJSON_GetObjectItem (common, "estimated_epoch_s")), "%s", out);
     cJSON_Delete (j);
+}
+
+//  The config's codec (issue 17): "auto" on a 0.5 Mbit/s link chooses
+//  int8 both ways for every device (this host's codec speeds are measured:
+//  milliseconds against seconds of transfer), a named codec is kept and
+//  costed, and the text output names each device's codecs.
+Test (plan_cli, codec_auto_and_named_codecs)
+{
+    char bin[1024], cmd[4096], cfg[512], costs[512], flags[2048];
+    static char out[1 << 18];
+    s_write ("cfg.json", s_cfg_text, cfg, sizeof cfg);
+    s_write ("costs.json", s_costs_text, costs, sizeof costs);
+    snprintf (flags, sizeof flags, "--config %s --costs %s --uplink-mbps 0.5 "
+              "--downlink-mbps 0.5 --set codec=auto", cfg, costs);
+    cJSON *j = s_run_json (flags, out, sizeof out);
+    cJSON *per = cJSON_GetObjectItem (cJSON_GetObjectItem (j, "chosen"), "codecs");
+    cr_assert_eq (cJSON_GetArraySize (per), 2, "%s", out);
+    for (int d = 0; d < 2; d++) {
+        cJSON *o = cJSON_GetArrayItem (per, d);
+        cr_assert_str_eq (cJSON_GetStringValue (cJSON_GetObjectItem (o, "codec_up")), "int8",
+                          "device %d: %s", d, out);
+        cr_assert_str_eq (cJSON_GetStringValue (cJSON_GetObjectItem (o, "codec_down")), "int8",
+                          "device %d: %s", d, out);
+        cr_assert (cJSON_IsTrue (cJSON_GetObjectItem (o, "codec_up_auto")));
+    }
+    double auto_epoch = cJSON_GetObjectItem (cJSON_GetObjectItem (j, "chosen"),
+                                             "estimated_epoch_s")->valuedouble;
+    cJSON_Delete (j);
+    //  Named fp16: kept, and slower there than auto's int8.
+    snprintf (flags, sizeof flags, "--config %s --costs %s --uplink-mbps 0.5 "
+              "--downlink-mbps 0.5 --set codec=fp16", cfg, costs);
+    j = s_run_json (flags, out, sizeof out);
+    cJSON *ch = cJSON_GetObjectItem (j, "chosen");
+    cr_assert_str_eq (cJSON_GetStringValue (cJSON_GetObjectItem (ch, "codec_up")), "fp16");
+    cr_assert_not (cJSON_IsTrue (cJSON_GetObjectItem (cJSON_GetArrayItem (
+        cJSON_GetObjectItem (ch, "codecs"), 0), "codec_up_auto")));
+    cr_assert_gt (cJSON_GetObjectItem (ch, "estimated_epoch_s")->valuedouble, auto_epoch,
+                  "%s", out);
+    cJSON_Delete (j);
+    built ("server/pipelearn-plan", bin, sizeof bin);
+    snprintf (cmd, sizeof cmd, "%s --config %s --costs %s --uplink-mbps 0.5 "
+              "--downlink-mbps 0.5 --set codec=auto", bin, cfg, costs);
+    cr_assert_eq (runcmd (cmd, out, sizeof out), 0, "%s", out);
+    cr_assert (strstr (out, "codecs for device 0: up int8 (auto), down int8 (auto)")
+               && strstr (out, "codecs for device 1: up int8 (auto)")
+               && strstr (out, "codecs up/down"), "%s", out);
 }
 
 Test (plan_cli, text_output_and_errors)

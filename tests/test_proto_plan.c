@@ -38,7 +38,9 @@ s_round (proto_msg_t *m, const proto_limits_t *limits)
 static proto_profile_t
 s_profile (uint32_t units)
 {
-    proto_profile_t p = { .units = units, .threads = 2 };
+    proto_profile_t p = { .units = units, .threads = 2,
+                          .encode_Bps = { 3.5e10, 6.1e8, 3.3e8 },
+                          .decode_Bps = { 4.4e10, 1.29e10, 3.4e10 } };
     for (uint32_t u = 0; u < units; u++)
         p.unit[u] = (proto_unit_cost_t) { .fwd_s = 0.01 * (u + 1), .bwd_s = 0.02 * (u + 1),
                                           .fwd_fixed_s = 0.001, .bwd_fixed_s = 0.002,
@@ -72,6 +74,10 @@ Test (proto_plan, profile_round_trip_is_exact)
     cr_assert_eq (g->units, 5);
     cr_assert_eq (g->threads, 2);
     cr_assert (memcmp (g->unit, want.unit, 5 * sizeof want.unit[0]) == 0);
+    for (int c = 0; c < PROTO_PROFILE_CODECS; c++) {
+        cr_assert_eq (g->encode_Bps[c], want.encode_Bps[c], "codec %d encode", c + 1);
+        cr_assert_eq (g->decode_Bps[c], want.decode_Bps[c], "codec %d decode", c + 1);
+    }
     cr_assert_eq (proto_msg_header (got)->device_id, 1);
     proto_msg_destroy (&got);
 }
@@ -219,7 +225,7 @@ Test (proto_plan, malformed_profile_refused)
     //  Truncated below the fixed part.
     f = pltest_frames_of (s_profile_msg (3));
     f.size[1] = 5;
-    pltest_frames_refused (&f, NULL, PROTO_E_SIZE, "need at least 8");
+    pltest_frames_refused (&f, NULL, PROTO_E_SIZE, "need at least 56");
     //  A cost that is negative, NaN, absurd; a fixed part above its total.
     const double bad[3] = { -1.0, NAN, 1e9 };
     for (int k = 0; k < 3; k++) {
@@ -235,6 +241,28 @@ Test (proto_plan, malformed_profile_refused)
     f = pltest_frames_of (s_profile_msg (3));
     memset (f.data[1] + 4, 0, 4);
     pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "threads is 0");
+    //  Codec speeds (offset 8: fp16 encode, 16 fp16 decode, 24 int8 encode,
+    //  ...): negative, NaN, infinite, beyond 10 TB/s.
+    const double bad_speed[4] = { -1.0, NAN, INFINITY, 2e13 };
+    for (int k = 0; k < 4; k++) {
+        f = pltest_frames_of (s_profile_msg (3));
+        pl_le_put_f64 (f.data[1] + 24, bad_speed[k]);
+        pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "PROFILE: int8 encode speed");
+        f = pltest_frames_of (s_profile_msg (3));
+        pl_le_put_f64 (f.data[1] + 48, bad_speed[k]);
+        pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "PROFILE: topk decode speed");
+    }
+    //  0 is "not measured", allowed.
+    f = pltest_frames_of (s_profile_msg (3));
+    pl_le_put_f64 (f.data[1] + 8, 0.0);
+    proto_msg_t *ok = NULL;
+    char err[256] = "";
+    cr_assert_eq (proto_msg_decode_bytes (&ok, (const void *const *) f.data, f.size, f.count,
+                                          NULL, err, sizeof err), 0,
+                  "a codec speed of 0 (not measured) must be accepted: %s", err);
+    cr_assert_eq (proto_msg_profile (ok)->encode_Bps[0], 0.0);
+    proto_msg_destroy (&ok);
+    pltest_frames_free (&f);
 }
 
 Test (proto_plan, malformed_probe_and_plan_refused)

@@ -31,6 +31,7 @@
 
 #include "nn_checkpoint.h"
 #include "nn_model.h"
+#include "pl_le.h"
 #include "proto_msg.h"
 
 #include <arpa/inet.h>
@@ -700,6 +701,66 @@ Test (rogue, planning_peers_are_dropped_and_the_run_goes_on, .timeout = 600)
     pltest_expect_exit (&run, server, 0, "server");
     pltest_expect_exit (&run, client, 0, "client");
     cr_expect (pltest_log_has (&run, "server.log", "device 0 link: uplink"));
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
+}
+
+//  PROFILE's codec speeds (issue 17) from peers that get them wrong, in a
+//  run whose codecs are "auto": a speed that is not a number is malformed
+//  (proto refuses it: ERROR MALFORMED), a speed of 0 (not measured) leaves
+//  the planner blind (ERROR STATE); both peers are dropped with the reason
+//  in the log, and a real device then takes the slot and the run ends.
+#define AUTO_CODEC_CONFIG \
+    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 400, " \
+    "\"test_samples\": 100, \"batch_size\": 40, \"epochs\": 1, \"seed\": 3, " \
+    "\"threads\": 1, \"devices\": 1, \"mode\": \"pipelearn\", \"split_point\": 1, " \
+    "\"micro_batches\": 2, \"codec\": \"auto\", \"measure_link\": false, " \
+    "\"device_timeout_s\": 2}"
+
+Test (rogue, profile_codec_speeds_that_are_wrong_get_the_peer_dropped, .timeout = 600)
+{
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "rogue");
+    char endpoint[256];
+    pid_t server = pltest_start_server (&run, "", AUTO_CODEC_CONFIG, endpoint,
+                                        sizeof endpoint);
+    void *ctx = zmq_ctx_new ();
+
+    //  Speeds of 0: not measured.
+    void *a = s_planning_peer (ctx, endpoint, "unmeasured-codecs");
+    s_send_profile (a, 5);
+    s_expect_error (a, PROTO_ERR_STATE, "PROFILE with codec speeds 0");
+    zmq_close (a);
+
+    //  int8's encode speed NaN, written into the encoded frame.
+    void *b = s_planning_peer (ctx, endpoint, "nan-codec-speed");
+    proto_msg_t *msg = proto_msg_new (PROTO_MSG_PROFILE);
+    proto_profile_t p = { .units = 5, .threads = 1, .encode_Bps = { 1e9, 1e9, 1e9 },
+                          .decode_Bps = { 1e9, 1e9, 1e9 } };
+    for (uint32_t u = 0; u < 5; u++)
+        p.unit[u] = (proto_unit_cost_t) { 0.01, 0.02, 0.0, 0.0, 0.0 };
+    cr_assert_eq (proto_msg_set_profile (msg, &p), 0);
+    zmq_msg_t frames[PROTO_MAX_FRAMES];
+    char err[256];
+    int n = proto_msg_encode (msg, frames, err, sizeof err);
+    cr_assert_gt (n, 1, "%s", err);
+    proto_msg_destroy (&msg);
+    pl_le_put_f64 ((uint8_t *) zmq_msg_data (&frames[1]) + 24, NAN);
+    for (int i = 0; i < n; i++)
+        cr_assert_geq (zmq_msg_send (&frames[i], b, i + 1 < n ? ZMQ_SNDMORE : 0), 0);
+    s_expect_error (b, PROTO_ERR_MALFORMED, "PROFILE with a NaN codec speed");
+    zmq_close (b);
+    zmq_ctx_term (ctx);
+
+    pid_t client = pltest_start_client (&run, 0, endpoint);
+    pltest_expect_exit (&run, server, 0, "server");
+    pltest_expect_exit (&run, client, 0, "client");
+    cr_expect (pltest_log_has (&run, "server.log", "PROFILE: codec auto needs measured fp16"),
+               "the blind profile's reason is not in the log");
+    cr_expect (pltest_log_has (&run, "server.log", "PROFILE: int8 encode speed is nan"),
+               "the malformed profile's reason is not in the log");
+    cr_expect (pltest_log_has (&run, "server.log", "device 0: codecs up"),
+               "the real device's codecs were not chosen");
     pltest_kill_all (&run);
     pltest_rmtree (run.dir);
 }

@@ -27,6 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <zmq.h>
 
 #include "nn_codec.h"
 #include "nn_model.h"
@@ -282,5 +284,269 @@ Test (wire, a_planned_run_keeps_the_codecs, .timeout = 600)
     }
     cJSON_Delete (s);
     pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
+}
+
+//  "codec": "auto": the devices measure their codec speeds (PROFILE), the
+//  server's planner chooses each device's codecs per direction at its
+//  configured (P, N) and says so in the PLAN and in summary.json. On a
+//  2 Mbit/s link (measure_link false: the configured link stands) a
+//  micro-batch's 250 KB take a second, int8 encodes them in about a
+//  millisecond, so int8 must be chosen wherever the planner chooses; the
+//  bytes each device reports must then be the chosen codec's arithmetic
+//  against the same run in none, as for a named codec, give or take the
+//  planning messages' headers (PROFILE up, PLAN down: one 40-byte header
+//  each, within s_expect_bytes' two). Device 1 names fp16 for its
+//  gradients: an explicit direction stays as configured.
+Test (wire, auto_codecs_are_chosen_and_their_bytes_are_the_arithmetic, .timeout = 600)
+{
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "wire");
+    const int micro = 2;
+    uint64_t count;
+    uint32_t channels;
+    s_boundary (micro, &count, &channels);
+    const double messages = (double) ITERATIONS * micro;
+    //  The link keys ride in the codec's slot of s_config's JSON.
+    const char *link = ", \"uplink_mbps\": 2, \"downlink_mbps\": 2, \"rtt_ms\": 20";
+    char codec[256];
+    snprintf (codec, sizeof codec, "\"none\"%s", link);
+    s_result_t none = s_run (&run, "none", "pipelearn", micro, codec, "\"none\"");
+    snprintf (codec, sizeof codec, "[\"auto\", {\"up\": \"auto\", \"down\": \"fp16\"}]%s",
+              link);
+    s_result_t r = s_run (&run, "auto", "pipelearn", micro, codec, "\"none\"");
+    cr_expect (pltest_log_has (&run, "server.log", "codecs up int8 (auto)"),
+               "the server's log does not name the chosen codec");
+    const nn_codec_id_t want_down[2] = { NN_CODEC_INT8, NN_CODEC_FP16 };
+    for (int i = 0; i < 2; i++) {
+        cr_expect_str_eq (r.codec_up[i], "int8", "device %d up", i);
+        cr_expect_str_eq (r.codec_down[i], nn_codec_name (want_down[i]), "device %d down", i);
+        nn_codec_id_t up, down;
+        cr_assert_eq (nn_codec_parse (r.codec_up[i], &up), 0);
+        cr_assert_eq (nn_codec_parse (r.codec_down[i], &down), 0);
+        double want_up = none.up[i] - messages * s_saved (up, count, channels);
+        double want_dn = none.down[i] - messages * s_saved (down, count, channels);
+        cr_log_info ("auto device %d: %s/%s, bytes up %.0f (none %.0f), down %.0f (none "
+                     "%.0f)\n", i, r.codec_up[i], r.codec_down[i], r.up[i], none.up[i],
+                     r.down[i], none.down[i]);
+        char what[96];
+        snprintf (what, sizeof what, "auto device %d (%s up): bytes_up", i, r.codec_up[i]);
+        s_expect_bytes (r.up[i], want_up, what);
+        snprintf (what, sizeof what, "auto device %d (%s down): bytes_down", i,
+                  r.codec_down[i]);
+        s_expect_bytes (r.down[i], want_dn, what);
+    }
+    //  summary.json says who chose: the planner for an auto direction.
+    cJSON *s = pltest_summary (run.dir, "auto");
+    const cJSON *devs = cJSON_GetObjectItemCaseSensitive (pltest_last_epoch (s), "devices");
+    const cJSON *plan = cJSON_GetObjectItemCaseSensitive (
+        cJSON_GetObjectItemCaseSensitive (s, "plan"), "devices");
+    for (int i = 0; i < 2; i++) {
+        const cJSON *d = cJSON_GetArrayItem (devs, i);
+        const cJSON *p = cJSON_GetArrayItem (plan, i);
+        cr_expect_str_eq (cJSON_GetStringValue (cJSON_GetObjectItemCaseSensitive (d,
+                                                "codec_up_by")), "planner");
+        cr_expect_str_eq (cJSON_GetStringValue (cJSON_GetObjectItemCaseSensitive (d,
+                                                "codec_down_by")), i ? "config" : "planner");
+        cr_expect_str_eq (cJSON_GetStringValue (cJSON_GetObjectItemCaseSensitive (p,
+                                                "codec_up")), "int8", "plan device %d", i);
+        cr_expect_eq (pltest_num (p, "split_point"), 1.0);
+        cr_expect_eq (pltest_num (p, "micro_batches"), (double) micro);
+    }
+    cJSON_Delete (s);
+    cr_expect (isfinite (r.test_loss) && r.test_loss < log (10.0) + 0.5, "test loss %g",
+               r.test_loss);
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
+}
+
+//  ---------------------------------------------------------------------
+//  A later PLAN changes the device's upload codec (issue 17: "auto" may
+//  change a device's codecs at an epoch-end re-plan). A stand-in server on
+//  a ROUTER drives a real pipelearn-client through epoch 1 in int8
+//  rounding to nearest, then sends a PLAN for int8 with stochastic rounding
+//  (codec_flags only: the encoder once survived that, since it was rebuilt
+//  only for a new codec or shape) and epoch 2's MODEL; the payload header
+//  of epoch 2's ACTIVATIONS must carry STOCHASTIC. A second PLAN to fp16
+//  must turn the next epoch's ACTIVATIONS into fp16.
+
+#define FAKE_WAIT_MS 30000
+
+//  One message from the ROUTER, with its routing id and, for ACTIVATIONS
+//  in a codec, the codec payload's flags byte (frame 3 after the id:
+//  header, descriptor, payload, labels).
+static proto_msg_t *
+s_fake_recv (void *router, uint8_t *rid, size_t *rid_len, int *payload_flags)
+{
+    zmq_pollitem_t item = { router, 0, ZMQ_POLLIN, 0 };
+    cr_assert_eq (zmq_poll (&item, 1, FAKE_WAIT_MS), 1, "the client went silent");
+    zmq_msg_t frames[PROTO_MAX_FRAMES + 1];
+    int n = 0;
+    int more = 1;
+    while (more) {
+        cr_assert_lt (n, PROTO_MAX_FRAMES + 1, "too many frames");
+        zmq_msg_init (&frames[n]);
+        cr_assert_geq (zmq_msg_recv (&frames[n], router, 0), 0);
+        more = zmq_msg_more (&frames[n]);
+        n++;
+    }
+    *rid_len = zmq_msg_size (&frames[0]);
+    memcpy (rid, zmq_msg_data (&frames[0]), *rid_len);
+    const void *data[PROTO_MAX_FRAMES];
+    size_t size[PROTO_MAX_FRAMES];
+    for (int i = 1; i < n; i++) {
+        data[i - 1] = zmq_msg_data (&frames[i]);
+        size[i - 1] = zmq_msg_size (&frames[i]);
+    }
+    proto_msg_t *msg = NULL;
+    char err[512] = "";
+    cr_assert_eq (proto_msg_decode_bytes (&msg, data, size, n - 1, NULL, err, sizeof err), 0,
+                  "%s", err);
+    *payload_flags = -1;
+    if (proto_msg_type (msg) == PROTO_MSG_ACTIVATIONS && proto_msg_tensor_codec (msg) != 0)
+        *payload_flags = ((const uint8_t *) data[2])[1];
+    for (int i = 0; i < n; i++)
+        zmq_msg_close (&frames[i]);
+    return msg;
+}
+
+static void
+s_fake_send_model (void *router, const uint8_t *rid, size_t rid_len, const nn_model_t *part,
+                   const uint8_t *hash, uint32_t epoch)
+{
+    proto_msg_t *msg = proto_msg_new (PROTO_MSG_MODEL);
+    proto_slab_t slab = { .unit_begin = 0, .unit_end = (uint32_t) nn_model_unit_end (part),
+                          .count = nn_model_weights_count (part) };
+    memcpy (slab.spec_hash, hash, PROTO_SPEC_HASH_SIZE);
+    proto_msg_set_route (msg, 0, epoch, 0, 0);
+    cr_assert_eq (proto_msg_set_slab_copy (msg, &slab, nn_model_weights_const (part)), 0);
+    cr_assert_eq (proto_msg_send_to (&msg, router, rid, rid_len), 0);
+}
+
+//  Serves one epoch: answers every ACTIVATIONS with zero GRADIENTS until
+//  the epoch's PARAMS. Returns the codec and payload flags of the epoch's
+//  ACTIVATIONS (asserted the same for all of them).
+static void
+s_fake_epoch (void *router, uint8_t *rid, size_t *rid_len, uint32_t epoch, int *codec,
+              int *flags)
+{
+    *codec = -2;
+    for (;;) {
+        int f;
+        proto_msg_t *msg = s_fake_recv (router, rid, rid_len, &f);
+        int type = proto_msg_type (msg);
+        if (type == PROTO_MSG_PARAMS) {
+            proto_msg_destroy (&msg);
+            return;
+        }
+        cr_assert (type == PROTO_MSG_ACTIVATIONS || type == PROTO_MSG_STATS
+                   || type == PROTO_MSG_EVENTS || type == PROTO_MSG_HEARTBEAT,
+                   "epoch %u: unexpected %s", epoch, proto_type_name (type));
+        if (type != PROTO_MSG_ACTIVATIONS) {
+            proto_msg_destroy (&msg);
+            continue;
+        }
+        const proto_header_t *h = proto_msg_header (msg);
+        cr_assert_eq (h->epoch, epoch);
+        int c = proto_msg_tensor_codec (msg);
+        if (*codec == -2) {
+            *codec = c;
+            *flags = f;
+        }
+        cr_assert_eq (c, *codec, "one epoch, one codec");
+        cr_assert_eq (f, *flags, "one epoch, one rounding");
+        const proto_tensor_desc_t *d = proto_msg_tensor (msg);
+        proto_msg_t *grad = proto_msg_new (PROTO_MSG_GRADIENTS);
+        proto_msg_set_route (grad, 0, h->epoch, h->iteration, h->micro_batch);
+        proto_msg_set_last (grad, true);
+        float *zeros = calloc (proto_msg_tensor_count (msg), sizeof (float));
+        cr_assert_eq (proto_msg_set_tensor_copy (grad, zeros, d->dims, d->rank), 0);
+        free (zeros);
+        proto_loss_t loss = { .loss = 2.3, .correct = 0,
+                              .count = (uint32_t) d->dims[0] };
+        proto_msg_set_loss (grad, &loss);
+        proto_msg_destroy (&msg);
+        cr_assert_eq (proto_msg_send_to (&grad, router, rid, *rid_len), 0);
+    }
+}
+
+Test (wire, a_later_plan_changes_the_devices_upload_codec, .timeout = 300)
+{
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "wire_plan");
+    void *ctx = zmq_ctx_new ();
+    void *router = zmq_socket (ctx, ZMQ_ROUTER);
+    zmq_setsockopt (router, ZMQ_LINGER, &(int) { 0 }, sizeof (int));
+    cr_assert_eq (zmq_bind (router, "tcp://127.0.0.1:*"), 0);
+    char endpoint[256];
+    size_t len = sizeof endpoint;
+    zmq_getsockopt (router, ZMQ_LAST_ENDPOINT, endpoint, &len);
+    pltest_start_client (&run, 0, endpoint);
+    uint8_t rid[PROTO_ROUTING_ID_MAX];
+    size_t rid_len = 0;
+    int f;
+    proto_msg_t *msg = s_fake_recv (router, rid, &rid_len, &f);
+    cr_assert_eq (proto_msg_type (msg), PROTO_MSG_HELLO);
+    proto_msg_destroy (&msg);
+
+    const char *config =
+        "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 20, "
+        "\"test_samples\": 10, \"batch_size\": 10, \"epochs\": 3, \"seed\": 5, "
+        "\"split_point\": 1, \"threads\": 1, \"devices\": 1, \"mode\": \"sfl\", "
+        "\"micro_batches\": 1, \"heartbeat_s\": 3600}";
+    proto_assign_t plan = { .device_id = 0, .split_point = 1, .micro_batches = 1,
+                            .batch_size = 10, .devices = 1, .mode = PL_MODE_SFL,
+                            .shard_begin = 0, .shard_count = 20, .seed = 5,
+                            .origin_s = (double) time (NULL), .codec_up = NN_CODEC_INT8 };
+    msg = proto_msg_new (PROTO_MSG_WELCOME);
+    cr_assert_eq (proto_msg_set_config (msg, config, strlen (config)), 0);
+    proto_msg_set_assign (msg, &plan);
+    cr_assert_eq (proto_msg_set_frame_cap (msg, PROTO_DEFAULT_MAX_FRAME_BYTES), 0);
+    char why[256] = "";
+    cr_assert_eq (proto_msg_check (msg, why, sizeof why), 0, "WELCOME: %s", why);
+    cr_assert_eq (proto_msg_send_to (&msg, router, rid, rid_len), 0);
+
+    nn_model_spec_t spec;
+    char err[256];
+    cr_assert_eq (nn_model_spec_by_name (&spec, "vgg5", 1, 28, 28, 10, err, sizeof err), 0,
+                  "%s", err);
+    uint8_t hash[PROTO_SPEC_HASH_SIZE];
+    nn_model_spec_hash (&spec, hash);
+    nn_model_t *part = nn_model_new (&spec, 0, 1, 10, err, sizeof err);
+    cr_assert (part, "%s", err);
+
+    int codec, flags;
+    s_fake_send_model (router, rid, rid_len, part, hash, 1);
+    s_fake_epoch (router, rid, &rid_len, 1, &codec, &flags);
+    cr_expect_eq (codec, NN_CODEC_INT8, "epoch 1: codec %d", codec);
+    cr_expect_eq (flags, 0, "epoch 1: int8 rounds to nearest, payload flags %d", flags);
+
+    //  Only the rounding changes.
+    plan.codec_flags = PROTO_ASSIGN_STOCHASTIC_UP;
+    msg = proto_msg_new (PROTO_MSG_PLAN);
+    proto_msg_set_route (msg, 0, 2, 0, 0);
+    proto_msg_set_assign (msg, &plan);
+    cr_assert_eq (proto_msg_send_to (&msg, router, rid, rid_len), 0);
+    s_fake_send_model (router, rid, rid_len, part, hash, 2);
+    s_fake_epoch (router, rid, &rid_len, 2, &codec, &flags);
+    cr_expect_eq (codec, NN_CODEC_INT8, "epoch 2: codec %d", codec);
+    cr_expect_eq (flags, NN_CODEC_FLAG_STOCHASTIC, "epoch 2: the PLAN asked for stochastic "
+                  "rounding, payload flags %d", flags);
+
+    //  The codec changes.
+    plan.codec_up = NN_CODEC_FP16;
+    plan.codec_flags = 0;
+    msg = proto_msg_new (PROTO_MSG_PLAN);
+    proto_msg_set_route (msg, 0, 3, 0, 0);
+    proto_msg_set_assign (msg, &plan);
+    cr_assert_eq (proto_msg_send_to (&msg, router, rid, rid_len), 0);
+    s_fake_send_model (router, rid, rid_len, part, hash, 3);
+    s_fake_epoch (router, rid, &rid_len, 3, &codec, &flags);
+    cr_expect_eq (codec, NN_CODEC_FP16, "epoch 3: codec %d", codec);
+
+    nn_model_destroy (&part);
+    pltest_kill_all (&run);
+    zmq_close (router);
+    zmq_ctx_term (ctx);
     pltest_rmtree (run.dir);
 }

@@ -28,9 +28,13 @@
 
 //  The codecs of one device's tensors across the split (docs/codecs.md):
 //  up, the ACTIVATIONS it sends (none, fp16, int8); down, the GRADIENTS
-//  the server sends it (also topk).
+//  the server sends it (also topk). auto_up / auto_down: "auto", the
+//  server's planner chooses that direction's codec among none, fp16 and
+//  int8; the id is then none (what a device starts with until the planner
+//  has chosen).
 typedef struct {
     nn_codec_id_t up, down;
+    bool auto_up, auto_down;
 } pl_codecs_t;
 
 typedef struct {
@@ -104,6 +108,8 @@ typedef struct {
 //  Device id's codecs and noise under the config (a per-device list's
 //  entry, else the common value). id < devices.
 pl_codecs_t pl_config_codecs (const pl_config_t *self, int id);
+//  Some device's codec is "auto" in some direction (the planner chooses).
+bool pl_config_codec_auto (const pl_config_t *self);
 nn_noise_t pl_config_noise (const pl_config_t *self, int id);
 
 void pl_config_defaults (pl_config_t *self);

@@ -23,18 +23,23 @@ s_shown (char *buf, size_t size, const cJSON *item)
     return buf;
 }
 
-#define S_CODEC_EXPECT "\"none\", \"fp16\", \"int8\", {\"up\": .., \"down\": ..} (down " \
-                       "also \"topk\"), or a list of those with one per device"
+#define S_CODEC_EXPECT "\"none\", \"fp16\", \"int8\", \"auto\", {\"up\": .., \"down\": ..} " \
+                       "(down also \"topk\"), or a list of those with one per device"
 
-//  One codec name for one direction ("up" or "down"; NULL: both).
+//  One codec name for one direction ("up" or "down"; NULL: both). "auto"
+//  sets *is_auto and *id none (the planner chooses among none, fp16 and
+//  int8, never topk: docs/codecs.md).
 static int
-s_codec_name (nn_codec_id_t *id, const cJSON *v, const char *dir, const char *what,
-              char *err, size_t err_size)
+s_codec_name (nn_codec_id_t *id, bool *is_auto, const cJSON *v, const char *dir,
+              const char *what, char *err, size_t err_size)
 {
     char got[96];
-    if (cJSON_IsString (v) && strcasecmp (v->valuestring, "auto") == 0)
-        return nn_errf (err, err_size, "%s: \"auto\" (the planner's choice) is not "
-                        "supported by pipelearn-server yet: name a codec", what);
+    *is_auto = false;
+    if (cJSON_IsString (v) && strcasecmp (v->valuestring, "auto") == 0) {
+        *id = NN_CODEC_NONE;
+        *is_auto = true;
+        return 0;
+    }
     if (!cJSON_IsString (v) || nn_codec_parse (v->valuestring, id))
         return nn_errf (err, err_size, "%s: expected " S_CODEC_EXPECT ", got %s", what,
                         s_shown (got, sizeof got, v));
@@ -53,16 +58,22 @@ s_codec_pair (pl_codecs_t *pair, const cJSON *v, const char *what, char *err,
 {
     if (cJSON_IsString (v)) {
         nn_codec_id_t id;
-        if (s_codec_name (&id, v, NULL, what, err, err_size))
+        bool is_auto;
+        if (s_codec_name (&id, &is_auto, v, NULL, what, err, err_size))
             return -1;
         pair->up = pair->down = id;
+        pair->auto_up = pair->auto_down = is_auto;
         return 0;
     }
     char got[96];
     if (!cJSON_IsObject (v))
         return nn_errf (err, err_size, "%s: expected " S_CODEC_EXPECT ", got %s", what,
                         s_shown (got, sizeof got, v));
-    pl_codecs_t p = { NN_CODEC_NONE, NN_CODEC_NONE };
+    //  Zeroed padding included (the flags leave two bytes): equal configs
+    //  are equal under memcmp.
+    pl_codecs_t p;
+    memset (&p, 0, sizeof p);
+    p.up = p.down = NN_CODEC_NONE;
     for (const cJSON *m = v->child; m; m = m->next) {
         char sub[96];
         bool up = m->string && strcmp (m->string, "up") == 0;
@@ -70,10 +81,11 @@ s_codec_pair (pl_codecs_t *pair, const cJSON *v, const char *what, char *err,
             return nn_errf (err, err_size, "%s: unknown key \"%.32s\" (\"up\" or \"down\")",
                             what, m->string ? m->string : "");
         snprintf (sub, sizeof sub, "%s.%s", what, up ? "up" : "down");
-        if (s_codec_name (up ? &p.up : &p.down, m, up ? "up" : "down", sub, err, err_size))
+        if (s_codec_name (up ? &p.up : &p.down, up ? &p.auto_up : &p.auto_down, m,
+                          up ? "up" : "down", sub, err, err_size))
             return -1;
     }
-    *pair = p;
+    memcpy (pair, &p, sizeof p);
     return 0;
 }
 
@@ -207,15 +219,22 @@ pl_config_wire_noise (pl_config_t *self, const cJSON *item, const char *source,
                          err_size);
 }
 
+//  A direction's name in the config: its codec or "auto".
+static const char *
+s_dir_name (nn_codec_id_t id, bool is_auto)
+{
+    return is_auto ? "auto" : nn_codec_name (id);
+}
+
 static cJSON *
 s_pair_json (const pl_codecs_t *p)
 {
-    if (p->up == p->down)
-        return cJSON_CreateString (nn_codec_name (p->up));
+    if (p->up == p->down && p->auto_up == p->auto_down)
+        return cJSON_CreateString (s_dir_name (p->up, p->auto_up));
     cJSON *o = cJSON_CreateObject ();
     if (o) {
-        cJSON_AddStringToObject (o, "up", nn_codec_name (p->up));
-        cJSON_AddStringToObject (o, "down", nn_codec_name (p->down));
+        cJSON_AddStringToObject (o, "up", s_dir_name (p->up, p->auto_up));
+        cJSON_AddStringToObject (o, "down", s_dir_name (p->down, p->auto_down));
     }
     return o;
 }
@@ -258,6 +277,17 @@ pl_config_wire_noise_json (const pl_config_t *self)
     return a;
 }
 
+bool
+pl_config_codec_auto (const pl_config_t *self)
+{
+    for (int i = 0; i < self->devices && i < PL_SPLIT_POINTS_MAX; i++) {
+        pl_codecs_t c = pl_config_codecs (self, i);
+        if (c.auto_up || c.auto_down)
+            return true;
+    }
+    return false;
+}
+
 int
 pl_config_wire_check (const pl_config_t *self, const char *source, char *err,
                       size_t err_size)
@@ -274,7 +304,7 @@ pl_config_wire_check (const pl_config_t *self, const char *source, char *err,
         return 0;
     for (int i = 0; i < self->devices && i < PL_SPLIT_POINTS_MAX; i++) {
         pl_codecs_t c = pl_config_codecs (self, i);
-        if (c.up != NN_CODEC_NONE || c.down != NN_CODEC_NONE)
+        if (c.up != NN_CODEC_NONE || c.down != NN_CODEC_NONE || c.auto_up || c.auto_down)
             return nn_errf (err, err_size, "%s: codec, mode: mode fl sends whole models, "
                             "nothing crosses a split: codec must be \"none\"", source);
         if (pl_config_noise (self, i).kind != NN_NOISE_NONE)
