@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -52,6 +53,60 @@ pltest_path (char *out, const char *dir, const char *name)
     cr_assert (n > 0 && n < 4096, "path too long");
 }
 
+//  Every process pltest_spawn started from this process and not reaped
+//  here yet, whichever run it belongs to. A test that leaves by a failed
+//  assertion does not reach its own pltest_kill_all: Criterion ends the
+//  test's process through exit (), so the atexit handler below kills and
+//  reaps what is left. A test process killed outright (Criterion's timeout
+//  sends SIGKILL; a crash) runs no handler: its daemons get SIGKILL from the
+//  kernel instead (PR_SET_PDEATHSIG, set in the child before the exec).
+static pid_t s_live[PLTEST_MAX_LIVE];
+static bool s_atexit_set;
+
+static void
+s_live_forget (pid_t pid)
+{
+    for (int i = 0; i < PLTEST_MAX_LIVE; i++)
+        if (s_live[i] == pid)
+            s_live[i] = 0;
+}
+
+void
+pltest_reap_all (void)
+{
+    for (int i = 0; i < PLTEST_MAX_LIVE; i++) {
+        pid_t pid = s_live[i];
+        if (pid <= 0)
+            continue;
+        s_live[i] = 0;
+        //  Still our child (0) or already exited and now reaped (pid)?
+        //  -1 (ECHILD): a test reaped it with its own waitpid, and the
+        //  number may belong to another process by now: leave it alone.
+        if (waitpid (pid, NULL, WNOHANG) == 0) {
+            kill (pid, SIGKILL);
+            while (waitpid (pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        }
+    }
+}
+
+static void
+s_live_add (pid_t pid)
+{
+    if (!s_atexit_set) {
+        cr_assert_eq (atexit (pltest_reap_all), 0, "atexit");
+        s_atexit_set = true;
+    }
+    for (int i = 0; i < PLTEST_MAX_LIVE; i++)
+        if (s_live[i] == 0) {
+            s_live[i] = pid;
+            return;
+        }
+    kill (pid, SIGKILL);
+    waitpid (pid, NULL, 0);
+    cr_assert_fail ("more than %d processes started by one test process", PLTEST_MAX_LIVE);
+}
+
 //  Start argv[0] with stdout+stderr to DIR/log_name.
 pid_t
 pltest_spawn (pltest_run_t *run, const char *log_name, char *const argv[])
@@ -63,9 +118,15 @@ pltest_spawn (pltest_run_t *run, const char *log_name, char *const argv[])
     //  an earlier process that wrote the same log.
     int fd = open (log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     cr_assert (fd >= 0, "%s: %s", log, strerror (errno));
+    pid_t parent = getpid ();
     pid_t pid = fork ();
     cr_assert (pid >= 0, "fork: %s", strerror (errno));
     if (pid == 0) {
+        //  Dies with the test's process however that ends (the signal is
+        //  kept across execv); a parent already gone before the prctl
+        //  would never send it.
+        if (prctl (PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid () != parent)
+            _exit (125);
         dup2 (fd, 1);
         dup2 (fd, 2);
         close (fd);
@@ -78,7 +139,11 @@ pltest_spawn (pltest_run_t *run, const char *log_name, char *const argv[])
         _exit (127);
     }
     close (fd);
-    cr_assert (run->count < PLTEST_MAX_PROCS);
+    s_live_add (pid);
+    if (run->count == PLTEST_MAX_PROCS) {
+        kill (pid, SIGKILL);
+        cr_assert_fail ("more than %d processes in one run", PLTEST_MAX_PROCS);
+    }
     run->pids[run->count++] = pid;
     return pid;
 }
@@ -90,6 +155,7 @@ pltest_kill_all (pltest_run_t *run)
         if (run->pids[i] > 0) {
             kill (run->pids[i], SIGKILL);
             waitpid (run->pids[i], NULL, 0);
+            s_live_forget (run->pids[i]);
             run->pids[i] = 0;
         }
 }
@@ -102,6 +168,7 @@ pltest_wait (pltest_run_t *run, pid_t pid, double deadline)
         int st;
         pid_t r = waitpid (pid, &st, WNOHANG);
         if (r == pid) {
+            s_live_forget (pid);
             for (int i = 0; i < run->count; i++)
                 if (run->pids[i] == pid)
                     run->pids[i] = 0;
@@ -110,6 +177,30 @@ pltest_wait (pltest_run_t *run, pid_t pid, double deadline)
         usleep (20000);
     } while (pl_monotonic () < deadline);
     return -1;
+}
+
+int
+pltest_proc_stat (pid_t pid, char *state, unsigned long long *starttime)
+{
+    char path[64], text[1024];
+    snprintf (path, sizeof path, "/proc/%d/stat", (int) pid);
+    //  read (), not pltest_read: /proc files have no size to seek to.
+    int fd = open (path, O_RDONLY);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read (fd, text, sizeof text - 1);
+    close (fd);
+    if (n <= 0)
+        return -1;
+    text[n] = '\0';
+    //  After the ')' that ends the command name: state ppid pgrp session
+    //  tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime
+    //  cstime priority nice threads itrealvalue starttime.
+    const char *p = strrchr (text, ')');
+    if (!p || sscanf (p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d "
+                      "%*d %*d %*d %*d %llu", state, starttime) != 2)
+        return -1;
+    return 0;
 }
 
 void
@@ -338,6 +429,7 @@ pltest_start_server_full (pltest_run_t *run, const char *sub, const char *config
     while (pl_monotonic () < deadline) {
         int st;
         if (waitpid (pid, &st, WNOHANG) == pid) {
+            s_live_forget (pid);
             run->pids[run->count - 1] = 0;
             pltest_dump_logs (run);
             pltest_kill_all (run);

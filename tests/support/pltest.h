@@ -18,6 +18,8 @@
 #include "nn_model.h"
 
 #define PLTEST_MAX_PROCS 40
+//  Processes started and not yet reaped, over all runs of one test process.
+#define PLTEST_MAX_LIVE 256
 
 //  Built with AddressSanitizer (gcc's macro; clang's __has_feature): the
 //  daemons' RSS is the sanitizer's (shadow memory, quarantine), so memory
@@ -71,8 +73,20 @@ pid_t pltest_spawn (pltest_run_t *run, const char *log_name, char *const argv[])
 //  SIGKILL and reap every process the run started that is still there.
 void pltest_kill_all (pltest_run_t *run);
 
+//  SIGKILL and reap every process pltest_spawn started from this process,
+//  of any run, that is still its child. Runs by itself at exit (registered
+//  with atexit at the first spawn), so a test that fails an assertion
+//  leaves no daemon behind; a test process killed outright takes its
+//  daemons with it (PR_SET_PDEATHSIG).
+void pltest_reap_all (void);
+
 //  Exit status of pid, waiting at most until deadline; -1 on timeout.
 int pltest_wait (pltest_run_t *run, pid_t pid, double deadline);
+
+//  Field 3 (state: R, S, Z, ...) and 22 (start time in clock ticks since
+//  boot, which tells a process from a later one given the same number) of
+//  /proc/pid/stat; -1 if there is no such process.
+int pltest_proc_stat (pid_t pid, char *state, unsigned long long *starttime);
 
 //  A whole file; its text (the caller frees it), or NULL.
 void pltest_write (const char *path, const char *text);
