@@ -111,8 +111,11 @@ s_devices_json (srv_t *self, cJSON *ej)
         //  a device that never sent them.
         cJSON_AddNumberToObject (o, "trained_samples", (double) self->dev[i].trained);
         cJSON_AddBoolToObject (o, "reported", self->dev[i].reported);
-        if (self->mode != PL_MODE_FL)
+        if (self->mode != PL_MODE_FL) {
+            //  The split point it ran this epoch (a move takes effect after).
+            cJSON_AddNumberToObject (o, "split_point", self->assign.split[i]);
             srv_planner_epoch_json (self->planner, i, self->assign.micro[i], o);
+        }
         cJSON_AddItemToArray (devs, o);
         memset (&self->dev[i].stats, 0, sizeof self->dev[i].stats);
         self->dev[i].stats_in = self->dev[i].reported = false;

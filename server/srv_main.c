@@ -198,6 +198,7 @@ s_metrics_sample (const srv_t *self, srv_metrics_sample_t *m)
         const srv_device_t *d = &self->dev[i];
         m->dev[i].joined = d->joined;
         m->dev[i].active = d->active;
+        m->dev[i].split = self->mode == PL_MODE_FL ? self->units : self->assign.split[i];
         m->dev[i].micro = self->assign.micro[i];
         if (self->pool)
             m->dev[i].queue = (int) srv_pool_queued (self->pool, d->replica)

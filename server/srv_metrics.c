@@ -319,6 +319,7 @@ srv_metrics_tick (srv_metrics_t *self, const srv_metrics_sample_t *srv)
         srv_metrics_device_t *m = &st->dev[i];
         m->joined = srv->dev[i].joined;
         m->active = srv->dev[i].active;
+        m->split = srv->dev[i].split;
         m->micro = srv->dev[i].micro;
         m->queue = srv->dev[i].queue;
     }
@@ -560,6 +561,7 @@ srv_metrics_new (const char *listen, const srv_metrics_sample_t *srv, const char
     st->workers = srv->workers;
     st->origin = srv->origin;
     for (int i = 0; i < devices; i++) {
+        st->dev[i].split = srv->dev[i].split;
         st->dev[i].micro = srv->dev[i].micro;
         st->dev[i].last_iteration = -1;
     }

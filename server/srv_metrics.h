@@ -45,7 +45,7 @@ typedef struct {
     double epoch_elapsed_s;     //  0 while the epoch clock waits
     struct {
         bool joined, active;
-        int micro;
+        int split, micro;       //  the device's split point (fl: the units) and N
         int queue;              //  micro-batches queued or in a worker
     } dev[SRV_MAX_DEVICES];
 } srv_metrics_sample_t;

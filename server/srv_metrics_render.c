@@ -109,7 +109,8 @@ srv_metrics_render_text (const srv_metrics_state_t *st, const srv_metrics_proces
     s_label (&b, "results_dir", st->results, true);
     s_put (&b, "} 1\n");
     s_gauge (&b, "pipelearn_split_point", "gauge",
-             "Units of the model on the devices (the split point).", st->split);
+             "Device 0's split point: the run's when every device has the same one "
+             "(each device's: pipelearn_device_split_point).", st->split);
     s_gauge (&b, "pipelearn_batch_size", "gauge", "Samples per iteration and device.",
              st->batch);
     s_gauge (&b, "pipelearn_devices", "gauge", "Devices the run is configured for.",
@@ -170,6 +171,10 @@ srv_metrics_render_text (const srv_metrics_state_t *st, const srv_metrics_proces
     s_head (&b, "pipelearn_device_joined", "gauge", "1 while the device has a session.");
     for (int i = 0; i < st->devices; i++)
         s_put (&b, "pipelearn_device_joined{device=\"%d\"} %d\n", i, st->dev[i].joined);
+    s_head (&b, "pipelearn_device_split_point", "gauge",
+            "Units of the model on the device (its split point; fl: all of them).");
+    for (int i = 0; i < st->devices; i++)
+        s_put (&b, "pipelearn_device_split_point{device=\"%d\"} %d\n", i, st->dev[i].split);
     s_head (&b, "pipelearn_device_micro_batches", "gauge",
             "Micro-batches per iteration in the device's plan.");
     for (int i = 0; i < st->devices; i++)
@@ -287,6 +292,7 @@ srv_metrics_render_json (const srv_metrics_state_t *st, const srv_metrics_proces
         cJSON_AddNumberToObject (o, "id", i);
         cJSON_AddBoolToObject (o, "joined", d->joined);
         cJSON_AddBoolToObject (o, "active", d->active);
+        cJSON_AddNumberToObject (o, "split_point", d->split);
         cJSON_AddNumberToObject (o, "micro_batches", d->micro);
         cJSON_AddNumberToObject (o, "queue_depth", d->queue);
         cJSON_AddNumberToObject (o, "epoch", d->last_epoch);

@@ -30,7 +30,7 @@ typedef struct {
 
 typedef struct {
     bool joined, active;
-    int micro, queue;
+    int split, micro, queue;
     //  The newest epoch's figures (summary) and their sums over the run.
     double forward_s, backward_s, update_s, idle_s;
     double forward_total_s, backward_total_s, update_total_s, idle_total_s;

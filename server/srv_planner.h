@@ -22,7 +22,10 @@
       its estimated iteration gains more than replan_gain, and its N is
       re-chosen; (a run with "auto" micro-batches only and a configured
       split point keeps that split point). Every re-plan is logged with
-      its reason and recorded in summary.json.
+      its reason and recorded in summary.json;
+    - in any pipelearn or sfl run, the config's split_point_moves move a
+      device's split point at a given epoch's start, recorded the same way
+      (srv_planner_moves).
 */
 #ifndef SRV_PLANNER_H_INCLUDED
 #define SRV_PLANNER_H_INCLUDED
@@ -126,6 +129,13 @@ void srv_planner_choose_codecs (srv_planner_t *self, bool start, int epoch,
 void srv_planner_codecs_json (const pl_config_t *cfg, int id, pl_codecs_t codecs, cJSON *o);
 //  Epoch-end probes are out.
 bool srv_planner_probing (const srv_planner_t *self);
+//  Before epoch begins (after any re-plan of its probes, whose decision
+//  dec holds, or the assignment in force with no device told): the
+//  config's split_point_moves for epoch, applied on top of dec (a moved
+//  device is told when active; each move recorded as a re-plan with its
+//  reason). 1 when a split point moved, else 0 (dec unchanged).
+int srv_planner_moves (srv_planner_t *self, const bool *active, int epoch,
+                       srv_planner_decision_t *dec);
 
 //  Per-device link figures for the epoch's summary entry (then the
 //  epoch's traffic samples are reset); micro is the device's N.

@@ -231,3 +231,34 @@ srv_planner_replan (srv_planner_t *self, const srv_assign_t *cur, const bool *ac
         }
     return 1;
 }
+
+//  ---------------------------------------------------------------------
+//  Scheduled moves ("split_point_moves")
+
+int
+srv_planner_moves (srv_planner_t *self, const bool *active, int epoch,
+                   srv_planner_decision_t *dec)
+{
+    const pl_config_t *cfg = self->args.cfg;
+    int moved = 0;
+    for (int k = 0; k < cfg->moves_count; k++) {
+        const pl_move_t *m = &cfg->moves[k];
+        int i = m->device;
+        if (m->epoch != epoch || dec->next.split[i] == m->split_point)
+            continue;
+        pl_log_info ("server: re-plan at epoch %d: device %d: split_point_moves in the "
+                     "config: split point %d -> %d, micro-batches stay %d", epoch, i,
+                     dec->next.split[i], m->split_point, dec->next.micro[i]);
+        if (!self->replans)
+            self->replans = cJSON_CreateArray ();
+        cJSON *r = s_replan_record (i, "split_point", dec->next.split[i], m->split_point);
+        cJSON_AddStringToObject (r, "reason", "split_point_moves in the config");
+        cJSON_AddItemToArray (self->replans, r);
+        dec->next.split[i] = m->split_point;
+        //  A device away now learns its split point when it joins again
+        //  (WELCOME carries the assignment).
+        dec->tell[i] = active[i];
+        moved = 1;
+    }
+    return moved;
+}

@@ -346,6 +346,8 @@ s_aggregate (srv_t *self, uint32_t *next_iter)
     return epoch_end;
 }
 
+static void s_replan (srv_t *self, bool probed);
+
 //  Every device finished the epoch: record it, then finish, or go on to
 //  the next epoch (after an adaptive re-plan's probes, if any go out).
 static void
@@ -369,23 +371,33 @@ s_end_epoch (srv_t *self)
         self->replanning = true;
         return;
     }
-    s_epoch_begin (self);
+    s_replan (self, false);
 }
 
-//  The epoch-end probes are in: apply the re-plan, begin the epoch.
+//  Before an epoch: the re-plan of the epoch-end probes (probed: they are
+//  in) and the config's split_point_moves for the epoch, applied; then the
+//  epoch begins.
 static void
-s_replan (srv_t *self)
+s_replan (srv_t *self, bool probed)
 {
     bool active[SRV_MAX_DEVICES];
     for (int i = 0; i < self->devices; i++)
         active[i] = self->dev[i].active;
     srv_planner_decision_t dec;
     self->replanning = false;
-    if (srv_planner_replan (self->planner, &self->assign, active, self->epoch, &dec) == 1) {
+    int rc = probed ? srv_planner_replan (self->planner, &self->assign, active, self->epoch,
+                                          &dec)
+                    : 0;
+    if (rc == 1)
         srv_planner_choose_codecs (self->planner, false, self->epoch, &dec);
-        if (s_apply (self, &dec))
-            s_fail (self);
+    else {
+        dec.next = self->assign;
+        memset (dec.tell, 0, sizeof dec.tell);
     }
+    if (srv_planner_moves (self->planner, active, self->epoch, &dec))
+        rc = 1;
+    if (rc == 1 && s_apply (self, &dec))
+        s_fail (self);
     if (!self->done)
         s_epoch_begin (self);
 }
@@ -448,7 +460,7 @@ s_step (srv_t *self)
             joined[i] = self->dev[i].joined;
         if (!srv_planner_settled (self->planner, joined))
             return false;
-        s_replan (self);
+        s_replan (self, true);
         return true;
     }
     return s_round_close (self);

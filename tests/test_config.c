@@ -190,7 +190,7 @@ Test (config, to_json_uses_canonical_forms)
     char *text = cJSON_PrintUnformatted (json);
     S_ASSERT_HAS (text, "\"seed\":9007199254740992,");
     cJSON_free (text);
-    cr_assert_eq (cJSON_GetArraySize (json), 48, "one member per canonical key");
+    cr_assert_eq (cJSON_GetArraySize (json), 49, "one member per canonical key");
     cJSON_Delete (json);
 }
 
@@ -1048,4 +1048,88 @@ Test (config, codec_and_noise_nonsense_refused)
                 "\"scale\": 1}}");
     cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
     S_ASSERT_HAS (err, "noise must be \"none\"");
+}
+
+//  "split_point_moves": a device's split point moves at an epoch's start.
+Test (config, split_point_moves)
+{
+    pl_config_t config;
+    char err [NN_ERR_SIZE] = "";
+    s_parse_ok (&config, "{\"epochs\": 3, \"split_point\": [1, 2], \"split_point_moves\": "
+                         "[{\"epoch\": 2, \"device\": 0, \"split_point\": 3}, "
+                         "{\"device\": 1, \"split_point\": 1, \"epoch\": 3}]}");
+    cr_assert_eq (config.moves_count, 2);
+    cr_assert_eq (config.moves[0].epoch, 2);
+    cr_assert_eq (config.moves[0].device, 0);
+    cr_assert_eq (config.moves[0].split_point, 3);
+    cr_assert_eq (config.moves[1].epoch, 3);
+    cr_assert_eq (config.moves[1].device, 1);
+    cr_assert_eq (config.moves[1].split_point, 1);
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
+    s_assert_round_trip (&config);
+    //  With one split point for all and with "auto" too (sfl).
+    s_parse_ok (&config, "{\"epochs\": 2, \"mode\": \"sfl\", \"split_point\": \"auto\", "
+                         "\"split_point_moves\": [{\"epoch\": 2, \"device\": 1, "
+                         "\"split_point\": 4}]}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), 0, "%s", err);
+    //  An empty list is none; --set replaces the list.
+    cr_assert_eq (pl_config_set (&config, "split_point_moves=[]", err, sizeof err), 0, "%s",
+                  err);
+    cr_assert_eq (config.moves_count, 0);
+    s_assert_round_trip (&config);
+}
+
+Test (config, split_point_moves_errors)
+{
+    pl_config_t config;
+    char err [NN_ERR_SIZE] = "";
+    s_parse_fails ("{\"split_point_moves\": {\"epoch\": 2}}", err, sizeof err);
+    S_ASSERT_HAS (err, "split_point_moves: expected a list");
+    s_parse_fails ("{\"split_point_moves\": [3]}", err, sizeof err);
+    S_ASSERT_HAS (err, "split_point_moves[0]");
+    s_parse_fails ("{\"split_point_moves\": [{\"epoch\": 2, \"device\": 0}]}", err,
+                   sizeof err);
+    S_ASSERT_HAS (err, "split_point_moves[0].split_point");
+    s_parse_fails ("{\"split_point_moves\": [{\"epoch\": 2, \"device\": -1, "
+                   "\"split_point\": 2}]}", err, sizeof err);
+    S_ASSERT_HAS (err, "split_point_moves[0].device");
+    s_parse_fails ("{\"split_point_moves\": [{\"epoch\": 2.5, \"device\": 0, "
+                   "\"split_point\": 2}]}", err, sizeof err);
+    S_ASSERT_HAS (err, "split_point_moves[0].epoch");
+    s_parse_fails ("{\"split_point_moves\": [{\"epoch\": 2, \"device\": 0, "
+                   "\"split_point\": 2, \"micro_batches\": 4}]}", err, sizeof err);
+    S_ASSERT_HAS (err, "unknown key \"micro_batches\"");
+
+    //  The run's devices, epochs after the first, the model's split points.
+    s_parse_ok (&config, "{\"epochs\": 2, \"devices\": 2, \"split_point_moves\": "
+                         "[{\"epoch\": 2, \"device\": 2, \"split_point\": 2}]}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "device 2 of a run of 2 device(s)");
+    s_parse_ok (&config, "{\"epochs\": 2, \"split_point_moves\": "
+                         "[{\"epoch\": 1, \"device\": 0, \"split_point\": 2}]}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "not in 2..2");
+    s_parse_ok (&config, "{\"epochs\": 2, \"split_point_moves\": "
+                         "[{\"epoch\": 3, \"device\": 0, \"split_point\": 2}]}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "epoch 3");
+    s_parse_ok (&config, "{\"epochs\": 2, \"split_point_moves\": "
+                         "[{\"epoch\": 2, \"device\": 0, \"split_point\": 5}]}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "1..4, got 5");
+    s_parse_ok (&config, "{\"epochs\": 2, \"split_point_moves\": "
+                         "[{\"epoch\": 2, \"device\": 0, \"split_point\": 2}, "
+                         "{\"epoch\": 2, \"device\": 0, \"split_point\": 3}]}");
+    cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+    S_ASSERT_HAS (err, "moves twice before epoch 2");
+    //  Only where each device has its own replica.
+    static const char *const modes[] = { "sl", "fl" };
+    for (int i = 0; i < 2; i++) {
+        char text [256];
+        snprintf (text, sizeof text, "{\"epochs\": 2, \"mode\": \"%s\", \"split_point_moves\": "
+                  "[{\"epoch\": 2, \"device\": 0, \"split_point\": 2}]}", modes[i]);
+        s_parse_ok (&config, text);
+        cr_assert_eq (pl_config_check (&config, "run.json", err, sizeof err), -1);
+        S_ASSERT_HAS (err, "pipelearn or sfl");
+    }
 }

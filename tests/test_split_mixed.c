@@ -93,9 +93,8 @@ s_mixed_equals_uniform (const char *mode, int micro)
     int seen[2] = { 0, 0 };
     for (int k = 0; k < csv.count; k++) {
         const pltest_row_t *r = &csv.rows[k];
-        int id = -1;
-        if (sscanf (r->who, "device%d", &id) != 1 && sscanf (r->who, "server:d%d", &id) != 1
-        &&  sscanf (r->who, "link:d%d", &id) != 1)
+        int id = pltest_row_device (r);
+        if (id < 0)
             continue;
         cr_assert (id == 0 || id == 1, "timeline.csv: row of %s", r->who);
         cr_assert_eq (r->split_point, id == 0 ? 1 : 3, "timeline.csv: %s %s ran at split "

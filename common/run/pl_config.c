@@ -25,6 +25,7 @@
 
 #include "nn_alloc.h"
 #include "nn_model.h"
+#include "pl_config_moves.h"
 #include "pl_config_wire.h"
 
 #define S_MAX_FILE_SIZE (1024 * 1024)
@@ -54,7 +55,8 @@ typedef enum {
     S_SWITCH,       //  int: 1 (true), 0 (false) or PL_AUTO (the string "auto")
     S_SEED,         //  uint64_t in [0, 2^53]
     S_CODEC,        //  "codec": pl_config_wire.c parses and prints it
-    S_NOISE         //  "noise": likewise
+    S_NOISE,        //  "noise": likewise
+    S_MOVES         //  "split_point_moves": pl_config_moves.c
 } s_kind_t;
 
 #define S_AUTO      1u      //  S_INT: the string "auto" gives PL_AUTO
@@ -261,6 +263,8 @@ static const s_field_t s_fields[] = {
                 "the plan carries it as a float)" },
     { .key = "noise", .kind = S_NOISE, S_AT (noise),
       .expect = "noise (docs/codecs.md)" },
+    { .key = "split_point_moves", .kind = S_MOVES, S_AT (moves),
+      .expect = "a list of {\"epoch\": E, \"device\": D, \"split_point\": P}" },
 };
 #define S_FIELDS_COUNT (sizeof s_fields / sizeof s_fields[0])
 
@@ -686,6 +690,8 @@ s_apply (pl_config_t *self, const s_field_t *f, const s_alias_t *alias,
             return pl_config_wire_codec (self, item, source, err, err_size);
         case S_NOISE:
             return pl_config_wire_noise (self, item, source, err, err_size);
+        case S_MOVES:
+            return pl_config_moves_parse (self, item, source, err, err_size);
     }
     assert (false);
     return -1;
@@ -1049,6 +1055,8 @@ s_check_field (const pl_config_t *self, const s_field_t *f, const char *source,
         case S_CODEC:
         case S_NOISE:
             return 0;       //  pl_config_wire_check checks both
+        case S_MOVES:
+            return 0;       //  pl_config_moves_check, with the model's units
     }
     assert (false);
     return -1;
@@ -1132,6 +1140,9 @@ pl_config_check (const pl_config_t *self, const char *source,
                         "crop them (need pad_to 0 or >= %d)", source, self->dataset, h, w,
                         self->pad_to, h > w ? h : w);
 
+    if (pl_config_moves_check (self, source, nn_model_registry_units (self->model), err,
+                               err_size))
+        return -1;
     //  FL trains the whole model on each device: no split point.
     if (splits) {
         int units = nn_model_registry_units (self->model);
@@ -1227,8 +1238,10 @@ pl_config_to_json (const pl_config_t *self)
                 break;
             case S_CODEC:
             case S_NOISE:
+            case S_MOVES:
                 added = f->kind == S_CODEC ? pl_config_wire_codec_json (self)
-                                           : pl_config_wire_noise_json (self);
+                      : f->kind == S_NOISE ? pl_config_wire_noise_json (self)
+                                           : pl_config_moves_json (self);
                 if (added)
                     cJSON_AddItemToObject (json, f->key, added);
                 break;

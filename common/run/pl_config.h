@@ -25,6 +25,14 @@
                         //  augment / flip chosen by the dataset
 #define PL_PER_DEVICE (-2)  //  split_point: one per device, in split_points
 #define PL_SPLIT_POINTS_MAX 64  //  devices a per-device split_point list names
+#define PL_MOVES_MAX 64         //  entries of "split_point_moves"
+
+//  One entry of "split_point_moves": from epoch on (the re-cut happens at
+//  the end of epoch - 1, where an adaptive re-plan would), device trains
+//  at split_point.
+typedef struct {
+    int epoch, device, split_point;
+} pl_move_t;
 
 //  The codecs of one device's tensors across the split (docs/codecs.md):
 //  up, the ACTIVATIONS it sends (none, fp16, int8); down, the GRADIENTS
@@ -103,6 +111,10 @@ typedef struct {
     nn_noise_t noise;           //  kind none
     nn_noise_t noises[PL_SPLIT_POINTS_MAX];
     int noises_count;           //  0: noise holds for every device
+    //  "split_point_moves": scheduled moves of a device's split point
+    //  (pipelearn and sfl), in the order given.
+    pl_move_t moves[PL_MOVES_MAX];
+    int moves_count;            //  0: none
 } pl_config_t;
 
 //  Device id's codecs and noise under the config (a per-device list's

@@ -97,10 +97,10 @@ class Run:
     """A server with --metrics on an OS-chosen port and two clients."""
 
     def __init__(self, tmp, epochs, extra_server=(), extra_client=(), devices=2,
-                 metrics=True, start=True):
+                 metrics=True, start=True, config=None):
         self.dir = tmp
         self.procs = []
-        cfg = dict(CONFIG, epochs=epochs, devices=devices)
+        cfg = dict(CONFIG, epochs=epochs, devices=devices, **(config or {}))
         path = os.path.join(tmp, "config.json")
         with open(path, "w") as f:
             json.dump(cfg, f)
@@ -200,11 +200,18 @@ EXPECTED = [
     "pipelearn_device_uplink_bytes_total", "pipelearn_device_downlink_bytes_total",
     "pipelearn_device_rtt_seconds", "pipelearn_device_uplink_bytes_per_second",
     "pipelearn_device_downlink_bytes_per_second", "pipelearn_device_queue_depth",
-    "pipelearn_device_micro_batches", "pipelearn_device_drops_total",
+    "pipelearn_device_micro_batches", "pipelearn_device_split_point",
+    "pipelearn_device_drops_total",
     "pipelearn_device_rejoins_total", "pipelearn_refused_peers_total",
     "pipelearn_checkpoint_age_seconds", "process_resident_memory_bytes",
     "process_cpu_seconds_total",
 ]
+
+
+def device_samples(text, name):
+    """{device label: value} of a per-device gauge in an exposition."""
+    return {m.group(1): int(float(m.group(2))) for m in re.finditer(
+        r'^%s\{device="(\d+)"\} ([0-9.e+-]+)$' % name, text, re.M)}
 
 
 def promtool_check(text, tmp, name):
@@ -222,12 +229,20 @@ def promtool_check(text, tmp, name):
 def case_promtool(tmp):
     if not shutil.which("promtool"):
         skip_all("promtool not installed (Debian package prometheus)")
-    print("1..7", flush=True)
-    run = Run(tmp, epochs=12)    # long enough to be read while it trains, on a quiet host too
+    print("1..10", flush=True)
+    # Long enough to be read while it trains, on a quiet host too. The
+    # devices train at split points 1 and 3, and device 1 moves to 2 before
+    # epoch 3 (split_point_moves): each device's split point is its own
+    # sample, before and after the move.
+    run = Run(tmp, epochs=12, config={
+        "split_point": [1, 3],
+        "split_point_moves": [{"epoch": 3, "device": 1, "split_point": 2}]})
     try:
         status, before = http(run.url + "/metrics")
         ok(status == 200 and promtool_check(before, tmp, "before.txt"),
            "promtool check metrics accepts the exposition at start")
+        got = device_samples(before.decode(), "pipelearn_device_split_point")
+        ok(got == {"0": 1, "1": 3}, "each device's split point at start (%s)" % got)
         s = run.wait_state(lambda s: s["run"]["epochs_completed"] >= 1, 120)
         ok(s is not None, "an epoch completes (state.json says so)")
         status, during = http(run.url + "/metrics")
@@ -240,6 +255,15 @@ def case_promtool(tmp):
                      text, re.M) is not None, "per-device samples carry a device label")
         ok(re.search(r'^pipelearn_server_worker_busy_seconds_total\{worker="0"\} [0-9.e+-]+$',
                      text, re.M) is not None, "per-worker samples carry a worker label")
+        s = run.wait_state(lambda s: s["run"]["epoch"] >= 3, 120)
+        status, moved = http(run.url + "/metrics")
+        got = device_samples(moved.decode(), "pipelearn_device_split_point")
+        micro = device_samples(moved.decode(), "pipelearn_device_micro_batches")
+        ok(s is not None and got == {"0": 1, "1": 2} and micro == {"0": 4, "1": 4},
+           "after the move: split points %s, micro-batches %s" % (got, micro))
+        now = run.state()
+        got = now and [d.get("split_point") for d in now["devices"]]
+        ok(got == [1, 2], "state.json's devices say the same (%s)" % got)
         rc = run.wait(180)
         ok(rc == 0 and len(summary_epochs(run)) == 12, "the run finishes (rc %s)" % rc)
     finally:

@@ -331,6 +331,16 @@ pltest_wait_log (pltest_run_t *run, const char *log, const char *needle, double 
 static const char pltest_header[] = "who,stage,epoch,iteration,micro_batch,start_s,end_s,"
                                     "split_point,micro_batches\n";
 
+int
+pltest_row_device (const pltest_row_t *row)
+{
+    int id = -1;
+    if (sscanf (row->who, "device%d", &id) != 1 && sscanf (row->who, "server:d%d", &id) != 1
+    &&  sscanf (row->who, "link:d%d", &id) != 1)
+        return -1;
+    return id;
+}
+
 //  Parse DIR/sub/timeline.csv; every line must be a well-formed row. The
 //  caller frees rows.
 pltest_csv_t

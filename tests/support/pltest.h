@@ -122,6 +122,9 @@ bool pltest_wait_log (pltest_run_t *run, const char *log, const char *needle,
 //  Parse DIR/sub/timeline.csv; every line must be a well-formed row. The
 //  caller frees rows.
 pltest_csv_t pltest_load_csv (const char *dir, const char *sub);
+//  The device a row is about (deviceN, server:dN, link:dN), or -1 (the
+//  server's own rows).
+int pltest_row_device (const pltest_row_t *row);
 
 //  The daemons' logs of the run, to stderr (for a failing test).
 void pltest_dump_logs (pltest_run_t *run);
