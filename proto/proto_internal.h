@@ -107,6 +107,33 @@ bool proto_host_is_le (void);
 void proto_floats_encode (uint8_t *out, const float *in, size_t count);
 void proto_floats_decode (float *out, const uint8_t *in, size_t count);
 
+//  Chunks (proto_chunk.c, PROTOCOL.md "Chunks"). Send one encoded frame:
+//  as it is when smaller than PROTO_CHUNK_BYTES, else as a run of chunks
+//  that share its buffer (frame is left empty). The caller closes frame
+//  either way. more: frames follow in
+//  this message. 0, or -1 with errno from libzmq; libzmq takes the rest
+//  of a message once its first frame is accepted.
+int proto_chunk_send (void *socket, zmq_msg_t *frame, bool more);
+
+//  The receiving side of one message: the run of chunks being joined.
+//  Zero it with limit set (the largest frame allowed) before the first
+//  part; proto_chunks_reset frees what a failed or cut message left.
+typedef struct {
+    uint8_t *buf;
+    size_t size, cap;
+    size_t limit;
+    bool open;                  //  a run has started and not ended
+} proto_chunks_t;
+
+//  Take one received wire frame (part: always closed) of frame number
+//  index. 1: frame index is whole in *out (initialised, the caller closes
+//  it; empty when keep is false: counted, not kept); 0: a run goes on;
+//  PROTO_E_SIZE: a wire frame over PROTO_CHUNK_BYTES or a run past limit
+//  (err says which; the caller drains the rest of the message).
+int proto_chunks_take (proto_chunks_t *self, zmq_msg_t *part, int index, bool keep,
+                       zmq_msg_t *out, char *err, size_t err_size);
+void proto_chunks_reset (proto_chunks_t *self);
+
 //  Initialise frame with size bytes; aborts on out of memory.
 void proto_frame_init_size (zmq_msg_t *frame, size_t size);
 //  Initialise frame with size bytes and return them for writing.

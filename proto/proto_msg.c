@@ -982,12 +982,12 @@ s_send (proto_msg_t **self_p, void *socket, const void *routing_id, size_t routi
     }
     //  Once the first frame is accepted libzmq takes the rest of a
     //  multipart message too, so a failure leaves nothing half sent.
+    //  Large frames go in chunks (proto_chunk.c says why).
     int rc = 0;
     if (routing_id && zmq_send (socket, routing_id, routing_id_len, ZMQ_SNDMORE) == -1)
         rc = -1;
     for (int i = 0; rc == 0 && i < count; i++)
-        if (zmq_msg_send (&frames[i], socket, i + 1 < count ? ZMQ_SNDMORE : 0) == -1)
-            rc = -1;
+        rc = proto_chunk_send (socket, &frames[i], i + 1 < count);
     int saved = errno;
     for (int i = 0; i < count; i++)
         zmq_msg_close (&frames[i]);
@@ -1047,27 +1047,32 @@ s_recv (proto_msg_t **msg_out, void *socket, uint8_t *routing_id, size_t *routin
     bool want_meta = peer != NULL;
     if (routing_id_len)
         *routing_id_len = 0;
-    //  Slot PROTO_MAX_FRAMES is scratch: frames beyond what any type has
-    //  are counted and dropped as they arrive, never kept.
-    zmq_msg_t frames[PROTO_MAX_FRAMES + 1];
+    //  Frames beyond what any type has are counted and dropped as they
+    //  arrive, never kept. A frame sent in chunks is joined first
+    //  (proto_chunk.c), within the frame limit.
+    const proto_limits_t l = proto_limits_resolve (limits);
+    zmq_msg_t frames[PROTO_MAX_FRAMES];
+    proto_chunks_t run = { .limit = l.max_frame_bytes };
     int total = 0;                  //  frames after the routing id
+    int failed = 0;                 //  a chunk rule broken: drain, then say so
+    char why[PROTO_TEXT_MAX] = "";
     bool first = true, more = true;
     bool want_id = routing_id != NULL;
     size_t id_size = 0;
     while (more) {
-        int slot = total < PROTO_MAX_FRAMES ? total : PROTO_MAX_FRAMES;
-        zmq_msg_t *part = &frames[slot];
-        zmq_msg_init (part);
+        zmq_msg_t part;
+        zmq_msg_init (&part);
         int r;
         //  The rest of a multipart message is already queued: finish it
         //  even if a signal arrives, or the next read starts mid-message.
         do
-            r = zmq_msg_recv (part, socket, 0);
+            r = zmq_msg_recv (&part, socket, 0);
         while (r == -1 && errno == EINTR && !first);
         if (r == -1) {
             int e = errno;
-            zmq_msg_close (part);
-            s_close_frames (frames, slot);
+            zmq_msg_close (&part);
+            s_close_frames (frames, total < PROTO_MAX_FRAMES ? total : PROTO_MAX_FRAMES);
+            proto_chunks_reset (&run);
             if (e == EAGAIN || e == EINTR || e == ETERM)
                 return proto_fail (err, err_size, PROTO_E_AGAIN, "recv: %s", zmq_strerror (e));
             return proto_fail (err, err_size, PROTO_E_SOCKET, "recv: %s", zmq_strerror (e));
@@ -1076,8 +1081,8 @@ s_recv (proto_msg_t **msg_out, void *socket, uint8_t *routing_id, size_t *routin
             //  libzmq's per-connection metadata. A ROUTER makes the routing
             //  id frame itself, without metadata, so take it from the first
             //  frame that came off the wire (one that has any).
-            const char *addr = zmq_msg_gets (part, "Peer-Address");
-            const char *user = zmq_msg_gets (part, "User-Id");
+            const char *addr = zmq_msg_gets (&part, "Peer-Address");
+            const char *user = zmq_msg_gets (&part, "User-Id");
             if (addr)
                 snprintf (peer->address, sizeof peer->address, "%s", addr);
             if (user)
@@ -1085,19 +1090,32 @@ s_recv (proto_msg_t **msg_out, void *socket, uint8_t *routing_id, size_t *routin
             want_meta = !addr && !user;
         }
         first = false;
-        more = zmq_msg_more (part);
+        more = zmq_msg_more (&part);
         if (want_id) {
             want_id = false;
-            id_size = zmq_msg_size (part);
+            id_size = zmq_msg_size (&part);
             if (id_size >= 1 && id_size <= PROTO_ROUTING_ID_MAX) {
-                memcpy (routing_id, zmq_msg_data (part), id_size);
+                memcpy (routing_id, zmq_msg_data (&part), id_size);
                 *routing_id_len = id_size;
             }
-            zmq_msg_close (part);
+            zmq_msg_close (&part);
             continue;
         }
-        if (slot == PROTO_MAX_FRAMES)
-            zmq_msg_close (part);
+        if (failed) {
+            zmq_msg_close (&part);
+            continue;
+        }
+        const bool keep = total < PROTO_MAX_FRAMES;
+        zmq_msg_t whole;
+        int taken = proto_chunks_take (&run, &part, total, keep, &whole, why, sizeof why);
+        if (taken < 0)
+            failed = taken;
+        if (taken <= 0)
+            continue;
+        if (keep)
+            frames[total] = whole;
+        else
+            zmq_msg_close (&whole);
         if (total < INT32_MAX)
             total++;
     }
@@ -1106,11 +1124,18 @@ s_recv (proto_msg_t **msg_out, void *socket, uint8_t *routing_id, size_t *routin
         rc = proto_fail (err, err_size, PROTO_E_SIZE,
                          "message: routing id of %zu bytes, expected 1..%d (not a ROUTER?)",
                          id_size, PROTO_ROUTING_ID_MAX);
+    else if (failed)
+        rc = proto_fail (err, err_size, failed, "%s", why);
+    else if (run.open)
+        rc = proto_fail (err, err_size, PROTO_E_FRAMES,
+                         "message: ends inside frame %d's chunks (no chunk shorter than %zu "
+                         "bytes)", total, (size_t) PROTO_CHUNK_BYTES);
     else if (total == 0)
         rc = proto_fail (err, err_size, PROTO_E_FRAMES, "message: no frames after the routing id");
     else
         rc = s_decode (msg_out, frames, total, limits, err, err_size);
     s_close_frames (frames, total < PROTO_MAX_FRAMES ? total : PROTO_MAX_FRAMES);
+    proto_chunks_reset (&run);
     return rc;
 }
 
