@@ -275,6 +275,10 @@ s_loop (srv_t *self)
             break;          //  other signals (SIGHUP) also end a poll: go on
         if (self->pool && !self->done)
             s_on_workers (self, NULL);
+        //  Every turn, not only when its socket wakes the poll: a busy
+        //  ROUTER comes first in the poller and would starve it.
+        if (!self->done && srv_session_transport (self))
+            s_settle (self);
         if (self->stop.reload) {
             self->stop.reload = 0;
             s_on_sighup (self);
@@ -418,7 +422,6 @@ srv_run (int argc, char **argv)
         pl_log_error ("%s", merr);
         return s_finish (self, 1);
     }
-    srv_metrics_watch (self->metrics, self->rh);
     if (resumed == 1) {                 //  the run was already complete
         int rc = srv_setup_complete_results (self);
         if (rc == 0)
