@@ -194,6 +194,7 @@ s_metrics_sample (const srv_t *self, srv_metrics_sample_t *m)
     m->samples = (double) self->samples_seen;
     m->epoch_elapsed_s = self->started && !self->clock_wait
                        ? pl_monotonic () - self->epoch_start : 0.0;
+    m->curve_refused = self->monitor ? srv_monitor_refused (self->monitor) : 0;
     for (int i = 0; i < self->devices; i++) {
         const srv_device_t *d = &self->dev[i];
         m->dev[i].joined = d->joined;

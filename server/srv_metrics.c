@@ -314,6 +314,7 @@ srv_metrics_tick (srv_metrics_t *self, const srv_metrics_sample_t *srv)
         m->micro = srv->dev[i].micro;
         m->queue = srv->dev[i].queue;
     }
+    st->refused[SRV_REFUSED_CURVE] = (double) srv->curve_refused;
     s_publish (self);
 }
 

@@ -9,9 +9,9 @@
     and summary listeners, srv_metrics_tick and the srv_metrics_note_*
     calls, all on the reactor's thread) and publishes it -- one memcpy under
     a mutex -- at most every 250 ms from srv_metrics_tick and at every
-    summary write (epoch end). CURVE handshake refusals come from the
-    ROUTER's socket monitor (srv_monitor.h) through the reactor, as
-    srv_metrics_note_refused (SRV_REFUSED_CURVE). Every function takes NULL
+    summary write (epoch end). CURVE handshake refusals are counted by the
+    thread that reads the ROUTER's socket monitor (srv_monitor.h) and reach
+    the metrics in the reactor's sample (curve_refused). Every function takes NULL
     for self (metrics off) and does nothing then.
 
     Nothing served names a path beyond the results directory's last
@@ -44,6 +44,7 @@ typedef struct {
     int epoch_iterations;
     double loss_sum, correct, samples;
     double epoch_elapsed_s;     //  0 while the epoch clock waits
+    long curve_refused;         //  failed handshakes so far (srv_monitor_refused)
     struct {
         bool joined, active;
         int micro;

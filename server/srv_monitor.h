@@ -1,44 +1,77 @@
 /*  srv_monitor.h: what libzmq does to the ROUTER's connections, for the
     reactor: which connection it closed (named by its file descriptor, as
-    proto_peer_t.fd names the connection a message came over) and which
+    proto_peer_t.fd names the connection a message came over) and how many
     handshakes failed. libzmq closes a connection without a word to the
     socket's reader (a frame over ZMQ_MAXMSGSIZE, a peer that closed it, a
     peer silent past the ZMTP heartbeat timeout): its socket monitor is
     the only place that says so.
 
+    A thread of its own reads the monitor, always, until srv_monitor_destroy:
+    libzmq writes monitor events with a blocking send under its monitor lock
+    (libzmq issue #3575), so a monitor left unread for about 2000 events (a
+    flood of TCP connections while the reactor evaluates, or after its
+    loop) would stall libzmq's I/O thread, every connection of the ROUTER
+    with it, and the monitor's own shutdown. The thread counts failed
+    handshakes itself (srv_monitor_refused) and forwards the connections'
+    opens and closes to the reactor through an inproc pipe without
+    waiting: when the reactor lets the pipe fill, later events are dropped
+    and counted (a device whose close is dropped is dropped by the
+    deadlines instead), and the reactor forgets what it knew of every
+    descriptor.
+
     Own state only (no srv_t). One monitor per socket is all libzmq allows:
-    this is the ROUTER's. Reactor thread only.
+    this is the ROUTER's. Every function but srv_monitor_refused is for the
+    reactor's thread.
 */
 #ifndef SRV_MONITOR_H_INCLUDED
 #define SRV_MONITOR_H_INCLUDED
 
 #include <czmq.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct _srv_monitor_t srv_monitor_t;
 
 typedef enum {
-    SRV_MONITOR_CLOSED = 1,     //  libzmq closed the connection on fd (DISCONNECTED)
-    SRV_MONITOR_REFUSED = 2     //  a handshake failed (unknown key, bad greeting, ...)
+    SRV_MONITOR_CLOSED = 1      //  libzmq closed the connection on fd (DISCONNECTED)
 } srv_monitor_kind_t;
 
 typedef struct {
     srv_monitor_kind_t kind;
-    int fd;                     //  CLOSED: the connection's descriptor; else -1
+    int fd;                     //  the connection's descriptor
 } srv_monitor_event_t;
 
-//  Watches socket (a libzmq socket handle of zsys's context). Call before
-//  bind, so no connection's events are missed. NULL with a message.
+//  Watches socket (a libzmq socket handle of zsys's context) and starts the
+//  reading thread. Call before bind, so no connection's events are missed.
+//  NULL with a message.
 srv_monitor_t *srv_monitor_new (void *socket, char *err, size_t err_size);
-//  Stops watching; call before the socket is closed. Accepts NULL.
+//  Stops libzmq's monitor while the thread still reads (so libzmq's
+//  pending event sends complete), then the thread, then closes the pipes.
+//  Never blocks on libzmq. Call before the socket is closed. Accepts NULL.
 void srv_monitor_destroy (srv_monitor_t **self_p);
-//  The socket the events arrive on, for the reactor's poller.
+//  The reactor's end of the pipe, for its poller.
 zsock_t *srv_monitor_reader (srv_monitor_t *self);
-//  The next event, without waiting: 1 with *event set, or 0 when none is
-//  queued. Every event libzmq emitted before this call is seen by it or by
-//  an earlier one (pending commands are processed first), so a caller that
-//  reads until 0 before it trusts a descriptor has seen that descriptor's
-//  earlier connections close.
+//  The next close the thread forwarded, without waiting (except while a
+//  srv_monitor_sync is answered, up to its deadline): 1 with *event set, or
+//  0 when none is queued.
 int srv_monitor_next (srv_monitor_t *self, srv_monitor_event_t *event);
+//  Asks the thread to forward every event libzmq emitted before this call;
+//  srv_monitor_next then waits (at most 2 s) for the answer, which comes
+//  after them. srv_monitor_synced says whether it came: only then has the
+//  caller, having read srv_monitor_next until 0, seen every connection on
+//  a descriptor close that closed before a message now read from it.
+void srv_monitor_sync (srv_monitor_t *self);
+bool srv_monitor_synced (const srv_monitor_t *self);
+//  Whether the last event forwarded for fd, with none dropped since the
+//  reactor learnt it, was its connection's close. After a synced read, a
+//  message from fd came over a connection libzmq has closed: its accept
+//  came before the message, so the close is its own or a later one's.
+bool srv_monitor_closed (const srv_monitor_t *self, int fd);
+//  Handshakes that failed (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL, _PROTOCOL
+//  or _AUTH: an unknown CURVE key, a bad greeting, a bare TCP connection)
+//  since the start. Any thread.
+long srv_monitor_refused (const srv_monitor_t *self);
+//  Events the pipe had no room for since the start (the reactor busy).
+long srv_monitor_dropped (const srv_monitor_t *self);
 
 #endif

@@ -413,19 +413,15 @@ s_frame_cap (const srv_t *self)
 //  A DISCONNECTED names a connection by its file descriptor, which the
 //  kernel gives to the next connection once libzmq has closed it (after
 //  the event). So an event drops only the session that holds that
-//  descriptor, and srv_session_hello reads every event before a new
-//  session takes one: an old connection's close never reaches a device
-//  that reconnected on the same descriptor.
+//  descriptor, and srv_session_hello reads every event up to its HELLO
+//  (srv_monitor_sync) before a new session takes one: an old connection's
+//  close never reaches a device that reconnected on the same descriptor.
 int
 srv_session_transport (srv_t *self)
 {
     int dropped = 0;
     srv_monitor_event_t ev;
     while (self->monitor && srv_monitor_next (self->monitor, &ev) == 1) {
-        if (ev.kind == SRV_MONITOR_REFUSED) {
-            srv_metrics_note_refused (self->metrics, SRV_REFUSED_CURVE);
-            continue;
-        }
         for (int i = 0; i < self->devices && !self->done; i++) {
             srv_device_t *d = &self->dev[i];
             if (!d->joined || d->fd < 0 || d->fd != ev.fd)
@@ -457,9 +453,24 @@ srv_session_hello (srv_t *self, const proto_msg_t *msg, const uint8_t *rid, size
     //  The connections closed before this one opened go first (see
     //  srv_session_transport); one may be the slot's own last session.
     bool was_enough = srv_session_active_count (self) >= self->cfg->min_devices;
+    if (self->monitor)
+        srv_monitor_sync (self->monitor);
     if (srv_session_transport (self) && self->started && was_enough
     &&  srv_session_active_count (self) < self->cfg->min_devices) {
         srv_send_error_to (self, rid, rid_len, PROTO_ERR_REFUSED, "the run has ended");
+        return;
+    }
+    //  Without every event up to this HELLO, a close read later may be an
+    //  older connection's on the same descriptor: the session then keeps
+    //  no descriptor (the deadlines drop it).
+    bool synced = self->monitor && srv_monitor_synced (self->monitor);
+    //  A ROUTER still delivers what a connection sent before libzmq closed
+    //  it: a session made now would hold a dead descriptor (only the
+    //  deadlines would free the slot; with --insecure it would refuse the
+    //  device's real reconnect as taken by a live connection).
+    if (synced && peer->fd >= 0 && srv_monitor_closed (self->monitor, peer->fd)) {
+        pl_log_info ("server: a HELLO (device %d, %s) from a connection libzmq has already "
+                     "closed; ignored", hello->requested_device_id, hello->name);
         return;
     }
     uint32_t need = self->mode == PL_MODE_FL ? PROTO_CAP_FL : PROTO_CAP_SPLIT;
@@ -500,7 +511,7 @@ srv_session_hello (srv_t *self, const proto_msg_t *msg, const uint8_t *rid, size
     d->last_seen = pl_monotonic ();
     memcpy (d->rid, rid, rid_len);
     d->rid_len = rid_len;
-    d->fd = peer->fd;
+    d->fd = synced ? peer->fd : -1;
     snprintf (d->name, sizeof d->name, "%s", hello->name);
     d->state = proto_state_next (PROTO_STATE_CONNECTING, PROTO_MSG_HELLO, PROTO_UP);
     d->replica = self->mode == PL_MODE_SL ? 0 : id;

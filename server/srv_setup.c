@@ -385,6 +385,10 @@ srv_setup_teardown (srv_t *self)
     srv_metrics_destroy (&self->metrics);       //  its threads read nothing after this
     srv_pool_destroy (&self->pool);
     zpoller_destroy (&self->poller);
+    if (self->monitor && srv_monitor_dropped (self->monitor) > 0)
+        pl_log_info ("server: %ld connection event(s) came while the reactor was busy and "
+                     "were not read (their devices, if any, were left to the deadlines)",
+                     srv_monitor_dropped (self->monitor));
     srv_monitor_destroy (&self->monitor);
     zsock_destroy (&self->router);
     //  GRADIENTS still queued in libzmq give their buffers back later; the

@@ -17,7 +17,12 @@
       same key) while the server is stopped, so the old connection's close
       and the new HELLO reach it together and the new connection gets the
       old one's file descriptor, keeps its new session: the old
-      connection's event drops the old session only. */
+      connection's event drops the old session only;
+    - 3000 bare TCP connections opened and closed while the server reads
+      only its ROUTER (--resume of a complete run answering late devices)
+      stall nothing: an honest late device is answered and the server
+      exits on time (libzmq blocks its I/O thread on an unread monitor). */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <czmq.h>
 #include <inttypes.h>
@@ -25,7 +30,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include "pl_clock.h"
@@ -333,4 +341,80 @@ Test (overcap, a_device_reconnected_with_its_key_is_not_dropped_by_the_old_close
       .timeout = 280)
 {
     s_reconnect (true);
+}
+
+//  ---------------------------------------------------------------------
+//  A flood of bare TCP connections while the server reads nothing but its
+//  ROUTER (--resume of a complete run answers late devices for
+//  device_timeout_s; the main loop's evaluation and the end of a run are
+//  such phases too). libzmq writes each connection's monitor events with
+//  a blocking send under its monitor lock (libzmq issue #3575): a monitor
+//  nobody reads fills after about 2000 events and then stalls libzmq's I/O
+//  thread (no connection is served), and stopping the monitor at exit
+//  waits on the same lock for ever.
+
+#define FLOOD_CONFIG \
+    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 200, " \
+    "\"device_timeout_s\": 15, \"test_samples\": 100, \"batch_size\": 50, \"epochs\": 1, " \
+    "\"seed\": 5, \"momentum\": 0, \"split_point\": 1, \"threads\": 1, \"devices\": 2, " \
+    "\"mode\": \"sfl\"}"
+
+//  n TCP connections to endpoint ("tcp://127.0.0.1:PORT"), each closed
+//  at once, no ZMTP greeting. A connect that takes over 200 ms (a stalled
+//  server leaves its backlog full) counts as not made. The number made.
+static int
+s_flood (const char *endpoint, int n)
+{
+    const char *colon = strrchr (endpoint, ':');
+    cr_assert_not_null (colon);
+    struct sockaddr_in to = { .sin_family = AF_INET,
+                              .sin_port = htons ((uint16_t) atoi (colon + 1)) };
+    cr_assert_eq (inet_pton (AF_INET, "127.0.0.1", &to.sin_addr), 1);
+    int made = 0;
+    double until = pl_monotonic () + 60;
+    for (int i = 0; i < n && pl_monotonic () < until; i++) {
+        int fd = socket (AF_INET, SOCK_STREAM, 0);
+        cr_assert (fd >= 0);
+        struct timeval tv = { 0, 200000 };
+        setsockopt (fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        if (connect (fd, (struct sockaddr *) &to, sizeof to) == 0)
+            made++;
+        close (fd);
+    }
+    return made;
+}
+
+Test (overcap, a_flood_of_connections_while_the_server_is_busy_stalls_nothing,
+      .timeout = 280)
+{
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "overcap_flood");
+    pltest_run_daemons (&run, "done", FLOOD_CONFIG, 2);
+    char endpoint[256];
+    double start = pl_monotonic ();
+    pid_t server = pltest_start_server_full (&run, "done", FLOOD_CONFIG, endpoint,
+                                             sizeof endpoint, NULL, NULL, NULL, true);
+    cr_assert (pltest_wait_log (&run, "server.log", "that the run is complete", 30));
+    double t0 = pl_monotonic ();
+    int made = s_flood (endpoint, 3000);
+    double flood_s = pl_monotonic () - t0;
+    cr_log_info ("flood: %d of 3000 connections in %.1f s", made, flood_s);
+    //  An honest late device is still answered: libzmq's I/O thread runs.
+    pid_t late = pltest_start_client_sec (&run, 0, endpoint, NULL, NULL, "10");
+    int lrc = pltest_wait (&run, late, pl_monotonic () + 30);
+    //  The server answers for device_timeout_s (15 s) from its start, then
+    //  exits: its teardown takes well under a second; 25 s more is slack
+    //  for a loaded shared machine. A stalled monitor hangs it for ever.
+    int src = pltest_wait (&run, server, start + 15 + 25);
+    double took = pl_monotonic () - start;
+    if (lrc || src)
+        pltest_dump_logs (&run);
+    pltest_kill_all (&run);
+    cr_expect_geq (made, 2000, "only %d of 3000 connections were accepted in %.1f s", made,
+                   flood_s);
+    cr_expect_eq (lrc, 0, "the honest late device exited %d", lrc);
+    cr_expect (pltest_log_has (&run, "client0.log", "the run is complete"),
+               "the late device was not told the run is complete");
+    cr_assert_eq (src, 0, "server exit status %d after %.1f s (-1: still running)", src, took);
+    pltest_rmtree (run.dir);
 }
