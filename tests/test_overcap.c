@@ -21,7 +21,11 @@
     - 3000 bare TCP connections opened and closed while the server reads
       only its ROUTER (--resume of a complete run answering late devices)
       stall nothing: an honest late device is answered and the server
-      exits on time (libzmq blocks its I/O thread on an unread monitor). */
+      exits on time (libzmq blocks its I/O thread on an unread monitor);
+    - a HELLO that reaches the server with its connection's end (written
+      by a relay while the server is stopped, then the relay closes) takes
+      no slot: device 1 joins once, on its live connection, and is never
+      dropped. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <czmq.h>
@@ -30,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -105,9 +110,9 @@ s_dev_expect (s_dev_t *self, int type)
     proto_msg_destroy (&msg);
 }
 
-//  HELLO asking for device id; queued, whether or not the server is there.
-static void
-s_dev_hello (s_dev_t *self, int id)
+//  A HELLO asking for device id.
+static proto_msg_t *
+s_hello_new (int id)
 {
     proto_msg_t *msg = proto_msg_new (PROTO_MSG_HELLO);
     proto_hello_t hello = { .protocol_version = PROTO_VERSION,
@@ -115,6 +120,14 @@ s_dev_hello (s_dev_t *self, int id)
                             .requested_device_id = id };
     snprintf (hello.name, sizeof hello.name, "scripted%d", id);
     cr_assert_eq (proto_msg_set_hello (msg, &hello), 0);
+    return msg;
+}
+
+//  HELLO asking for device id; queued, whether or not the server is there.
+static void
+s_dev_hello (s_dev_t *self, int id)
+{
+    proto_msg_t *msg = s_hello_new (id);
     cr_assert_eq (proto_msg_send (&msg, self->sock), 0);
 }
 
@@ -283,6 +296,19 @@ Test (overcap, a_frame_over_the_cap_drops_its_device_at_once_naming_it, .timeout
     pltest_rmtree (run.dir);
 }
 
+//  The scripted device says BYE; the honest run must complete.
+static void
+s_bye_and_finish (pltest_run_t *run, s_dev_t *dev, s_keys_t *keys, pid_t server, pid_t client)
+{
+    proto_msg_t *bye = proto_msg_new (PROTO_MSG_BYE);
+    cr_assert_eq (proto_msg_send (&bye, dev->sock), 0);
+    s_dev_destroy (dev);
+    s_expect_finished (run, server, client);
+    s_keys_destroy (keys);
+    pltest_kill_all (run);
+    pltest_rmtree (run->dir);
+}
+
 //  The scripted device reconnects 3 times while the server is stopped
 //  (SIGSTOP): the old connection's close and the new connection wait in
 //  the kernel and reach the server together, and the kernel hands the new
@@ -322,13 +348,7 @@ s_reconnect (bool curve)
     if (drops != 3)
         pltest_dump_logs (&run);
     cr_expect_eq (drops, 3, "device 1 was dropped %d times for 3 reconnections", drops);
-    proto_msg_t *bye = proto_msg_new (PROTO_MSG_BYE);
-    cr_assert_eq (proto_msg_send (&bye, dev.sock), 0);
-    s_dev_destroy (&dev);
-    s_expect_finished (&run, server, client);
-    s_keys_destroy (&keys);
-    pltest_kill_all (&run);
-    pltest_rmtree (run.dir);
+    s_bye_and_finish (&run, &dev, &keys, server, client);
 }
 
 Test (overcap, a_reconnected_device_is_not_dropped_by_its_old_connections_close,
@@ -359,17 +379,25 @@ Test (overcap, a_device_reconnected_with_its_key_is_not_dropped_by_the_old_close
     "\"seed\": 5, \"momentum\": 0, \"split_point\": 1, \"threads\": 1, \"devices\": 2, " \
     "\"mode\": \"sfl\"}"
 
-//  n TCP connections to endpoint ("tcp://127.0.0.1:PORT"), each closed
-//  at once, no ZMTP greeting. A connect that takes over 200 ms (a stalled
-//  server leaves its backlog full) counts as not made. The number made.
-static int
-s_flood (const char *endpoint, int n)
+//  The address of endpoint ("tcp://127.0.0.1:PORT").
+static struct sockaddr_in
+s_addr (const char *endpoint)
 {
     const char *colon = strrchr (endpoint, ':');
     cr_assert_not_null (colon);
     struct sockaddr_in to = { .sin_family = AF_INET,
                               .sin_port = htons ((uint16_t) atoi (colon + 1)) };
     cr_assert_eq (inet_pton (AF_INET, "127.0.0.1", &to.sin_addr), 1);
+    return to;
+}
+
+//  n TCP connections to endpoint ("tcp://127.0.0.1:PORT"), each closed
+//  at once, no ZMTP greeting. A connect that takes over 200 ms (a stalled
+//  server leaves its backlog full) counts as not made. The number made.
+static int
+s_flood (const char *endpoint, int n)
+{
+    struct sockaddr_in to = s_addr (endpoint);
     int made = 0;
     double until = pl_monotonic () + 60;
     for (int i = 0; i < n && pl_monotonic () < until; i++) {
@@ -417,4 +445,104 @@ Test (overcap, a_flood_of_connections_while_the_server_is_busy_stalls_nothing,
                "the late device was not told the run is complete");
     cr_assert_eq (src, 0, "server exit status %d after %.1f s (-1: still running)", src, took);
     pltest_rmtree (run.dir);
+}
+
+//  ---------------------------------------------------------------------
+//  A HELLO the ROUTER delivers after its connection's close (review of
+//  3b6ad41, item 2): the connection is spoken by hand (ZMTP 3.0, NULL
+//  mechanism) into the kernel's buffers while the server is stopped --
+//  greeting, READY, the HELLO -- and closed, so on SIGCONT libzmq reads
+//  all of it and the end of the stream at once and reports the close
+//  before the reactor reads the HELLO.
+
+//  Copies what is readable on from to to; false at the end of the stream.
+static bool
+s_relay (int from, int to)
+{
+    uint8_t buf[65536];
+    ssize_t n = read (from, buf, sizeof buf);
+    if (n <= 0)
+        return false;
+    cr_assert_eq (write (to, buf, (size_t) n), n);
+    return true;
+}
+
+//  A TCP listener on 127.0.0.1; its port in *port.
+static int
+s_listen (int *port)
+{
+    int fd = socket (AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    cr_assert_eq (inet_pton (AF_INET, "127.0.0.1", &a.sin_addr), 1);
+    socklen_t len = sizeof a;
+    cr_assert_eq (bind (fd, (struct sockaddr *) &a, len), 0);
+    cr_assert_eq (listen (fd, 4), 0);
+    cr_assert_eq (getsockname (fd, (struct sockaddr *) &a, &len), 0);
+    *port = ntohs (a.sin_port);
+    return fd;
+}
+
+Test (overcap, a_hello_from_a_connection_already_closed_takes_no_slot, .timeout = 280)
+{
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "overcap_dead_hello");
+    s_keys_t keys;
+    s_keys_make (&keys, run.dir, false);
+    char endpoint[256];
+    pid_t server = s_server (&run, &keys, endpoint, sizeof endpoint);
+    struct sockaddr_in to = s_addr (endpoint);
+
+    //  A scripted device through a relay in this process: the handshake
+    //  goes through, then its HELLO is written to the server while the
+    //  server is stopped and the relay's connection closed at once.
+    int port, lfd = s_listen (&port);
+    char relay[64];
+    snprintf (relay, sizeof relay, "tcp://127.0.0.1:%d", port);
+    s_dev_t dead = { 0 };
+    s_dev_connect (&dead, relay, NULL, NULL);
+    int cfd = accept (lfd, NULL, NULL), sfd = socket (AF_INET, SOCK_STREAM, 0);
+    cr_assert (cfd >= 0 && sfd >= 0);
+    cr_assert_eq (connect (sfd, (struct sockaddr *) &to, sizeof to), 0);
+    double until = pl_monotonic () + 1.0;           //  the ZMTP handshake
+    while (pl_monotonic () < until) {
+        struct pollfd p[2] = { { cfd, POLLIN, 0 }, { sfd, POLLIN, 0 } };
+        if (poll (p, 2, 50) > 0) {
+            if (p[0].revents)
+                cr_assert (s_relay (cfd, sfd));
+            if (p[1].revents)
+                cr_assert (s_relay (sfd, cfd));
+        }
+    }
+    s_dev_hello (&dead, 1);
+    struct pollfd pc = { cfd, POLLIN, 0 };
+    cr_assert_eq (poll (&pc, 1, 5000), 1, "the scripted HELLO never reached the relay");
+    cr_assert_eq (kill (server, SIGSTOP), 0);
+    cr_assert (s_relay (cfd, sfd));
+    close (sfd);
+    usleep (300000);
+    cr_assert_eq (kill (server, SIGCONT), 0);
+    usleep (500000);
+    close (cfd);
+    close (lfd);
+    s_dev_destroy (&dead);
+
+    //  Device 1's slot is free: a live connection asking for it gets it
+    //  without pushing anyone out, and the run starts with it.
+    s_dev_t dev = { 0 };
+    s_dev_connect (&dev, endpoint, NULL, NULL);
+    s_dev_hello (&dev, 1);
+    s_dev_expect (&dev, PROTO_MSG_WELCOME);
+    pid_t client = s_client0 (&run, &keys, endpoint);
+    s_dev_expect (&dev, PROTO_MSG_MODEL);
+    int drops = s_log_count (&run, "server.log", "device 1 dropped");
+    int joins = s_log_count (&run, "server.log", "device 1 joined");
+    bool said = pltest_log_has (&run, "server.log", "from a connection libzmq has already "
+                                "closed; ignored");
+    if (drops || joins != 1 || !said)
+        pltest_dump_logs (&run);
+    cr_expect_eq (joins, 1, "device 1 joined %d times: the dead HELLO took its slot", joins);
+    cr_expect_eq (drops, 0, "device 1 was dropped %d times: the dead HELLO took its slot",
+                  drops);
+    cr_expect (said, "the server does not say it ignored the dead connection's HELLO");
+    s_bye_and_finish (&run, &dev, &keys, server, client);
 }
