@@ -66,6 +66,13 @@ bool srv_monitor_synced (const srv_monitor_t *self);
 //  reactor learnt it, was its connection's close. After a synced read, a
 //  message from fd came over a connection libzmq has closed: its accept
 //  came before the message, so the close is its own or a later one's.
+//  (libzmq's listener emits ACCEPTED after it hands the connection to its
+//  session, on the same I/O thread that then runs the handshake: with
+//  zsys's one I/O thread, before any message of it can be read.)
+//  Not covered: a HELLO read after its connection closed AND a newer
+//  connection took the same fd (the last event is then that accept): the
+//  session is made with the newer connection's fd and is dropped when that
+//  one closes, or by the deadlines.
 bool srv_monitor_closed (const srv_monitor_t *self, int fd);
 //  Handshakes that failed (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL, _PROTOCOL
 //  or _AUTH: an unknown CURVE key, a bad greeting, a bare TCP connection)
