@@ -6,8 +6,11 @@
     peer silent past the ZMTP heartbeat timeout): its socket monitor is
     the only place that says so.
 
-    A thread of its own reads the monitor, always, until srv_monitor_destroy:
-    libzmq writes monitor events with a blocking send under its monitor lock
+    A thread of its own reads the monitor, always, from srv_monitor_new
+    to srv_monitor_destroy, which stops libzmq's monitor first, then stops
+    and joins the thread (nothing is left running or detached: the
+    server's exit is clean under valgrind and LeakSanitizer). libzmq
+    writes monitor events with a blocking send under its monitor lock
     (libzmq issue #3575), so a monitor left unread for about 2000 events (a
     flood of TCP connections while the reactor evaluates, or after its
     loop) would stall libzmq's I/O thread, every connection of the ROUTER
@@ -15,9 +18,12 @@
     handshakes itself (srv_monitor_refused) and forwards the connections'
     opens and closes to the reactor through an inproc pipe without
     waiting: when the reactor lets the pipe fill, later events are dropped
-    and counted (a device whose close is dropped is dropped by the
-    deadlines instead), and the reactor forgets what it knew of every
-    descriptor.
+    and counted, and the reactor forgets what it knew of every
+    descriptor. What a dropped event costs: a device whose close was
+    dropped goes when the server's next send to it fails (ROUTER_MANDATORY:
+    its routing id is gone; a HEARTBEAT within heartbeat_s), as before
+    the monitor, instead of at once; a HELLO from a connection whose
+    close was dropped takes a slot that the same failed send frees.
 
     Own state only (no srv_t). One monitor per socket is all libzmq allows:
     this is the ROUTER's. Every function but srv_monitor_refused is for the

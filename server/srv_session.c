@@ -462,12 +462,13 @@ srv_session_hello (srv_t *self, const proto_msg_t *msg, const uint8_t *rid, size
     }
     //  Without every event up to this HELLO, a close read later may be an
     //  older connection's on the same descriptor: the session then keeps
-    //  no descriptor (the deadlines drop it).
+    //  no descriptor (a send that fails or the deadlines drop it).
     bool synced = self->monitor && srv_monitor_synced (self->monitor);
     //  A ROUTER still delivers what a connection sent before libzmq closed
-    //  it: a session made now would hold a dead descriptor (only the
-    //  deadlines would free the slot; with --insecure it would refuse the
-    //  device's real reconnect as taken by a live connection).
+    //  it: a session made now would hold a dead descriptor and the slot
+    //  until a send to it failed (WELCOME, or a HEARTBEAT within
+    //  heartbeat_s, once libzmq has removed the routing id); with
+    //  --insecure it could refuse the device's real reconnect meanwhile.
     if (synced && peer->fd >= 0 && srv_monitor_closed (self->monitor, peer->fd)) {
         pl_log_info ("server: a HELLO (device %d, %s) from a connection libzmq has already "
                      "closed; ignored", hello->requested_device_id, hello->name);

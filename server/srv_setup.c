@@ -387,7 +387,8 @@ srv_setup_teardown (srv_t *self)
     zpoller_destroy (&self->poller);
     if (self->monitor && srv_monitor_dropped (self->monitor) > 0)
         pl_log_info ("server: %ld connection event(s) came while the reactor was busy and "
-                     "were not read (their devices, if any, were left to the deadlines)",
+                     "were not read (a device whose close was among them went at the "
+                     "server's next send to it, not at once)",
                      srv_monitor_dropped (self->monitor));
     srv_monitor_destroy (&self->monitor);
     zsock_destroy (&self->router);
