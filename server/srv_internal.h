@@ -65,9 +65,13 @@ typedef struct {
     size_t rid_len;
     //  Its connection's file descriptor (proto_peer_t.fd of its HELLO; -1:
     //  none, inproc): a routing id is one connection's, so this holds for
-    //  the whole session. srv_session_transport drops the device when
-    //  libzmq reports that connection closed.
+    //  the whole session. srv_session_transport marks the device closed
+    //  when libzmq reports that connection closed.
     int fd;
+    //  libzmq reported that connection closed (srv_session_transport);
+    //  srv_session_drop_closed drops the device once the ROUTER holds
+    //  nothing more, so what it sent before the close is read first.
+    bool closed;
     char name[PROTO_NAME_MAX + 1];      //  its HELLO's, for the log
     proto_state_t state;
     int replica;                //  its replica in the pool

@@ -278,8 +278,11 @@ s_loop (srv_t *self)
             s_on_workers (self, NULL);
         //  Every turn, not only when its socket wakes the poll: a busy
         //  ROUTER comes first in the poller and would starve it.
-        if (!self->done && srv_session_transport (self))
-            s_settle (self);
+        if (!self->done) {
+            srv_session_transport (self);
+            if (srv_session_drop_closed (self))
+                s_settle (self);
+        }
         if (self->stop.reload) {
             self->stop.reload = 0;
             s_on_sighup (self);

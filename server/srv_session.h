@@ -40,10 +40,14 @@ int srv_session_active_count (const srv_t *self);
 void srv_session_hello (srv_t *self, const proto_msg_t *msg, const uint8_t *rid,
                         size_t rid_len, const proto_peer_t *peer);
 //  The ROUTER's connection events so far (srv_monitor.h): a device whose
-//  connection libzmq closed is dropped now, its id, key and the receive cap
-//  logged (libzmq does not say why it closed one; a frame over the cap is
-//  one reason). The number of devices dropped.
+//  connection libzmq closed is marked (srv_device_t.closed). The number
+//  marked.
 int srv_session_transport (srv_t *self);
+//  Drops the marked devices once the ROUTER has nothing more to read (what
+//  a connection sent before its close is read first: a BYE is a BYE), its
+//  id, key and the receive cap logged (libzmq does not say why it closed
+//  one; a frame over the cap is one reason). The number dropped.
+int srv_session_drop_closed (srv_t *self);
 //  Tells device id its assignment (PLAN).
 void srv_session_send_plan (srv_t *self, int id);
 //  After SIGHUP reloaded the allow-list: marks devices whose key left it.

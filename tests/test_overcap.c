@@ -25,7 +25,10 @@
     - a HELLO that reaches the server with its connection's end (written
       by a relay while the server is stopped, then the relay closes) takes
       no slot: device 1 joins once, on its live connection, and is never
-      dropped. */
+      dropped;
+    - a device that says BYE and closes its connection while another
+      device's HELLO is read first leaves by its BYE: the close (read at
+      that HELLO) does not overtake what the connection sent before it. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <czmq.h>
@@ -545,4 +548,57 @@ Test (overcap, a_hello_from_a_connection_already_closed_takes_no_slot, .timeout 
                   drops);
     cr_expect (said, "the server does not say it ignored the dead connection's HELLO");
     s_bye_and_finish (&run, &dev, &keys, server, client);
+}
+
+//  ---------------------------------------------------------------------
+//  A close must not overtake what its connection sent before it. A
+//  device says BYE and closes its connection while another connection's
+//  HELLO is queued ahead of the BYE (the server stopped meanwhile): the
+//  server reads the HELLO first, and with it (the sync at a HELLO) the
+//  leaving connection's close, while the BYE still waits in the ROUTER.
+//  The device must leave as it said ("left (BYE)"), not as a connection
+//  libzmq closed (a frame over the cap, says that log). Three devices, so
+//  the joiner does not start the run (a start checks first that every
+//  session is alive).
+#define BYE_CONFIG \
+    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 300, " \
+    "\"test_samples\": 100, \"batch_size\": 20, \"epochs\": 1, \"seed\": 5, " \
+    "\"threads\": 1, \"devices\": 3, \"mode\": \"sfl\", \"split_point\": 1, " \
+    "\"measure_link\": false, \"adaptive\": false, \"device_timeout_s\": 120}"
+
+Test (overcap, a_close_does_not_overtake_what_its_connection_sent, .timeout = 280)
+{
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "overcap_bye");
+    s_keys_t keys;
+    s_keys_make (&keys, run.dir, false);
+    char endpoint[256];
+    pid_t server = pltest_start_server (&run, "run", BYE_CONFIG, endpoint, sizeof endpoint);
+    s_dev_t leaver = { 0 }, joiner = { 0 };
+    s_dev_connect (&leaver, endpoint, NULL, NULL);
+    s_dev_hello (&leaver, 1);
+    s_dev_expect (&leaver, PROTO_MSG_WELCOME);
+    s_dev_connect (&joiner, endpoint, NULL, NULL);
+    usleep (500000);                    //  the joiner's ZMTP handshake
+    cr_assert_eq (kill (server, SIGSTOP), 0);
+    s_dev_hello (&joiner, 0);
+    usleep (200000);
+    proto_msg_t *bye = proto_msg_new (PROTO_MSG_BYE);
+    cr_assert_eq (proto_msg_send (&bye, leaver.sock), 0);
+    usleep (200000);                    //  in the kernel's buffers, then FIN
+    s_dev_destroy (&leaver);
+    usleep (300000);
+    cr_assert_eq (kill (server, SIGCONT), 0);
+    s_dev_expect (&joiner, PROTO_MSG_WELCOME);
+    bool gone = pltest_wait_log (&run, "server.log", "device 1 dropped: ", 20);
+    bool left = pltest_log_has (&run, "server.log", "device 1 dropped: left (BYE)");
+    if (!gone || !left)
+        pltest_dump_logs (&run);
+    cr_expect (gone, "device 1 was not dropped");
+    cr_expect (left, "device 1's BYE was overtaken by its connection's close");
+    cr_expect_not (pltest_log_has (&run, "server.log", "BYE from an unknown peer"));
+    s_dev_destroy (&joiner);
+    s_keys_destroy (&keys);
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
 }
