@@ -1042,8 +1042,10 @@ s_recv (proto_msg_t **msg_out, void *socket, uint8_t *routing_id, size_t *routin
 {
     assert (msg_out && socket);
     *msg_out = NULL;
-    if (peer)
+    if (peer) {
         peer->address[0] = peer->user_id[0] = 0;
+        peer->fd = -1;
+    }
     bool want_meta = peer != NULL;
     if (routing_id_len)
         *routing_id_len = 0;
@@ -1087,6 +1089,8 @@ s_recv (proto_msg_t **msg_out, void *socket, uint8_t *routing_id, size_t *routin
                 snprintf (peer->address, sizeof peer->address, "%s", addr);
             if (user)
                 snprintf (peer->user_id, sizeof peer->user_id, "%s", user);
+            if (addr || user)
+                peer->fd = zmq_msg_get (part, ZMQ_SRCFD);
             want_meta = !addr && !user;
         }
         first = false;

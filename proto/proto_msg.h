@@ -172,6 +172,12 @@ typedef struct {
     //  "User-Id": the ZAP handler's name for the peer; with CZMQ's zauth
     //  and CURVE, the peer's public key in Z85 (40 characters).
     char user_id[64];
+    //  ZMQ_SRCFD: the file descriptor of the connection it came over (tcp),
+    //  -1 where there is none (inproc). The kernel gives a closed
+    //  connection's descriptor to the next one: it names a connection only
+    //  until libzmq reports that connection closed (zmq_socket_monitor's
+    //  ZMQ_EVENT_DISCONNECTED carries the same number).
+    int fd;
 } proto_peer_t;
 
 //  proto_msg_recv_from that also gives the sender's metadata, so a server

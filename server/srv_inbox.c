@@ -274,7 +274,7 @@ s_on_stranger (srv_t *self, proto_msg_t *msg, const uint8_t *rid, size_t rid_len
 {
     int type = proto_msg_type (msg);
     if (type == PROTO_MSG_HELLO)
-        srv_session_hello (self, msg, rid, rid_len, peer->user_id);
+        srv_session_hello (self, msg, rid, rid_len, peer);
     else {
         pl_log_warn ("server: %s from an unknown peer; answered ERROR",
                      proto_type_name (type));

@@ -1,7 +1,8 @@
 /*  srv_internal.h: the server's run state, private to the files that make
     up the reactor (srv_main.c, srv_setup.c, srv_session.c, srv_inbox.c,
     srv_step.c, srv_epoch.c, srv_parts.c, srv_timeline.c). The planner
-    (srv_planner.c), the compute pool (srv_pool.c) and the pure parts
+    (srv_planner.c), the compute pool (srv_pool.c), the ROUTER's
+    connection monitor (srv_monitor.c) and the pure parts
     (srv_round.c, srv_aggregate.c, srv_link.c, srv_assign.c) do not see it:
     each keeps its own state behind its own interface.
 
@@ -30,6 +31,7 @@
 #include "srv_aggregate.h"
 #include "srv_assign.h"
 #include "srv_bufpool.h"
+#include "srv_monitor.h"
 #include "srv_planner.h"
 #include "srv_pool.h"
 #include "srv_wire.h"
@@ -61,6 +63,16 @@ typedef struct {
     uint32_t params_iter;       //  iteration its last PARAMS closed
     uint8_t rid[PROTO_ROUTING_ID_MAX];
     size_t rid_len;
+    //  Its connection's file descriptor (proto_peer_t.fd of its HELLO; -1:
+    //  none, inproc): a routing id is one connection's, so this holds for
+    //  the whole session. srv_session_transport marks the device closed
+    //  when libzmq reports that connection closed.
+    int fd;
+    //  libzmq reported that connection closed (srv_session_transport);
+    //  srv_session_drop_closed drops the device once the ROUTER holds
+    //  nothing more, so what it sent before the close is read first.
+    bool closed;
+    char name[PROTO_NAME_MAX + 1];      //  its HELLO's, for the log
     proto_state_t state;
     int replica;                //  its replica in the pool
     float *params;              //  last PARAMS slab (dev_wcount)
@@ -100,6 +112,7 @@ typedef struct {
     void *rh;
     pl_curve_t *curve;          //  NULL with --insecure
     zpoller_t *poller;
+    srv_monitor_t *monitor;     //  the ROUTER's connection events; NULL if unavailable
     proto_limits_t limits;
     uint8_t spec_hash[NN_SPEC_HASH_SIZE];
     int devices, joined;

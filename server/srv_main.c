@@ -194,6 +194,7 @@ s_metrics_sample (const srv_t *self, srv_metrics_sample_t *m)
     m->samples = (double) self->samples_seen;
     m->epoch_elapsed_s = self->started && !self->clock_wait
                        ? pl_monotonic () - self->epoch_start : 0.0;
+    m->curve_refused = self->monitor ? srv_monitor_refused (self->monitor) : 0;
     for (int i = 0; i < self->devices; i++) {
         const srv_device_t *d = &self->dev[i];
         m->dev[i].joined = d->joined;
@@ -276,6 +277,13 @@ s_loop (srv_t *self)
             break;          //  other signals (SIGHUP) also end a poll: go on
         if (self->pool && !self->done)
             s_on_workers (self, NULL);
+        //  Every turn, not only when its socket wakes the poll: a busy
+        //  ROUTER comes first in the poller and would starve it.
+        if (!self->done) {
+            srv_session_transport (self);
+            if (srv_session_drop_closed (self))
+                s_settle (self);
+        }
         if (self->stop.reload) {
             self->stop.reload = 0;
             s_on_sighup (self);
@@ -419,7 +427,6 @@ srv_run (int argc, char **argv)
         pl_log_error ("%s", merr);
         return s_finish (self, 1);
     }
-    srv_metrics_watch (self->metrics, self->rh);
     if (resumed == 1) {                 //  the run was already complete
         int rc = srv_setup_complete_results (self);
         if (rc == 0)

@@ -15,7 +15,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,13 +46,6 @@ struct _srv_metrics_t {
     double start_wall;          //  process start, for process_start_time_seconds
     pl_timeline_t *timeline;
     pl_summary_t *summary;
-    //  CURVE handshake failures, counted by the monitor thread.
-    atomic_long curve_refused;
-    atomic_bool monitor_stop;
-    bool monitor_running;
-    pthread_t monitor;
-    void *monitor_sock;
-    void *watched;
 };
 
 //  ---------------------------------------------------------------------
@@ -323,7 +315,7 @@ srv_metrics_tick (srv_metrics_t *self, const srv_metrics_sample_t *srv)
         m->micro = srv->dev[i].micro;
         m->queue = srv->dev[i].queue;
     }
-    st->refused[SRV_REFUSED_CURVE] = (double) atomic_load (&self->curve_refused);
+    st->refused[SRV_REFUSED_CURVE] = (double) srv->curve_refused;
     s_publish (self);
 }
 
@@ -346,79 +338,6 @@ srv_metrics_note_refused (srv_metrics_t *self, srv_refused_t why)
 {
     if (self && why >= 0 && why < SRV_REFUSED_KINDS)
         self->live->refused[why]++;
-}
-
-//  ---------------------------------------------------------------------
-//  CURVE refusals: a libzmq monitor on the ROUTER, read by this thread
-//  (the events come from libzmq's I/O thread; the reactor never sees them).
-
-static void *
-s_monitor_thread (void *arg)
-{
-    srv_metrics_t *self = arg;
-    while (!atomic_load (&self->monitor_stop)) {
-        zmq_pollitem_t item = { self->monitor_sock, 0, ZMQ_POLLIN, 0 };
-        if (zmq_poll (&item, 1, 200) <= 0)
-            continue;
-        zmq_msg_t frame;
-        zmq_msg_init (&frame);
-        if (zmq_msg_recv (&frame, self->monitor_sock, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close (&frame);
-            continue;
-        }
-        uint16_t event = 0;
-        if (zmq_msg_size (&frame) >= 2)
-            memcpy (&event, zmq_msg_data (&frame), 2);
-        bool more = zmq_msg_more (&frame);
-        zmq_msg_close (&frame);
-        while (more) {              //  the endpoint frame
-            zmq_msg_init (&frame);
-            if (zmq_msg_recv (&frame, self->monitor_sock, 0) < 0)
-                more = false;
-            else
-                more = zmq_msg_more (&frame);
-            zmq_msg_close (&frame);
-        }
-        if (event & (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
-                   | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL))
-            atomic_fetch_add (&self->curve_refused, 1);
-    }
-    return NULL;
-}
-
-int
-srv_metrics_watch (srv_metrics_t *self, void *socket)
-{
-    if (!self || self->monitor_running)
-        return 0;
-    char endpoint[64];
-    snprintf (endpoint, sizeof endpoint, "inproc://pl-metrics-monitor-%p", (void *) self);
-    int events = ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
-               | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
-    if (zmq_socket_monitor (socket, endpoint, events)) {
-        pl_log_warn ("metrics: cannot monitor the ROUTER socket (%s); CURVE refusals are "
-                     "not counted", zmq_strerror (errno));
-        return -1;
-    }
-    self->monitor_sock = zmq_socket (zsys_init (), ZMQ_PAIR);
-    if (!self->monitor_sock || zmq_connect (self->monitor_sock, endpoint)) {
-        pl_log_warn ("metrics: monitor socket: %s", zmq_strerror (errno));
-        if (self->monitor_sock)
-            zmq_close (self->monitor_sock);
-        self->monitor_sock = NULL;
-        zmq_socket_monitor (socket, NULL, 0);
-        return -1;
-    }
-    self->watched = socket;
-    atomic_store (&self->monitor_stop, false);
-    if (pthread_create (&self->monitor, NULL, s_monitor_thread, self)) {
-        zmq_close (self->monitor_sock);
-        self->monitor_sock = NULL;
-        zmq_socket_monitor (socket, NULL, 0);
-        return -1;
-    }
-    self->monitor_running = true;
-    return 0;
 }
 
 //  What the process costs now (memory, CPU, the newest checkpoint's age).
@@ -623,13 +542,6 @@ srv_metrics_destroy (srv_metrics_t **self_p)
     srv_metrics_t *self = *self_p;
     if (self->httpd)
         MHD_stop_daemon (self->httpd);
-    if (self->monitor_running) {
-        atomic_store (&self->monitor_stop, true);
-        pthread_join (self->monitor, NULL);
-        zmq_socket_monitor (self->watched, NULL, 0);
-    }
-    if (self->monitor_sock)
-        zmq_close (self->monitor_sock);
     if (self->timeline)
         pl_timeline_set_listener (self->timeline, NULL, NULL);
     if (self->summary)

@@ -9,8 +9,9 @@
     and summary listeners, srv_metrics_tick and the srv_metrics_note_*
     calls, all on the reactor's thread) and publishes it -- one memcpy under
     a mutex -- at most every 250 ms from srv_metrics_tick and at every
-    summary write (epoch end). CURVE handshake refusals come from a libzmq
-    socket monitor read by a thread of its own. Every function takes NULL
+    summary write (epoch end). CURVE handshake refusals are counted by the
+    thread that reads the ROUTER's socket monitor (srv_monitor.h) and reach
+    the metrics in the reactor's sample (curve_refused). Every function takes NULL
     for self (metrics off) and does nothing then.
 
     Nothing served names a path beyond the results directory's last
@@ -43,6 +44,7 @@ typedef struct {
     int epoch_iterations;
     double loss_sum, correct, samples;
     double epoch_elapsed_s;     //  0 while the epoch clock waits
+    long curve_refused;         //  failed handshakes so far (srv_monitor_refused)
     struct {
         bool joined, active;
         int split, micro;       //  the device's split point (fl: the units) and N
@@ -66,13 +68,10 @@ srv_metrics_t *srv_metrics_new (const char *listen, const srv_metrics_sample_t *
                                 const char *results,
                                 pl_timeline_t *timeline, pl_summary_t *summary,
                                 char *err, size_t err_size);
-//  Stops the HTTP and monitor threads first, then frees.
+//  Stops the HTTP thread first, then frees.
 void srv_metrics_destroy (srv_metrics_t **self_p);
 //  The TCP port it listens on (the real one for port 0), or -1.
 int srv_metrics_port (const srv_metrics_t *self);
-//  Count CURVE handshake failures on socket (a libzmq socket handle), from
-//  a monitor thread. 0 or -1 (logged; metrics go on without it).
-int srv_metrics_watch (srv_metrics_t *self, void *socket);
 //  Take the reactor's live state (epoch, progress, queues, joins) and
 //  publish, at most every 250 ms. Reactor thread only.
 void srv_metrics_tick (srv_metrics_t *self, const srv_metrics_sample_t *srv);

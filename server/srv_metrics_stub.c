@@ -22,7 +22,6 @@ srv_metrics_destroy (srv_metrics_t **self_p)
 }
 
 int srv_metrics_port (const srv_metrics_t *self) { (void) self; return -1; }
-int srv_metrics_watch (srv_metrics_t *self, void *socket) { (void) self, (void) socket; return 0; }
 void srv_metrics_tick (srv_metrics_t *self, const srv_metrics_sample_t *srv) { (void) self, (void) srv; }
 void srv_metrics_note_drop (srv_metrics_t *self, int device) { (void) self, (void) device; }
 void srv_metrics_note_rejoin (srv_metrics_t *self, int device) { (void) self, (void) device; }

@@ -277,6 +277,8 @@ s_slot_for (const srv_t *self, const char *key, int req, bool *replace, char *wh
 static bool
 s_session_alive (srv_t *self, srv_device_t *d)
 {
+    if (d->closed)                      //  libzmq said so (srv_session_transport)
+        return false;
     //  A send processes the socket's pending commands (a closed peer's
     //  pipe termination) at most once a millisecond; the HELLO's receive
     //  may have just done so. ZMQ_EVENTS processes them always.
@@ -400,11 +402,101 @@ srv_session_send_plan (srv_t *self, int id)
     srv_send (self, d, &m);
 }
 
+//  The largest frame the ROUTER takes from a device (its ZMQ_MAXMSGSIZE
+//  less CurveZMQ's overhead, srv_setup.c), as WELCOME tells it.
+static size_t
+s_frame_cap (const srv_t *self)
+{
+    size_t cap = self->limits.max_frame_bytes;
+    return cap < PROTO_HEADER_SIZE ? PROTO_HEADER_SIZE
+         : cap > PROTO_DEFAULT_MAX_FRAME_BYTES ? PROTO_DEFAULT_MAX_FRAME_BYTES : cap;
+}
+
+//  A DISCONNECTED names a connection by its file descriptor, which the
+//  kernel gives to the next connection once libzmq has closed it (after
+//  the event). So an event marks only the session that holds that
+//  descriptor, and srv_session_hello reads every event up to its HELLO
+//  (srv_monitor_sync) before a new session takes one: an old connection's
+//  close never reaches a device that reconnected on the same descriptor.
+int
+srv_session_transport (srv_t *self)
+{
+    int marked = 0;
+    srv_monitor_event_t ev;
+    while (self->monitor && srv_monitor_next (self->monitor, &ev) == 1)
+        for (int i = 0; i < self->devices; i++) {
+            srv_device_t *d = &self->dev[i];
+            if (!d->joined || d->fd < 0 || d->fd != ev.fd)
+                continue;
+            d->fd = -1;
+            d->closed = true;
+            marked++;
+        }
+    return marked;
+}
+
+//  libzmq queues what a connection sent in the ROUTER before it reports
+//  the connection closed (the engine's messages are flushed before its
+//  DISCONNECTED, except those of the read that failed), and ZMQ_EVENTS
+//  processes its pending commands: a ROUTER with nothing to read has
+//  given the reactor all of a closed connection's messages. Until then
+//  the device's BYE or last PARAMS may still come; a failed send (a
+//  HEARTBEAT within heartbeat_s) bounds the wait when the ROUTER stays
+//  busy.
+int
+srv_session_drop_closed (srv_t *self)
+{
+    int dropped = 0;
+    bool router_empty = false;
+    for (int i = 0; i < self->devices && !self->done; i++) {
+        srv_device_t *d = &self->dev[i];
+        if (!d->joined || !d->closed)
+            continue;
+        if (!router_empty && (zsock_events (self->router) & ZMQ_POLLIN))
+            return dropped;
+        router_empty = true;
+        //  libzmq does not say why: the cap is named so an operator can
+        //  tell a device that sent too much from one that went away.
+        size_t cap = s_frame_cap (self);
+        pl_log_warn ("server: device %d (%s, key %s): libzmq closed its connection: "
+                     "a frame over the receive cap of %zu bytes, or the peer closed "
+                     "the connection or went silent past heartbeat_timeout_s", i,
+                     d->name, d->key[0] ? d->key : "none, --insecure", cap);
+        char why[sizeof d->drop_why];
+        snprintf (why, sizeof why, "libzmq closed its connection (a frame over the "
+                  "receive cap of %zu bytes, or the peer closed it)", cap);
+        srv_drop (self, d, 0, why);
+        dropped++;
+    }
+    return dropped;
+}
+
 void
 srv_session_hello (srv_t *self, const proto_msg_t *msg, const uint8_t *rid, size_t rid_len,
-                   const char *key)
+                   const proto_peer_t *peer)
 {
+    const char *key = peer->user_id;
     const proto_hello_t *hello = proto_msg_hello (msg);
+    //  The connections closed before this one opened are marked first (see
+    //  srv_session_transport); one may be the slot's own last session.
+    //  They are dropped by the loop, after what they sent before.
+    if (self->monitor)
+        srv_monitor_sync (self->monitor);
+    srv_session_transport (self);
+    //  Without every event up to this HELLO, a close read later may be an
+    //  older connection's on the same descriptor: the session then keeps
+    //  no descriptor (a send that fails or the deadlines drop it).
+    bool synced = self->monitor && srv_monitor_synced (self->monitor);
+    //  A ROUTER still delivers what a connection sent before libzmq closed
+    //  it: a session made now would hold a dead descriptor and the slot
+    //  until a send to it failed (WELCOME, or a HEARTBEAT within
+    //  heartbeat_s, once libzmq has removed the routing id); with
+    //  --insecure it could refuse the device's real reconnect meanwhile.
+    if (synced && peer->fd >= 0 && srv_monitor_closed (self->monitor, peer->fd)) {
+        pl_log_info ("server: a HELLO (device %d, %s) from a connection libzmq has already "
+                     "closed; ignored", hello->requested_device_id, hello->name);
+        return;
+    }
     uint32_t need = self->mode == PL_MODE_FL ? PROTO_CAP_FL : PROTO_CAP_SPLIT;
     if (!(hello->capabilities & need)) {
         srv_send_error_to (self, rid, rid_len, PROTO_ERR_REFUSED,
@@ -443,6 +535,8 @@ srv_session_hello (srv_t *self, const proto_msg_t *msg, const uint8_t *rid, size
     d->last_seen = pl_monotonic ();
     memcpy (d->rid, rid, rid_len);
     d->rid_len = rid_len;
+    d->fd = synced ? peer->fd : -1;
+    snprintf (d->name, sizeof d->name, "%s", hello->name);
     d->state = proto_state_next (PROTO_STATE_CONNECTING, PROTO_MSG_HELLO, PROTO_UP);
     d->replica = self->mode == PL_MODE_SL ? 0 : id;
     if (!d->params)
@@ -468,10 +562,7 @@ srv_session_hello (srv_t *self, const proto_msg_t *msg, const uint8_t *rid, size
     proto_msg_set_assign (w, &plan);
     //  What the ROUTER's ZMQ_MAXMSGSIZE lets through (srv_setup.c), so the
     //  device refuses a larger frame itself, saying so.
-    size_t cap = self->limits.max_frame_bytes;
-    proto_msg_set_frame_cap (w, cap < PROTO_HEADER_SIZE ? PROTO_HEADER_SIZE
-                              : cap > PROTO_DEFAULT_MAX_FRAME_BYTES
-                              ? PROTO_DEFAULT_MAX_FRAME_BYTES : cap);
+    proto_msg_set_frame_cap (w, s_frame_cap (self));
     proto_msg_set_profile_request (w, srv_planner_profile_wanted (self->planner,
                                                                   self->started));
     srv_send (self, d, &w);

@@ -34,10 +34,20 @@ int srv_session_drop_gone (srv_t *self);
 void srv_session_abort_all (srv_t *self, const char *why);
 int srv_session_active_count (const srv_t *self);
 
-//  A HELLO from a peer that holds no session (key: its CURVE key, "" with
-//  --insecure): takes a slot and answers WELCOME, or answers ERROR.
+//  A HELLO from a peer that holds no session (peer->user_id: its CURVE key,
+//  "" with --insecure; peer->fd its connection's): takes a slot and answers
+//  WELCOME, or answers ERROR.
 void srv_session_hello (srv_t *self, const proto_msg_t *msg, const uint8_t *rid,
-                        size_t rid_len, const char *key);
+                        size_t rid_len, const proto_peer_t *peer);
+//  The ROUTER's connection events so far (srv_monitor.h): a device whose
+//  connection libzmq closed is marked (srv_device_t.closed). The number
+//  marked.
+int srv_session_transport (srv_t *self);
+//  Drops the marked devices once the ROUTER has nothing more to read (what
+//  a connection sent before its close is read first: a BYE is a BYE), its
+//  id, key and the receive cap logged (libzmq does not say why it closed
+//  one; a frame over the cap is one reason). The number dropped.
+int srv_session_drop_closed (srv_t *self);
 //  Tells device id its assignment (PLAN).
 void srv_session_send_plan (srv_t *self, int id);
 //  After SIGHUP reloaded the allow-list: marks devices whose key left it.

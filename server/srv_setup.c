@@ -211,6 +211,11 @@ s_router (srv_t *self, const srv_args_t *args)
         pl_log_info ("server: CurveZMQ on; %d device certificate(s) allowed in %s",
                      pl_curve_allowed (self->curve), args->allow);
     }
+    //  Before the bind, so every connection's close is seen.
+    self->monitor = srv_monitor_new (self->rh, err, sizeof err);
+    if (!self->monitor)
+        pl_log_warn ("%s; a device whose connection libzmq closes is dropped only by "
+                     "the deadlines", err);
     const char *bind = args->bind ? args->bind : cfg->bind;
     if (zmq_bind (self->rh, bind)) {
         pl_log_error ("server: bind %s: %s", bind, zmq_strerror (errno));
@@ -270,6 +275,8 @@ srv_setup (srv_t *self, const srv_args_t *args)
     if (s_models (self) || s_router (self, args))
         return -1;
     self->poller = zpoller_new (self->router, NULL);
+    if (self->monitor)
+        zpoller_add (self->poller, srv_monitor_reader (self->monitor));
     if (self->pool)
         srv_pool_attach (self->pool, self->poller);
     return 0;
@@ -378,6 +385,12 @@ srv_setup_teardown (srv_t *self)
     srv_metrics_destroy (&self->metrics);       //  its threads read nothing after this
     srv_pool_destroy (&self->pool);
     zpoller_destroy (&self->poller);
+    if (self->monitor && srv_monitor_dropped (self->monitor) > 0)
+        pl_log_info ("server: %ld connection event(s) came while the reactor was busy and "
+                     "were not read (a device whose close was among them went at the "
+                     "server's next send to it, not at once)",
+                     srv_monitor_dropped (self->monitor));
+    srv_monitor_destroy (&self->monitor);
     zsock_destroy (&self->router);
     //  GRADIENTS still queued in libzmq give their buffers back later; the
     //  last one frees the pool.

@@ -98,12 +98,15 @@ Test (dropout, killed_device_is_dropped_and_rejoins_when_restarted, .timeout = 4
     char endpoint[256];
     pid_t c[3];
     pid_t server = s_run_and_kill_device_2 (&run, endpoint, sizeof endpoint, c);
-    //  Dropped as silent, or at once when a send finds its connection gone
-    //  (the ROUTER is ZMQ_ROUTER_MANDATORY).
+    //  Dropped at once: libzmq reports its connection closed (the ROUTER's
+    //  monitor), or a send finds it gone (ZMQ_ROUTER_MANDATORY), whichever
+    //  the server sees first; else as silent.
     cr_assert (pltest_wait_log (&run, "server.log", "device 2 dropped: ", 30),
                "the killed device was not dropped");
     cr_assert (pltest_log_has (&run, "server.log", "device 2 dropped: silent for")
-               || pltest_log_has (&run, "server.log", "device 2 dropped: its connection is gone"),
+               || pltest_log_has (&run, "server.log", "device 2 dropped: its connection is gone")
+               || pltest_log_has (&run, "server.log",
+                                  "device 2 dropped: libzmq closed its connection"),
                "the killed device was dropped for another reason");
     //  Restarted (as systemd would), it rejoins at the next aggregation point.
     c[2] = pltest_start_client (&run, 2, endpoint);
@@ -209,9 +212,13 @@ Test (dropout, too_few_devices_left_ends_the_run, .timeout = 400)
 
 //  Issue 19 (3), issue 21 (2): a device killed mid-run and restarted at
 //  once (as systemd or Compose would) takes its slot back: its connection
-//  is gone, so its new HELLO (--insecure: the same device id) frees the
-//  slot at once, with a warning, instead of "run is full" until a deadline.
-//  fl with rare heartbeats: nothing else sends to the dead device first.
+//  is gone, so the server drops it when libzmq reports the close, or when
+//  a send to it fails (ZMQ_ROUTER_MANDATORY), or its new HELLO (--insecure:
+//  the same device id) frees the slot, with a warning, whichever comes
+//  first; not "run is full" until a deadline. fl with rare heartbeats:
+//  on a quiet host nothing sends to the dead device first, but on a loaded
+//  one the round's first MODEL can go out after the kill ("device 1
+//  dropped: its connection is gone (sending MODEL)", seen at load 25).
 Test (dropout, a_device_restarted_within_device_timeout_rejoins, .timeout = 400)
 {
     pltest_run_t run = { 0 };
@@ -233,7 +240,11 @@ Test (dropout, a_device_restarted_within_device_timeout_rejoins, .timeout = 400)
     pltest_expect_exit (&run, server, 0, "server");
     cr_assert_not (pltest_log_has (&run, "client1.log", "run is full"));
     cr_assert (pltest_log_has (&run, "server.log", "device 1 joined the running run"));
-    cr_assert (pltest_log_has (&run, "server.log", "device 1's connection is gone; a new HELLO"));
+    cr_assert (pltest_log_has (&run, "server.log", "device 1's connection is gone; a new HELLO")
+               || pltest_log_has (&run, "server.log",
+                                  "device 1 dropped: libzmq closed its connection")
+               || pltest_log_has (&run, "server.log", "device 1 dropped: its connection is gone"),
+               "the server did not say how it freed device 1's slot");
     cJSON *s = pltest_summary (run.dir, "run");
     cr_expect (s_active (s_device (s_epoch (s, 2), 1)), "the restarted device did not rejoin");
     cJSON_Delete (s);
@@ -314,7 +325,8 @@ Test (dropout, restarted_device_takes_part_from_the_next_aggregation_point, .tim
 //  dead connection is made here: its handshake done, a HELLO for device 0
 //  sent while the server is stopped (SIGSTOP), and the connection closed
 //  before the server runs again, so the server reads the HELLO with the
-//  connection already gone.
+//  connection already gone. (Since the server reads its connections'
+//  closes, it usually ignores that HELLO outright.)
 Test (dropout, a_dead_queued_hello_does_not_start_the_run, .timeout = 400)
 {
     pltest_run_t run = { 0 };
@@ -358,8 +370,15 @@ Test (dropout, a_dead_queued_hello_does_not_start_the_run, .timeout = 400)
     zmq_ctx_term (ctx);                 //  the HELLO, then the connection's end
     cr_assert_eq (kill (server, SIGCONT), 0);
 
-    cr_assert (pltest_wait_log (&run, "server.log", "device 0 dropped: ", 30),
-               "the dead connection's HELLO did not take slot 0");
+    //  The server either ignores the HELLO, having seen its connection's
+    //  close first (srv_monitor.c), or takes it and frees the slot again.
+    bool seen = false;
+    for (double until = pl_monotonic () + 30; !seen && pl_monotonic () < until;
+         usleep (100000))
+        seen = pltest_log_has (&run, "server.log", "device 0 dropped: ")
+            || pltest_log_has (&run, "server.log", "from a connection libzmq has already "
+                               "closed; ignored");
+    cr_assert (seen, "the server did not see the dead connection's HELLO");
     c[0] = pltest_start_client (&run, 0, endpoint);
     pltest_expect_exit (&run, server, 0, "server");
     for (int i = 0; i < 3; i++)
