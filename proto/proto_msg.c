@@ -1090,7 +1090,7 @@ s_recv (proto_msg_t **msg_out, void *socket, uint8_t *routing_id, size_t *routin
             if (user)
                 snprintf (peer->user_id, sizeof peer->user_id, "%s", user);
             if (addr || user)
-                peer->fd = zmq_msg_get (part, ZMQ_SRCFD);
+                peer->fd = zmq_msg_get (&part, ZMQ_SRCFD);
             want_meta = !addr && !user;
         }
         first = false;
