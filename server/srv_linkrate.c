@@ -80,6 +80,7 @@ srv_linkrate_probe (srv_linkrate_t *self, int id, int epoch)
     self->size = 0;
     self->pings = 0;
     self->grown = false;
+    self->xfers = 0;
     self->sum_bytes = self->sum_s = 0.0;
     self->repeats = 0;
     self->rtt_s = INFINITY;
@@ -113,13 +114,18 @@ srv_linkrate_answer (srv_linkrate_t *self, const proto_msg_t *msg, int id, int e
     }
     if (!self->grown && t < S_TARGET_S && self->size < cap) {
         self->size = self->size * 4 < cap ? self->size * 4 : cap;
+        self->xfers++;
         *next = s_send (self, id, epoch);
         return 0;
     }
-    //  Grown: this size and the next of the same size are summed, bytes and
-    //  time. A transfer's time is its round trip less the RTT of an empty
-    //  probe.
+    //  Grown: the transfers of this size are summed, bytes and time, all
+    //  but the direction's first (the warm-up, see srv_linkrate.h). A
+    //  transfer's time is its round trip less the RTT of an empty probe.
     self->grown = true;
+    if (self->xfers++ == 0) {
+        *next = s_send (self, id, epoch);
+        return 0;
+    }
     double xfer = t - self->rtt_s;
     self->sum_bytes += (double) self->size;
     self->sum_s += xfer > 1e-6 ? xfer : 1e-6;
@@ -130,6 +136,7 @@ srv_linkrate_answer (srv_linkrate_t *self, const proto_msg_t *msg, int id, int e
     double rate = self->sum_bytes / self->sum_s;
     rate = rate < S_MAX_BPS ? rate : S_MAX_BPS;
     self->grown = false;
+    self->xfers = 0;
     self->sum_bytes = self->sum_s = 0.0;
     self->repeats = 0;
     if (self->step == S_DOWN) {

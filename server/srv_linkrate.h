@@ -5,7 +5,14 @@
     down and up of growing size until one takes long enough to time, then
     more of that size until together they span several CPU-quota periods
     (the rate is their bytes over their time, so that a pause of a
-    throttled device or TCP's slow start weighs little). And
+    throttled device weighs little). The first transfer of a direction
+    never counts: it is a growth step or, when the first size already
+    takes long enough, a warm-up. A fresh TCP direction starts in slow
+    start with no threshold and can overshoot a shallow bottleneck queue
+    (a tbf, a radio's buffer); the tail it loses costs a retransmission
+    timeout (200 ms minimum on Linux). In one CI run the first upload read
+    a 10 Mbit/s uplink as 7.0 where the later rounds read 9.6 (not
+    reproduced on the development host, bbr or cubic). And
     the training traffic: back-to-back ACTIVATIONS of one iteration are
     spaced by at least their transfer time, so their rate is a floor for
     the uplink's. No sockets: a call returns the PROBE to send.
@@ -30,6 +37,7 @@ typedef struct {
     size_t size;                //  transfer size of the current step
     int pings;
     bool grown;                 //  the size is final: transfers are summed
+    int xfers;                  //  transfers of this direction answered
     double sum_bytes, sum_s;    //  the summed transfers of this direction
     int repeats;
     double rtt_s, down_Bps, up_Bps;     //  of the probe in progress

@@ -140,9 +140,14 @@ Test (dropout, killed_device_is_dropped_and_rejoins_when_restarted, .timeout = 4
     cr_expect (trained <= 25.0 * computed && fmod (trained, 25.0) == 0.0,
                "epoch 1: device 2 trained %g samples; the server computed %d of its "
                "micro-batches", trained, computed);
-    if (computed > 0)
-        cr_expect (trained > 0, "epoch 1: device 2 trained %d micro-batch(es) before it was "
-                   "killed, the summary says %g samples", computed, trained);
+    //  All but one: the drop discards the replica's queue (srv_pool_discard),
+    //  and a replica is in at most one worker, whose result, back after the
+    //  drop, is computed (a row) but never sent (seen once: 1 computed, 0
+    //  trained, the drop by the socket monitor within the compute).
+    cr_expect (trained >= 25.0 * (computed - 1),
+               "epoch 1: device 2 trained %d micro-batch(es) before it was killed (at most "
+               "one of them returned after its drop), the summary says %g samples",
+               computed, trained);
     cr_expect (cJSON_IsFalse (cJSON_GetObjectItemCaseSensitive (first, "reported")));
     cr_expect_eq (pltest_num (first, "samples"), 0.0, "no PARAMS of epoch 1 came from it");
     cr_expect (cJSON_IsTrue (cJSON_GetObjectItemCaseSensitive (s_device (s_epoch (s, 0), 0),
