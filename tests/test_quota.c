@@ -26,9 +26,17 @@
     the 4g profile's 25 Mbit/s down and 10 up; the device's end answers as
     pipelearn-client does, in a cgroup at 10% of a core, idle (probe) or
     with a thread spinning so that the group is throttled every period
-    (probe_busy). Every one of three measurements must read >= 70% of both
-    rates (payload, so at most ~96%). What it guards: a probe that measures
-    the device's CPU, not its link. Measured 2026-11-26 (AMD EPYC, loaded
+    (probe_busy). Of three measurements, the median must read >= 70% of
+    both rates (payload, so at most ~96%) and every one >= 50%. What it
+    guards: a probe that measures the device's CPU, not its link, or the
+    prober's (such readings were 14-30%: 3.6-5.3 of 25 below, 7.1-7.6 of 25
+    in issue 17's lab runs). Why one round may read less than 70%:
+    a round sums about 0.66 s of transfers, and one retransmission timeout
+    (200 ms at least) or two or three quota pauses of a throttled device
+    (up to 90 ms each) inside it cost 25-30%. Seen twice in the 7 CI runs
+    that had these tests (14 probe runs), one round each at 7.0 of 10 Mbit/s up: round 0 of an idle device (stop 25's
+    CI), round 2 of a busy one (64 throttled periods; t13_avx2_2); the
+    other rounds of those runs read 9.6. Measured 2026-11-26 (AMD EPYC, loaded
     host): idle, 0 throttled periods, 23-25 down / 9.5-10 up, before and
     after the probes were summed; busy, 19-22 / 9-11 before (one round at
     18.8, 75%), 21-22 / 9.6-9.9 after. This kernel has no sch_netem, so
@@ -394,6 +402,13 @@ s_prober (int port_fd, int out_fd, int rounds)
     return 0;
 }
 
+static double
+s_median3 (const double v[3])
+{
+    double lo = v[0] < v[1] ? v[0] : v[1], hi = v[0] < v[1] ? v[1] : v[0];
+    return v[2] < lo ? lo : v[2] > hi ? hi : v[2];
+}
+
 static int
 s_test_probe (bool busy)
 {
@@ -460,18 +475,25 @@ s_test_probe (bool busy)
         return 1;
     }
     int fail = 0;
+    double downs[ROUNDS], ups[ROUNDS];
     for (int r = 0; r < ROUNDS; r++) {
-        double down = res[r][1] * 8e-6, up = res[r][2] * 8e-6;
+        downs[r] = res[r][1] * 8e-6;
+        ups[r] = res[r][2] * 8e-6;
         printf ("round %d: RTT %.1f ms, downlink %.1f Mbit/s (tbf %d), uplink %.1f Mbit/s "
-                "(tbf %d)\n", r, res[r][0] * 1e3, down, S_DOWN_MBIT, up, S_UP_MBIT);
-        if (down < 0.7 * S_DOWN_MBIT || up < 0.7 * S_UP_MBIT)
+                "(tbf %d)\n", r, res[r][0] * 1e3, downs[r], S_DOWN_MBIT, ups[r], S_UP_MBIT);
+        if (downs[r] < 0.5 * S_DOWN_MBIT || ups[r] < 0.5 * S_UP_MBIT) {
+            printf ("FAIL: round %d reads under 50%% of a tbf rate\n", r);
             fail = 1;
+        }
     }
-    printf ("device %s at %d%% of a core: %ld throttled periods\n",
-            busy ? "busy (a thread spinning)" : "idle", 100 * S_QUOTA_US / S_PERIOD_US,
-            throttled);
-    if (fail)
-        printf ("FAIL: every round must read >= 70%% of the tbf rates\n");
+    double down = s_median3 (downs), up = s_median3 (ups);
+    printf ("device %s at %d%% of a core: %ld throttled periods; median downlink %.1f, "
+            "uplink %.1f Mbit/s\n", busy ? "busy (a thread spinning)" : "idle",
+            100 * S_QUOTA_US / S_PERIOD_US, throttled, down, up);
+    if (down < 0.7 * S_DOWN_MBIT || up < 0.7 * S_UP_MBIT) {
+        printf ("FAIL: the median round must read >= 70%% of the tbf rates\n");
+        fail = 1;
+    }
     return fail;
 }
 
