@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "nn_checkpoint.h"
 #include "pl_clock.h"
@@ -535,4 +536,16 @@ pltest_run_daemons (pltest_run_t *run, const char *sub, const char *config_json,
     for (int i = 0; i < devices; i++)
         clients[i] = pltest_start_client (run, i, endpoint);
     pltest_finish_run (run, sub, server, clients, devices);
+}
+
+void *
+pltest_router_bind (void *ctx, char *endpoint, size_t size)
+{
+    void *router = zmq_socket (ctx, ZMQ_ROUTER);
+    cr_assert_not_null (router);
+    zmq_setsockopt (router, ZMQ_LINGER, &(int) { 0 }, sizeof (int));
+    cr_assert_eq (zmq_bind (router, "tcp://127.0.0.1:*"), 0);
+    size_t len = size;
+    cr_assert_eq (zmq_getsockopt (router, ZMQ_LAST_ENDPOINT, endpoint, &len), 0);
+    return router;
 }

@@ -4,7 +4,7 @@
     with logs in the run's directory, start a server on tcp://127.0.0.1:*
     and read its endpoint file, wait with deadlines, dump the logs on
     failure, kill everything at the end; read summary.json, timeline.csv
-    and model.ckpt back. Failures are Criterion assertions of the calling
+    and model.ckpt back; bind a stand-in server's ROUTER. Failures are Criterion assertions of the calling
     test.
 */
 #ifndef PLTEST_H_INCLUDED
@@ -163,5 +163,12 @@ void pltest_finish_run (pltest_run_t *run, const char *sub, pid_t server,
 //  Server + `devices` real clients (--insecure), run to the end.
 void pltest_run_daemons (pltest_run_t *run, const char *sub, const char *config_json,
                          int devices);
+
+//  A stand-in server for a test that speaks the protocol by hand: a new
+//  ROUTER socket of the libzmq context ctx, linger 0, bound to
+//  tcp://127.0.0.1:* (the test fails if it cannot bind); its endpoint in
+//  endpoint (size bytes). The caller closes the socket (zmq_close) before
+//  it terminates ctx.
+void *pltest_router_bind (void *ctx, char *endpoint, size_t size);
 
 #endif
