@@ -125,6 +125,14 @@ pltest_csv_t pltest_load_csv (const char *dir, const char *sub);
 //  The device a row is about (deviceN, server:dN, link:dN), or -1 (the
 //  server's own rows).
 int pltest_row_device (const pltest_row_t *row);
+//  Every device row of DIR/sub/timeline.csv ran split point S(epoch,
+//  device) and `micro` micro-batches, and each device has rows: with
+//  epochs > 0, S(e, d) is split[(e - 1) * devices + d], every row's epoch
+//  is 1..epochs and each epoch has rows of each device; with epochs 0,
+//  S(e, d) is split[d] whatever the epoch and rows are counted over the
+//  run. A row of a device id >= devices fails the test.
+void pltest_expect_timeline_split (const char *dir, const char *sub, int devices, int epochs,
+                                   const int *split, int micro);
 
 //  The daemons' logs of the run, to stderr (for a failing test).
 void pltest_dump_logs (pltest_run_t *run);
