@@ -25,7 +25,7 @@
       its reason and recorded in summary.json;
     - in any pipelearn or sfl run, the config's split_point_moves move a
       device's split point at a given epoch's start, recorded the same way
-      (srv_planner_moves).
+      (srv_planner_next makes both, in that order).
 */
 #ifndef SRV_PLANNER_H_INCLUDED
 #define SRV_PLANNER_H_INCLUDED
@@ -107,35 +107,27 @@ int srv_planner_start (srv_planner_t *self, const srv_assign_t *cur, cJSON *summ
 //  After an epoch's last aggregation, before the next epoch: with
 //  adaptive planning, probes for the devices in active (devices values)
 //  into probes[] (NULL for the others). true when any went out: the
-//  server waits until srv_planner_settled, then calls srv_planner_replan.
+//  server waits until srv_planner_settled, then calls srv_planner_next
+//  with probed.
 bool srv_planner_epoch_end (srv_planner_t *self, const bool *active, int epoch,
                             proto_msg_t **probes);
-//  The probes of an epoch end are in: 1 with *out the new assignment,
-//  0 when nothing changes, -1 when the planner failed.
-int srv_planner_replan (srv_planner_t *self, const srv_assign_t *cur, const bool *active,
-                        int epoch, srv_planner_decision_t *out);
-//  out->next decided (srv_planner_start does this itself; the server calls
-//  it after srv_planner_replan returned 1): fill out->codecs. A device
-//  with an "auto" direction gets the codec the estimate chose at its
-//  (P, N) when it is new to the plan (the start) or was re-planned now
-//  (its link drifted, or its plan changed): it is told when its codecs
-//  change, the change logged and recorded with the epoch's re-plans.
-//  Every other device keeps its codecs.
-void srv_planner_choose_codecs (srv_planner_t *self, bool start, int epoch,
-                                srv_planner_decision_t *out);
+//  Before epoch begins, the plan that holds for it, chosen in this order
+//  (the only place that order is kept): the re-plan of the epoch-end
+//  probes when probed (they are in: a device whose link drifted by more
+//  than replan_drift is re-planned); then the config's split_point_moves
+//  for epoch on top of that (or of cur; a moved device is told when
+//  active, each move recorded as a re-plan with its reason); then, when
+//  either changed the plan, every device's codecs for it
+//  (srv_planner_choose_codecs). 1 with *out the decision to apply; 0 when
+//  cur holds unchanged (out->next is cur, no device told).
+int srv_planner_next (srv_planner_t *self, const srv_assign_t *cur, const bool *active,
+                      bool probed, int epoch, srv_planner_decision_t *out);
 //  Device id's codecs into a summary.json device entry: codec_up,
 //  codec_down, and codec_up_by / codec_down_by, "planner" for an "auto"
 //  direction, else "config".
 void srv_planner_codecs_json (const pl_config_t *cfg, int id, pl_codecs_t codecs, cJSON *o);
 //  Epoch-end probes are out.
 bool srv_planner_probing (const srv_planner_t *self);
-//  Before epoch begins (after any re-plan of its probes, whose decision
-//  dec holds, or the assignment in force with no device told): the
-//  config's split_point_moves for epoch, applied on top of dec (a moved
-//  device is told when active; each move recorded as a re-plan with its
-//  reason). 1 when a split point moved, else 0 (dec unchanged).
-int srv_planner_moves (srv_planner_t *self, const bool *active, int epoch,
-                       srv_planner_decision_t *dec);
 
 //  Per-device link figures for the epoch's summary entry (then the
 //  epoch's traffic samples are reset); micro is the device's N.

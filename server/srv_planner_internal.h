@@ -68,4 +68,14 @@ double srv_planner_epoch_of (const nn_estimate_t *plan, int devices, int split_p
 void srv_planner_choose_micro (const srv_planner_t *self, const nn_estimate_t *plan,
                                const srv_assign_t *cur, int split_point, int *n, double *est);
 
+//  out->next decided (by srv_planner_start, or srv_planner_next when the
+//  plan changed): fill out->codecs. A device with an "auto" direction
+//  gets the codec the estimate chose at its (P, N) when it is new to the
+//  plan (the start) or was re-planned now (its link drifted, or its plan
+//  changed): it is told when its codecs change, the change logged and
+//  recorded with the epoch's re-plans. Every other device keeps its
+//  codecs.
+void srv_planner_choose_codecs (srv_planner_t *self, bool start, int epoch,
+                                srv_planner_decision_t *out);
+
 #endif

@@ -1,5 +1,6 @@
 /*  srv_replan.c: the planner's re-planning at epoch ends: the links
-    probed again, a drifted device's plan re-made (srv_planner.h). */
+    probed again, a drifted device's plan re-made, the config's
+    split_point_moves applied (srv_planner.h, srv_planner_next). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -150,9 +151,11 @@ s_replan_each (srv_planner_t *self, const srv_assign_t *cur, const bool *drifted
     return 1;
 }
 
-int
-srv_planner_replan (srv_planner_t *self, const srv_assign_t *cur, const bool *active,
-                    int epoch, srv_planner_decision_t *out)
+//  The probes of an epoch end are in: 1 with *out the new assignment
+//  (the changed devices told), 0 when nothing changes (out->next unset).
+static int
+s_replan_probed (srv_planner_t *self, const srv_assign_t *cur, const bool *active, int epoch,
+                 srv_planner_decision_t *out)
 {
     self->probing = false;
     const pl_config_t *cfg = self->args.cfg;
@@ -235,9 +238,12 @@ srv_planner_replan (srv_planner_t *self, const srv_assign_t *cur, const bool *ac
 //  ---------------------------------------------------------------------
 //  Scheduled moves ("split_point_moves")
 
-int
-srv_planner_moves (srv_planner_t *self, const bool *active, int epoch,
-                   srv_planner_decision_t *dec)
+//  The config's split_point_moves for epoch, applied on top of dec (the
+//  probes' re-plan, or the assignment in force with no device told): a
+//  moved device is told when active; each move recorded as a re-plan with
+//  its reason. 1 when a split point moved, else 0 (dec unchanged).
+static int
+s_moves (srv_planner_t *self, const bool *active, int epoch, srv_planner_decision_t *dec)
 {
     const pl_config_t *cfg = self->args.cfg;
     int moved = 0;
@@ -261,4 +267,26 @@ srv_planner_moves (srv_planner_t *self, const bool *active, int epoch,
         moved = 1;
     }
     return moved;
+}
+
+//  ---------------------------------------------------------------------
+//  The plan for the next epoch
+
+int
+srv_planner_next (srv_planner_t *self, const srv_assign_t *cur, const bool *active,
+                  bool probed, int epoch, srv_planner_decision_t *out)
+{
+    int rc = probed ? s_replan_probed (self, cur, active, epoch, out) : 0;
+    if (rc != 1) {
+        out->next = *cur;
+        memset (out->tell, 0, sizeof out->tell);
+    }
+    if (s_moves (self, active, epoch, out))
+        rc = 1;
+    if (rc != 1)
+        return 0;
+    //  The codecs of the plan that holds now (a moved device's "auto"
+    //  directions are chosen again at its new split point).
+    srv_planner_choose_codecs (self, false, epoch, out);
+    return 1;
 }

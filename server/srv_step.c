@@ -385,22 +385,9 @@ s_replan (srv_t *self, bool probed)
         active[i] = self->dev[i].active;
     srv_planner_decision_t dec;
     self->replanning = false;
-    int rc = probed ? srv_planner_replan (self->planner, &self->assign, active, self->epoch,
-                                          &dec)
-                    : 0;
-    if (rc != 1) {
-        dec.next = self->assign;
-        memset (dec.tell, 0, sizeof dec.tell);
-    }
-    if (srv_planner_moves (self->planner, active, self->epoch, &dec))
-        rc = 1;
-    //  The codecs of the plan that holds now (a moved device's "auto"
-    //  directions are chosen again at its new split point).
-    if (rc == 1) {
-        srv_planner_choose_codecs (self->planner, false, self->epoch, &dec);
-        if (s_apply (self, &dec))
-            s_fail (self);
-    }
+    if (srv_planner_next (self->planner, &self->assign, active, probed, self->epoch, &dec)
+    &&  s_apply (self, &dec))
+        s_fail (self);
     if (!self->done)
         s_epoch_begin (self);
 }

@@ -90,12 +90,8 @@ Test (framecap, a_device_refuses_a_frame_over_the_servers_cap_and_says_so, .time
     pltest_run_t run = { .count = 0 };
     pltest_mkdtemp (run.dir, "framecap_device");
     void *ctx = zmq_ctx_new ();
-    void *router = zmq_socket (ctx, ZMQ_ROUTER);
-    zmq_setsockopt (router, ZMQ_LINGER, &(int) { 0 }, sizeof (int));
-    cr_assert_eq (zmq_bind (router, "tcp://127.0.0.1:*"), 0);
     char endpoint[256];
-    size_t len = sizeof endpoint;
-    zmq_getsockopt (router, ZMQ_LAST_ENDPOINT, endpoint, &len);
+    void *router = pltest_router_bind (ctx, endpoint, sizeof endpoint);
     pid_t client = pltest_start_client (&run, 0, endpoint);
 
     uint8_t rid[PROTO_ROUTING_ID_MAX];

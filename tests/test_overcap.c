@@ -239,12 +239,39 @@ s_keys_destroy (s_keys_t *self)
     zcert_destroy (&self->dev1);
 }
 
+//  Keys (curve false: --insecure, none) and the server for config in
+//  run->dir; the server's pid, its endpoint in endpoint (256 bytes).
 static pid_t
-s_server (pltest_run_t *run, const s_keys_t *keys, char *endpoint, size_t size)
+s_start_server (pltest_run_t *run, const char *config, bool curve, s_keys_t *keys,
+                char *endpoint)
 {
-    return keys->curve ? pltest_start_server_sec (run, "run", OVERCAP_CONFIG, endpoint, size,
-                                                  keys->secret, keys->allow)
-                       : pltest_start_server (run, "run", OVERCAP_CONFIG, endpoint, size);
+    s_keys_make (keys, run->dir, curve);
+    return curve ? pltest_start_server_sec (run, "run", config, endpoint, 256, keys->secret,
+                                            keys->allow)
+                 : pltest_start_server (run, "run", config, endpoint, 256);
+}
+
+//  dev connects to endpoint as device 1 (with device1's key under
+//  CurveZMQ) and says HELLO; WELCOME must follow (dev->cap is its cap).
+static void
+s_dev_join (s_dev_t *dev, const char *endpoint, const s_keys_t *keys)
+{
+    s_dev_connect (dev, endpoint, keys->dev1, keys->server);
+    s_dev_hello (dev, 1);
+    s_dev_expect (dev, PROTO_MSG_WELCOME);
+}
+
+//  The start the tests share: keys, the server for config and the
+//  scripted device 1 joined (dev zeroed first). The server's pid; its
+//  endpoint in endpoint (256 bytes).
+static pid_t
+s_start_one_device (pltest_run_t *run, const char *config, bool curve, s_keys_t *keys,
+                    s_dev_t *dev, char *endpoint)
+{
+    pid_t server = s_start_server (run, config, curve, keys, endpoint);
+    *dev = (s_dev_t) { 0 };
+    s_dev_join (dev, endpoint, keys);
+    return server;
 }
 
 static pid_t
@@ -259,13 +286,9 @@ Test (overcap, a_frame_over_the_cap_drops_its_device_at_once_naming_it, .timeout
     pltest_run_t run = { 0 };
     pltest_mkdtemp (run.dir, "overcap");
     s_keys_t keys;
-    s_keys_make (&keys, run.dir, true);
+    s_dev_t dev;
     char endpoint[256];
-    pid_t server = s_server (&run, &keys, endpoint, sizeof endpoint);
-    s_dev_t dev = { 0 };
-    s_dev_connect (&dev, endpoint, keys.dev1, keys.server);
-    s_dev_hello (&dev, 1);
-    s_dev_expect (&dev, PROTO_MSG_WELCOME);
+    pid_t server = s_start_one_device (&run, OVERCAP_CONFIG, true, &keys, &dev, endpoint);
     cr_assert (dev.cap > 0);
     pid_t client = s_client0 (&run, &keys, endpoint);
     s_dev_expect (&dev, PROTO_MSG_MODEL);
@@ -327,13 +350,9 @@ s_reconnect (bool curve)
     pltest_run_t run = { 0 };
     pltest_mkdtemp (run.dir, "overcap_reconnect");
     s_keys_t keys;
-    s_keys_make (&keys, run.dir, curve);
+    s_dev_t dev;
     char endpoint[256];
-    pid_t server = s_server (&run, &keys, endpoint, sizeof endpoint);
-    s_dev_t dev = { 0 };
-    s_dev_connect (&dev, endpoint, keys.dev1, keys.server);
-    s_dev_hello (&dev, 1);
-    s_dev_expect (&dev, PROTO_MSG_WELCOME);
+    pid_t server = s_start_one_device (&run, OVERCAP_CONFIG, curve, &keys, &dev, endpoint);
     for (int round = 0; round < 3; round++) {
         cr_assert_eq (kill (server, SIGSTOP), 0);
         s_dev_close (&dev);
@@ -490,9 +509,8 @@ Test (overcap, a_hello_from_a_connection_already_closed_takes_no_slot, .timeout 
     pltest_run_t run = { 0 };
     pltest_mkdtemp (run.dir, "overcap_dead_hello");
     s_keys_t keys;
-    s_keys_make (&keys, run.dir, false);
     char endpoint[256];
-    pid_t server = s_server (&run, &keys, endpoint, sizeof endpoint);
+    pid_t server = s_start_server (&run, OVERCAP_CONFIG, false, &keys, endpoint);
     struct sockaddr_in to = s_addr (endpoint);
 
     //  A scripted device through a relay in this process: the handshake
@@ -532,9 +550,7 @@ Test (overcap, a_hello_from_a_connection_already_closed_takes_no_slot, .timeout 
     //  Device 1's slot is free: a live connection asking for it gets it
     //  without pushing anyone out, and the run starts with it.
     s_dev_t dev = { 0 };
-    s_dev_connect (&dev, endpoint, NULL, NULL);
-    s_dev_hello (&dev, 1);
-    s_dev_expect (&dev, PROTO_MSG_WELCOME);
+    s_dev_join (&dev, endpoint, &keys);
     pid_t client = s_client0 (&run, &keys, endpoint);
     s_dev_expect (&dev, PROTO_MSG_MODEL);
     int drops = s_log_count (&run, "server.log", "device 1 dropped");
@@ -571,13 +587,9 @@ Test (overcap, a_close_does_not_overtake_what_its_connection_sent, .timeout = 28
     pltest_run_t run = { 0 };
     pltest_mkdtemp (run.dir, "overcap_bye");
     s_keys_t keys;
-    s_keys_make (&keys, run.dir, false);
+    s_dev_t leaver, joiner = { 0 };
     char endpoint[256];
-    pid_t server = pltest_start_server (&run, "run", BYE_CONFIG, endpoint, sizeof endpoint);
-    s_dev_t leaver = { 0 }, joiner = { 0 };
-    s_dev_connect (&leaver, endpoint, NULL, NULL);
-    s_dev_hello (&leaver, 1);
-    s_dev_expect (&leaver, PROTO_MSG_WELCOME);
+    pid_t server = s_start_one_device (&run, BYE_CONFIG, false, &keys, &leaver, endpoint);
     s_dev_connect (&joiner, endpoint, NULL, NULL);
     usleep (500000);                    //  the joiner's ZMTP handshake
     cr_assert_eq (kill (server, SIGSTOP), 0);

@@ -18,63 +18,17 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "pltest_frames.h"
 #include "proto_msg.h"
 
 #define S_MAX_RAW 8
-#define S_TIMEOUT_MS 3000
 
 //  ---------------------------------------------------------------------
 //  Helpers
 
-typedef struct {
-    void *ctx;
-    void *a;        //  binds; receives in most tests
-    void *b;        //  connects
-} s_pair_t;
-
-static void
-s_opts (void *sock)
-{
-    int linger = 0, timeout = S_TIMEOUT_MS;
-    zmq_setsockopt (sock, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt (sock, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
-    zmq_setsockopt (sock, ZMQ_SNDTIMEO, &timeout, sizeof timeout);
-}
-
-//  b gets routing id `id` if not NULL (for a ROUTER on a).
-static void
-s_pair_open_id (s_pair_t *p, int type_a, int type_b, const char *endpoint, const char *id)
-{
-    p->ctx = zmq_ctx_new ();
-    cr_assert_not_null (p->ctx);
-    p->a = zmq_socket (p->ctx, type_a);
-    p->b = zmq_socket (p->ctx, type_b);
-    cr_assert (p->a && p->b);
-    s_opts (p->a);
-    s_opts (p->b);
-    if (id)
-        zmq_setsockopt (p->b, ZMQ_ROUTING_ID, id, strlen (id));
-    cr_assert_eq (zmq_bind (p->a, endpoint), 0, "bind %s: %s", endpoint, zmq_strerror (errno));
-    cr_assert_eq (zmq_connect (p->b, endpoint), 0);
-}
-
-static void
-s_pair_open (s_pair_t *p, const char *endpoint)
-{
-    s_pair_open_id (p, ZMQ_PAIR, ZMQ_PAIR, endpoint, NULL);
-}
-
-static void
-s_pair_close (s_pair_t *p)
-{
-    zmq_close (p->a);
-    zmq_close (p->b);
-    zmq_ctx_term (p->ctx);
-}
-
 //  Send m from b, receive on a; the received message or a failed test.
 static proto_msg_t *
-s_transfer (s_pair_t *p, proto_msg_t *m, const proto_limits_t *limits)
+s_transfer (pltest_pair_t *p, proto_msg_t *m, const proto_limits_t *limits)
 {
     cr_assert_eq (proto_msg_send (&m, p->b), 0, "send: %s", zmq_strerror (errno));
     cr_assert_null (m, "send must destroy the message");
@@ -351,7 +305,7 @@ s_raw_send (void *sock, const s_raw_t *r)
 
 //  The socket still works: a valid message sent next arrives intact.
 static void
-s_assert_in_step (s_pair_t *p, const proto_limits_t *limits)
+s_assert_in_step (pltest_pair_t *p, const proto_limits_t *limits)
 {
     proto_msg_t *m = proto_msg_new (PROTO_MSG_HEARTBEAT);
     proto_msg_set_sequence (m, 4242);
@@ -375,8 +329,8 @@ s_expect (s_raw_t *r, const proto_limits_t *limits, int code, const char *needle
     cr_assert_not_null (strstr (err, needle), "message \"%s\" lacks \"%s\"", err, needle);
     cr_assert (proto_code_is_malformed (rc));
 
-    s_pair_t p;
-    s_pair_open (&p, "inproc://expect");
+    pltest_pair_t p;
+    pltest_pair_open (&p, "inproc://expect");
     s_raw_send (p.b, r);
     err[0] = 0;
     rc = proto_msg_recv (&m, p.a, limits, err, sizeof err);
@@ -384,7 +338,7 @@ s_expect (s_raw_t *r, const proto_limits_t *limits, int code, const char *needle
     cr_assert_null (m);
     cr_assert_not_null (strstr (err, needle), "message \"%s\" lacks \"%s\"", err, needle);
     s_assert_in_step (&p, limits);
-    s_pair_close (&p);
+    pltest_pair_close (&p);
     s_raw_free (r);
 }
 
@@ -453,8 +407,8 @@ Test (proto, tensor_descriptor_codec)
 
 Test (proto, roundtrip_hello)
 {
-    s_pair_t p;
-    s_pair_open (&p, "inproc://hello");
+    pltest_pair_t p;
+    pltest_pair_open (&p, "inproc://hello");
     proto_msg_t *got = s_transfer (&p, s_make_hello (), NULL);
     s_assert_route (got, PROTO_MSG_HELLO);
     const proto_hello_t *h = proto_msg_hello (got);
@@ -474,13 +428,13 @@ Test (proto, roundtrip_hello)
     cr_assert_eq (proto_msg_hello (got)->requested_device_id, -1);
     cr_assert_str_eq (proto_msg_hello (got)->name, "");
     proto_msg_destroy (&got);
-    s_pair_close (&p);
+    pltest_pair_close (&p);
 }
 
 Test (proto, roundtrip_welcome)
 {
-    s_pair_t p;
-    s_pair_open (&p, "inproc://welcome");
+    pltest_pair_t p;
+    pltest_pair_open (&p, "inproc://welcome");
     proto_limits_t limits = { .max_batch = 100 };
     proto_msg_t *got = s_transfer (&p, s_make_welcome (), &limits);
     s_assert_route (got, PROTO_MSG_WELCOME);
@@ -503,14 +457,14 @@ Test (proto, roundtrip_welcome)
                "origin_s %.9f, want %.9f", plan->origin_s, want.origin_s);
     cr_assert_eq (proto_msg_frame_cap (got), 2508800);
     proto_msg_destroy (&got);
-    s_pair_close (&p);
+    pltest_pair_close (&p);
 }
 
 static void
 s_roundtrip_slab (int type, const char *endpoint)
 {
-    s_pair_t p;
-    s_pair_open (&p, endpoint);
+    pltest_pair_t p;
+    pltest_pair_open (&p, endpoint);
     proto_limits_t limits = { .slab_count = 1000, .spec_hash = s_hash () };
     proto_msg_t *got = s_transfer (&p, s_make_slab (type, 1000), &limits);
     s_assert_route (got, type);
@@ -523,7 +477,7 @@ s_roundtrip_slab (int type, const char *endpoint)
     cr_assert_eq (proto_msg_tensor_count (got), 1000);
     s_assert_floats (proto_msg_tensor_data (got), 1000);
     proto_msg_destroy (&got);
-    s_pair_close (&p);
+    pltest_pair_close (&p);
 }
 
 Test (proto, roundtrip_model)
@@ -553,8 +507,8 @@ s_assert_tensor (const proto_msg_t *got, const uint32_t *dims, int rank)
 
 Test (proto, roundtrip_activations)
 {
-    s_pair_t p;
-    s_pair_open (&p, "inproc://activations");
+    pltest_pair_t p;
+    pltest_pair_open (&p, "inproc://activations");
     proto_limits_t limits = { .max_batch = 25, .h = 14, .w = 14, .c = 32, .classes = 10 };
     proto_msg_t *m = s_make_tensor (PROTO_MSG_ACTIVATIONS, 25, 14, 14, 32, 10);
     proto_msg_set_last (m, true);
@@ -567,13 +521,13 @@ Test (proto, roundtrip_activations)
     for (int i = 0; i < 25; i++)
         cr_assert_eq (proto_msg_labels (got)[i], i % 10);
     proto_msg_destroy (&got);
-    s_pair_close (&p);
+    pltest_pair_close (&p);
 }
 
 Test (proto, roundtrip_gradients)
 {
-    s_pair_t p;
-    s_pair_open (&p, "inproc://gradients");
+    pltest_pair_t p;
+    pltest_pair_open (&p, "inproc://gradients");
     proto_limits_t limits = { .max_batch = 25, .h = 14, .w = 14, .c = 32 };
     proto_msg_t *got = s_transfer (&p, s_make_tensor (PROTO_MSG_GRADIENTS, 25, 14, 14, 32, 10),
                                    &limits);
@@ -586,13 +540,13 @@ Test (proto, roundtrip_gradients)
     cr_assert_eq (loss->correct, 12);
     cr_assert_eq (loss->count, 25);
     proto_msg_destroy (&got);
-    s_pair_close (&p);
+    pltest_pair_close (&p);
 }
 
 Test (proto, roundtrip_rank_1_and_2_tensors)
 {
-    s_pair_t p;
-    s_pair_open (&p, "inproc://ranks");
+    pltest_pair_t p;
+    pltest_pair_open (&p, "inproc://ranks");
     for (int rank = 1; rank <= 2; rank++) {
         proto_msg_t *m = proto_msg_new (PROTO_MSG_GRADIENTS);
         const uint32_t dims[2] = { 3, 128 };
@@ -606,13 +560,13 @@ Test (proto, roundtrip_rank_1_and_2_tensors)
         cr_assert (isnan (proto_msg_loss (got)->loss), "loss values are not judged");
         proto_msg_destroy (&got);
     }
-    s_pair_close (&p);
+    pltest_pair_close (&p);
 }
 
 Test (proto, roundtrip_eval_activations_and_results)
 {
-    s_pair_t p;
-    s_pair_open (&p, "inproc://eval");
+    pltest_pair_t p;
+    pltest_pair_open (&p, "inproc://eval");
     proto_limits_t limits = { .h = 7, .w = 7, .c = 64, .classes = 10 };
     proto_msg_t *got = s_transfer (&p, s_make_tensor (PROTO_MSG_EVAL, 50, 7, 7, 64, 10), &limits);
     s_assert_route (got, PROTO_MSG_EVAL);
@@ -636,13 +590,13 @@ Test (proto, roundtrip_eval_activations_and_results)
     cr_assert_eq (proto_msg_eval_result (got)->count, 10000);
     cr_assert_null (proto_msg_tensor_data (got));
     proto_msg_destroy (&got);
-    s_pair_close (&p);
+    pltest_pair_close (&p);
 }
 
 Test (proto, roundtrip_stats)
 {
-    s_pair_t p;
-    s_pair_open (&p, "inproc://stats");
+    pltest_pair_t p;
+    pltest_pair_open (&p, "inproc://stats");
     proto_msg_t *m = proto_msg_new (PROTO_MSG_STATS);
     s_set_route (m);
     proto_stats_t s = { .forward_s = 1.5, .backward_s = 2.75, .update_s = 0.125,
@@ -664,13 +618,13 @@ Test (proto, roundtrip_stats)
     cr_assert_eq (g->correct, 700);
     cr_assert_eq (g->samples, 1000);
     proto_msg_destroy (&got);
-    s_pair_close (&p);
+    pltest_pair_close (&p);
 }
 
 Test (proto, roundtrip_events)
 {
-    s_pair_t p;
-    s_pair_open (&p, "inproc://events");
+    pltest_pair_t p;
+    pltest_pair_open (&p, "inproc://events");
     proto_msg_t *got = s_transfer (&p, s_make_events (7), NULL);
     s_assert_route (got, PROTO_MSG_EVENTS);
     s_assert_events (got, 7);
@@ -693,8 +647,8 @@ Test (proto, roundtrip_events)
     s_raw_free (&r);
 
     //  Exactly the cap is accepted, also by a DEALER/ROUTER pair.
-    s_pair_close (&p);
-    s_pair_open_id (&p, ZMQ_ROUTER, ZMQ_DEALER, "inproc://events-max", "dev");
+    pltest_pair_close (&p);
+    pltest_pair_open_id (&p, ZMQ_ROUTER, ZMQ_DEALER, "inproc://events-max", "dev");
     proto_msg_t *m = s_make_events (PROTO_EVENTS_MAX);
     cr_assert_eq (proto_msg_send (&m, p.b), 0);
     uint8_t rid[PROTO_ROUTING_ID_MAX];
@@ -705,13 +659,13 @@ Test (proto, roundtrip_events)
     cr_assert_eq (rid_len, 3);
     s_assert_events (got, PROTO_EVENTS_MAX);
     proto_msg_destroy (&got);
-    s_pair_close (&p);
+    pltest_pair_close (&p);
 }
 
 Test (proto, roundtrip_heartbeat_bye)
 {
-    s_pair_t p;
-    s_pair_open (&p, "inproc://hb");
+    pltest_pair_t p;
+    pltest_pair_open (&p, "inproc://hb");
     const int types[2] = { PROTO_MSG_HEARTBEAT, PROTO_MSG_BYE };
     for (int i = 0; i < 2; i++) {
         proto_msg_t *m = proto_msg_new (types[i]);
@@ -720,13 +674,13 @@ Test (proto, roundtrip_heartbeat_bye)
         s_assert_route (got, types[i]);
         proto_msg_destroy (&got);
     }
-    s_pair_close (&p);
+    pltest_pair_close (&p);
 }
 
 Test (proto, roundtrip_error)
 {
-    s_pair_t p;
-    s_pair_open (&p, "inproc://error");
+    pltest_pair_t p;
+    pltest_pair_open (&p, "inproc://error");
     proto_msg_t *m = proto_msg_new (PROTO_MSG_ERROR);
     s_set_route (m);
     cr_assert_eq (proto_msg_set_error (m, PROTO_ERR_STATE, "\xc3\xa9tat: GRADIENTS before HELLO"), 0);
@@ -746,13 +700,13 @@ Test (proto, roundtrip_error)
     cr_assert_eq (strlen (proto_msg_error_text (got)), PROTO_TEXT_MAX);
     cr_assert_eq (proto_msg_error_code (got), 99);
     proto_msg_destroy (&got);
-    s_pair_close (&p);
+    pltest_pair_close (&p);
 }
 
 Test (proto, dealer_router_routing_ids)
 {
-    s_pair_t p;
-    s_pair_open_id (&p, ZMQ_ROUTER, ZMQ_DEALER, "inproc://router", "dev-7");
+    pltest_pair_t p;
+    pltest_pair_open_id (&p, ZMQ_ROUTER, ZMQ_DEALER, "inproc://router", "dev-7");
     proto_msg_t *m = s_make_hello ();
     cr_assert_eq (proto_msg_send (&m, p.b), 0);
     uint8_t id[PROTO_ROUTING_ID_MAX];
@@ -793,7 +747,7 @@ Test (proto, dealer_router_routing_ids)
     cr_assert_eq (proto_msg_send (&m, p.b), 0);
     cr_assert_eq (proto_msg_recv_from (&got, p.a, id, &id_len, NULL, err, sizeof err), 0, "%s", err);
     proto_msg_destroy (&got);
-    s_pair_close (&p);
+    pltest_pair_close (&p);
 }
 
 //  ---------------------------------------------------------------------
@@ -814,8 +768,8 @@ s_counting_free (void *data)
 Test (proto, owned_tensor_is_sent_without_copy_and_freed_once)
 {
     atomic_store (&s_freed, 0);
-    s_pair_t p;
-    s_pair_open (&p, "inproc://owned");
+    pltest_pair_t p;
+    pltest_pair_open (&p, "inproc://owned");
     const uint32_t dims[4] = { 5, 14, 14, 32 };
     const size_t count = 5 * 14 * 14 * 32;
     cr_assert_lt (count * sizeof (float), PROTO_CHUNK_BYTES);
@@ -848,7 +802,7 @@ Test (proto, owned_tensor_is_sent_without_copy_and_freed_once)
     got = s_transfer (&p, m, NULL);
     s_assert_floats (proto_msg_tensor_data (got), big);
     proto_msg_destroy (&got);
-    s_pair_close (&p);
+    pltest_pair_close (&p);
     cr_assert_eq (atomic_load (&s_freed), 2);
 }
 
@@ -888,8 +842,8 @@ Test (proto, owned_buffer_freed_once_on_destroy_replace_and_tcp)
     //  Over TCP the I/O thread frees it once written.
     void *ctx = zmq_ctx_new ();
     void *rx = zmq_socket (ctx, ZMQ_PULL), *tx = zmq_socket (ctx, ZMQ_PUSH);
-    s_opts (rx);
-    s_opts (tx);
+    pltest_sock_opts (rx);
+    pltest_sock_opts (tx);
     cr_assert_eq (zmq_bind (rx, "tcp://127.0.0.1:*"), 0);
     char endpoint[256];
     size_t len = sizeof endpoint;
@@ -1129,8 +1083,8 @@ Test (proto, failed_send_keeps_the_message)
 //  keeps the message; a message within the cap (to the byte) goes.
 Test (proto, a_frame_over_the_receivers_cap_is_refused_and_named)
 {
-    s_pair_t p;
-    s_pair_open (&p, "inproc://capped");
+    pltest_pair_t p;
+    pltest_pair_open (&p, "inproc://capped");
     char err[512] = "";
     //  ACTIVATIONS (1, 8, 8, 32): frame 2 is 8192 bytes.
     proto_msg_t *m = s_make_tensor (PROTO_MSG_ACTIVATIONS, 1, 8, 8, 32, 2);
@@ -1163,13 +1117,13 @@ Test (proto, a_frame_over_the_receivers_cap_is_refused_and_named)
     cr_assert_eq (errno, EINVAL);
     cr_assert (strstr (err, "PARAMS"), "%s", err);
     proto_msg_destroy (&m);
-    s_pair_close (&p);
+    pltest_pair_close (&p);
 }
 
 Test (proto, recv_timeout_is_minus_one)
 {
-    s_pair_t p;
-    s_pair_open (&p, "inproc://timeout");
+    pltest_pair_t p;
+    pltest_pair_open (&p, "inproc://timeout");
     int ms = 20;
     zmq_setsockopt (p.a, ZMQ_RCVTIMEO, &ms, sizeof ms);
     proto_msg_t *got = (proto_msg_t *) &p;      //  must be reset to NULL
@@ -1178,7 +1132,7 @@ Test (proto, recv_timeout_is_minus_one)
     cr_assert_null (got);
     cr_assert_not (proto_code_is_malformed (-1));
     s_assert_in_step (&p, NULL);
-    s_pair_close (&p);
+    pltest_pair_close (&p);
 }
 
 Test (proto, limits_frame_bytes_is_the_largest_legitimate_frame)
@@ -1211,8 +1165,8 @@ Test (proto, socket_limit_sets_maxmsgsize_and_drops_bigger_frames)
 {
     void *ctx = zmq_ctx_new ();
     void *rx = zmq_socket (ctx, ZMQ_PULL), *tx = zmq_socket (ctx, ZMQ_PUSH);
-    s_opts (rx);
-    s_opts (tx);
+    pltest_sock_opts (rx);
+    pltest_sock_opts (tx);
     int64_t v = 0;
     size_t len = sizeof v;
     cr_assert_eq (proto_socket_limit (rx, NULL), 0);
@@ -1799,8 +1753,8 @@ Test (proto, error_events)
 
 Test (proto, random_frames_always_rejected)
 {
-    s_pair_t p;
-    s_pair_open (&p, "inproc://random");
+    pltest_pair_t p;
+    pltest_pair_open (&p, "inproc://random");
     uint64_t seed = 0x9E3779B97F4A7C15ull;
     uint8_t buf[128];
     for (int iter = 0; iter < 1000; iter++) {
@@ -1819,7 +1773,7 @@ Test (proto, random_frames_always_rejected)
         cr_assert_neq (err[0], 0, "every rejection says why");
     }
     s_assert_in_step (&p, NULL);
-    s_pair_close (&p);
+    pltest_pair_close (&p);
 }
 
 static proto_msg_t *
@@ -1860,8 +1814,8 @@ s_random_valid (uint64_t *seed)
 //  encoding is canonical, so nothing was silently dropped or altered).
 Test (proto, mutated_messages_rejected_or_canonical)
 {
-    s_pair_t p;
-    s_pair_open (&p, "inproc://mutate");
+    pltest_pair_t p;
+    pltest_pair_open (&p, "inproc://mutate");
     uint64_t seed = 42;
     proto_limits_t limits = { .classes = 10, .max_batch = 4 };
     int rejected = 0, accepted = 0;
@@ -1916,7 +1870,7 @@ Test (proto, mutated_messages_rejected_or_canonical)
     cr_assert_gt (rejected, 500, "mutations should mostly break messages (%d)", rejected);
     cr_assert_gt (accepted, 0, "float and label flips stay valid (%d)", accepted);
     s_assert_in_step (&p, &limits);
-    s_pair_close (&p);
+    pltest_pair_close (&p);
 }
 
 //  ---------------------------------------------------------------------

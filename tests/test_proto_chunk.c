@@ -9,40 +9,11 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "pltest_frames.h"
 #include "proto_msg.h"
 #include "proto_tensor.h"
 
 #define S_C PROTO_CHUNK_BYTES
-#define S_TIMEOUT_MS 3000
-
-typedef struct {
-    void *ctx;
-    void *a;        //  receives
-    void *b;        //  sends
-} s_pair_t;
-
-static void
-s_pair_open (s_pair_t *p, const char *endpoint)
-{
-    p->ctx = zmq_ctx_new ();
-    p->a = zmq_socket (p->ctx, ZMQ_PAIR);
-    p->b = zmq_socket (p->ctx, ZMQ_PAIR);
-    cr_assert (p->ctx && p->a && p->b);
-    int linger = 0, timeout = S_TIMEOUT_MS;
-    zmq_setsockopt (p->a, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt (p->b, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt (p->a, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
-    cr_assert_eq (zmq_bind (p->a, endpoint), 0);
-    cr_assert_eq (zmq_connect (p->b, endpoint), 0);
-}
-
-static void
-s_pair_close (s_pair_t *p)
-{
-    zmq_close (p->a);
-    zmq_close (p->b);
-    zmq_ctx_term (p->ctx);
-}
 
 static proto_msg_t *
 s_params (uint64_t count)
@@ -83,8 +54,8 @@ static void
 s_check_size (uint64_t count)
 {
     const size_t s = count * sizeof (float);
-    s_pair_t p;
-    s_pair_open (&p, "inproc://chunk-wire");
+    pltest_pair_t p;
+    pltest_pair_open (&p, "inproc://chunk-wire");
     proto_msg_t *m = s_params (count);
     cr_assert_eq (proto_msg_send (&m, p.b), 0);
     size_t sizes[64];
@@ -106,7 +77,7 @@ s_check_size (uint64_t count)
     for (uint64_t i = 0; i < count; i++)
         cr_assert_eq (f[i], (float) i * 0.5f - 7.0f, "float %llu", (unsigned long long) i);
     proto_msg_destroy (&got);
-    s_pair_close (&p);
+    pltest_pair_close (&p);
 }
 
 Test (proto_chunk, frames_at_every_boundary_round_trip)
@@ -138,7 +109,7 @@ s_send_raw (void *sock, uint64_t count, const size_t *parts, int n)
 }
 
 static void
-s_expect (s_pair_t *p, const proto_limits_t *limits, int code, const char *needle)
+s_expect (pltest_pair_t *p, const proto_limits_t *limits, int code, const char *needle)
 {
     proto_msg_t *got = NULL;
     char err[512] = "";
@@ -155,8 +126,8 @@ s_expect (s_pair_t *p, const proto_limits_t *limits, int code, const char *needl
 
 Test (proto_chunk, broken_runs_are_rejected_and_the_socket_stays_in_step)
 {
-    s_pair_t p;
-    s_pair_open (&p, "inproc://chunk-bad");
+    pltest_pair_t p;
+    pltest_pair_open (&p, "inproc://chunk-bad");
     const uint64_t q = S_C / sizeof (float);
     //  A wire frame over the chunk size: a sender that does not chunk.
     size_t big[] = { S_C + 4 };
@@ -181,5 +152,5 @@ Test (proto_chunk, broken_runs_are_rejected_and_the_socket_stays_in_step)
     size_t extra[] = { S_C, 0, 8 };
     s_send_raw (p.b, q, extra, 3);
     s_expect (&p, NULL, PROTO_E_FRAMES, "frames");
-    s_pair_close (&p);
+    pltest_pair_close (&p);
 }

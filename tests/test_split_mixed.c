@@ -89,23 +89,8 @@ s_mixed_equals_uniform (const char *mode, int micro)
     cr_expect (last < first, "%s: training loss %g then %g", mode, first, last);
     cJSON_Delete (s);
     //  timeline.csv: each row says the split point and N its device ran.
-    pltest_csv_t csv = pltest_load_csv (run.dir, "mixed");
-    int seen[2] = { 0, 0 };
-    for (int k = 0; k < csv.count; k++) {
-        const pltest_row_t *r = &csv.rows[k];
-        int id = pltest_row_device (r);
-        if (id < 0)
-            continue;
-        cr_assert (id == 0 || id == 1, "timeline.csv: row of %s", r->who);
-        cr_assert_eq (r->split_point, id == 0 ? 1 : 3, "timeline.csv: %s %s ran at split "
-                      "point %d", r->who, r->stage, r->split_point);
-        cr_assert_eq (r->micro_batches, micro, "timeline.csv: %s %s ran %d micro-batches",
-                      r->who, r->stage, r->micro_batches);
-        seen[id]++;
-    }
-    cr_expect (seen[0] > 0 && seen[1] > 0, "timeline.csv: rows of device 0 %d, device 1 %d",
-               seen[0], seen[1]);
-    free (csv.rows);
+    const int split[2] = { 1, 3 };
+    pltest_expect_timeline_split (run.dir, "mixed", 2, 0, split, micro);
     nn_model_destroy (&mixed);
     nn_model_destroy (&one);
     pltest_kill_all (&run);

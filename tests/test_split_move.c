@@ -111,32 +111,6 @@ s_expect_summary (pltest_run_t *run, int split[2][2], int micro, int who, int fr
     cJSON_Delete (s);
 }
 
-//  timeline.csv: every row of device i in epoch e ran split[e - 1][i], N micro.
-static void
-s_expect_timeline (pltest_run_t *run, int split[2][2], int micro)
-{
-    pltest_csv_t csv = pltest_load_csv (run->dir, "moved");
-    int seen[2][2] = { { 0, 0 }, { 0, 0 } };
-    for (int k = 0; k < csv.count; k++) {
-        const pltest_row_t *r = &csv.rows[k];
-        int id = pltest_row_device (r);
-        if (id < 0)
-            continue;
-        cr_assert (id == 0 || id == 1, "timeline.csv: row of %s", r->who);
-        cr_assert (r->epoch == 1 || r->epoch == 2, "timeline.csv: %s row of epoch %d",
-                   r->who, r->epoch);
-        cr_assert_eq (r->split_point, split[r->epoch - 1][id], "timeline.csv: %s %s in epoch "
-                      "%d ran at split point %d", r->who, r->stage, r->epoch, r->split_point);
-        cr_assert_eq (r->micro_batches, micro, "timeline.csv: %s %s ran %d micro-batches",
-                      r->who, r->stage, r->micro_batches);
-        seen[r->epoch - 1][id]++;
-    }
-    for (int e = 0; e < 2; e++)
-        cr_expect (seen[e][0] > 0 && seen[e][1] > 0, "timeline.csv: epoch %d rows of device "
-                   "0 %d, device 1 %d", e + 1, seen[e][0], seen[e][1]);
-    free (csv.rows);
-}
-
 //  mode with micro micro-batches: device who moves from -> to before epoch
 //  2 (the other stays at `other`); the model equals the runs without a
 //  move at the old and at the new split points.
@@ -173,7 +147,8 @@ s_move_keeps_fedavg (const char *mode, int micro, int who, int from, int to, int
     cr_expect (d_old < 1e-5, "%s: the moved run differs from the one at %s by %g", mode,
                before, d_old);
     s_expect_summary (&run, split, micro, who, from, to);
-    s_expect_timeline (&run, split, micro);
+    //  timeline.csv: every row of device i in epoch e ran split[e - 1][i], N micro.
+    pltest_expect_timeline_split (run.dir, "moved", 2, 2, &split[0][0], micro);
     nn_model_destroy (&moved);
     nn_model_destroy (&old);
     nn_model_destroy (&new);

@@ -475,12 +475,8 @@ Test (wire, a_later_plan_changes_the_devices_upload_codec, .timeout = 300)
     pltest_run_t run = { 0 };
     pltest_mkdtemp (run.dir, "wire_plan");
     void *ctx = zmq_ctx_new ();
-    void *router = zmq_socket (ctx, ZMQ_ROUTER);
-    zmq_setsockopt (router, ZMQ_LINGER, &(int) { 0 }, sizeof (int));
-    cr_assert_eq (zmq_bind (router, "tcp://127.0.0.1:*"), 0);
     char endpoint[256];
-    size_t len = sizeof endpoint;
-    zmq_getsockopt (router, ZMQ_LAST_ENDPOINT, endpoint, &len);
+    void *router = pltest_router_bind (ctx, endpoint, sizeof endpoint);
     pltest_start_client (&run, 0, endpoint);
     uint8_t rid[PROTO_ROUTING_ID_MAX];
     size_t rid_len = 0;

@@ -1,6 +1,7 @@
 /*  pltest.c: see pltest.h. */
 #include "pltest.h"
 
+#include <assert.h>
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
@@ -15,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "nn_checkpoint.h"
 #include "pl_clock.h"
@@ -378,6 +380,49 @@ pltest_load_csv (const char *dir, const char *sub)
 }
 
 void
+pltest_expect_timeline_split (const char *dir, const char *sub, int devices, int epochs,
+                              const int *split, int micro)
+{
+    assert (devices > 0 && epochs >= 0);
+    pltest_csv_t csv = pltest_load_csv (dir, sub);
+    const int groups = epochs > 0 ? epochs : 1;
+    int *seen = calloc ((size_t) (groups * devices), sizeof *seen);
+    cr_assert_not_null (seen);
+    for (int k = 0; k < csv.count; k++) {
+        const pltest_row_t *r = &csv.rows[k];
+        int id = pltest_row_device (r);
+        if (id < 0)
+            continue;
+        cr_assert (id < devices, "timeline.csv: row of %s", r->who);
+        if (epochs > 0)
+            cr_assert (r->epoch >= 1 && r->epoch <= epochs, "timeline.csv: %s row of epoch %d",
+                       r->who, r->epoch);
+        int g = epochs > 0 ? r->epoch - 1 : 0;
+        cr_assert_eq (r->split_point, split[g * devices + id], "timeline.csv: %s %s in epoch "
+                      "%d ran at split point %d", r->who, r->stage, r->epoch, r->split_point);
+        cr_assert_eq (r->micro_batches, micro, "timeline.csv: %s %s ran %d micro-batches",
+                      r->who, r->stage, r->micro_batches);
+        seen[g * devices + id]++;
+    }
+    for (int g = 0; g < groups; g++) {
+        char counts[512] = "";
+        bool each = true;
+        for (int d = 0; d < devices; d++) {
+            size_t used = strlen (counts);
+            snprintf (counts + used, sizeof counts - used, "%sdevice %d %d", d ? ", " : "", d,
+                      seen[g * devices + d]);
+            each = each && seen[g * devices + d] > 0;
+        }
+        if (epochs > 0)
+            cr_expect (each, "timeline.csv: epoch %d rows of %s", g + 1, counts);
+        else
+            cr_expect (each, "timeline.csv: rows of %s", counts);
+    }
+    free (seen);
+    free (csv.rows);
+}
+
+void
 pltest_dump_logs (pltest_run_t *run)
 {
     const char *names[] = { "server.log", "client0.log", "client1.log", "client2.log",
@@ -535,4 +580,16 @@ pltest_run_daemons (pltest_run_t *run, const char *sub, const char *config_json,
     for (int i = 0; i < devices; i++)
         clients[i] = pltest_start_client (run, i, endpoint);
     pltest_finish_run (run, sub, server, clients, devices);
+}
+
+void *
+pltest_router_bind (void *ctx, char *endpoint, size_t size)
+{
+    void *router = zmq_socket (ctx, ZMQ_ROUTER);
+    cr_assert_not_null (router);
+    zmq_setsockopt (router, ZMQ_LINGER, &(int) { 0 }, sizeof (int));
+    cr_assert_eq (zmq_bind (router, "tcp://127.0.0.1:*"), 0);
+    size_t len = size;
+    cr_assert_eq (zmq_getsockopt (router, ZMQ_LAST_ENDPOINT, endpoint, &len), 0);
+    return router;
 }

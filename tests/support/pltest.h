@@ -4,7 +4,7 @@
     with logs in the run's directory, start a server on tcp://127.0.0.1:*
     and read its endpoint file, wait with deadlines, dump the logs on
     failure, kill everything at the end; read summary.json, timeline.csv
-    and model.ckpt back. Failures are Criterion assertions of the calling
+    and model.ckpt back; bind a stand-in server's ROUTER. Failures are Criterion assertions of the calling
     test.
 */
 #ifndef PLTEST_H_INCLUDED
@@ -125,6 +125,14 @@ pltest_csv_t pltest_load_csv (const char *dir, const char *sub);
 //  The device a row is about (deviceN, server:dN, link:dN), or -1 (the
 //  server's own rows).
 int pltest_row_device (const pltest_row_t *row);
+//  Every device row of DIR/sub/timeline.csv ran split point S(epoch,
+//  device) and `micro` micro-batches, and each device has rows: with
+//  epochs > 0, S(e, d) is split[(e - 1) * devices + d], every row's epoch
+//  is 1..epochs and each epoch has rows of each device; with epochs 0,
+//  S(e, d) is split[d] whatever the epoch and rows are counted over the
+//  run. A row of a device id >= devices fails the test.
+void pltest_expect_timeline_split (const char *dir, const char *sub, int devices, int epochs,
+                                   const int *split, int micro);
 
 //  The daemons' logs of the run, to stderr (for a failing test).
 void pltest_dump_logs (pltest_run_t *run);
@@ -163,5 +171,12 @@ void pltest_finish_run (pltest_run_t *run, const char *sub, pid_t server,
 //  Server + `devices` real clients (--insecure), run to the end.
 void pltest_run_daemons (pltest_run_t *run, const char *sub, const char *config_json,
                          int devices);
+
+//  A stand-in server for a test that speaks the protocol by hand: a new
+//  ROUTER socket of the libzmq context ctx, linger 0, bound to
+//  tcp://127.0.0.1:* (the test fails if it cannot bind); its endpoint in
+//  endpoint (size bytes). The caller closes the socket (zmq_close) before
+//  it terminates ctx.
+void *pltest_router_bind (void *ctx, char *endpoint, size_t size);
 
 #endif

@@ -2,6 +2,7 @@
 #include "pltest_frames.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
@@ -45,4 +46,44 @@ pltest_frames_refused (pltest_frames_t *f, const proto_limits_t *limits, int cod
     cr_assert (proto_code_is_malformed (rc));
     cr_assert_not_null (strstr (err, needle), "\"%s\" lacks \"%s\"", err, needle);
     pltest_frames_free (f);
+}
+
+void
+pltest_sock_opts (void *sock)
+{
+    int linger = 0, timeout = PLTEST_PAIR_TIMEOUT_MS;
+    zmq_setsockopt (sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt (sock, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    zmq_setsockopt (sock, ZMQ_SNDTIMEO, &timeout, sizeof timeout);
+}
+
+void
+pltest_pair_open_id (pltest_pair_t *p, int type_a, int type_b, const char *endpoint,
+                     const char *id)
+{
+    p->ctx = zmq_ctx_new ();
+    cr_assert_not_null (p->ctx);
+    p->a = zmq_socket (p->ctx, type_a);
+    p->b = zmq_socket (p->ctx, type_b);
+    cr_assert (p->a && p->b);
+    pltest_sock_opts (p->a);
+    pltest_sock_opts (p->b);
+    if (id)
+        zmq_setsockopt (p->b, ZMQ_ROUTING_ID, id, strlen (id));
+    cr_assert_eq (zmq_bind (p->a, endpoint), 0, "bind %s: %s", endpoint, zmq_strerror (errno));
+    cr_assert_eq (zmq_connect (p->b, endpoint), 0);
+}
+
+void
+pltest_pair_open (pltest_pair_t *p, const char *endpoint)
+{
+    pltest_pair_open_id (p, ZMQ_PAIR, ZMQ_PAIR, endpoint, NULL);
+}
+
+void
+pltest_pair_close (pltest_pair_t *p)
+{
+    zmq_close (p->a);
+    zmq_close (p->b);
+    zmq_ctx_term (p->ctx);
 }
