@@ -18,8 +18,8 @@
     wall time. The margin (5x for 10x) is for the window's edges (an
     average over about three periods can miss most of one pause). Before
     the fix the profile kept the fastest iteration, one that fitted in a
-    slice, and read about 1x. The same for nn_profile_codecs' encode and
-    decode speeds (fp16, int8, topk on a 20x14x14x32 tensor).
+    slice, and read about 1x. The same for nn_profile_codecs' round trip
+    (encode + decode; fp16, int8, topk on a 20x14x14x32 tensor).
 
     probe, probe_busy: srv_linkrate (the server's PROBE exchange) between
     two network namespaces joined by a veth pair whose ends tbf limits to
@@ -88,9 +88,13 @@ s_cpu_clock (void *arg)
     return (double) ts.tv_sec + 1e-9 * (double) ts.tv_nsec;
 }
 
-//  window_s 0: the profile's default; the CPU-time reference needs none
-//  (no pauses to average: CPU time stops with the process) and takes
-//  tiny, else its window would be 0.3 CPU seconds per measurement.
+//  window_s 0: the profile's default; the units' CPU-time reference needs
+//  none (no pauses to average: CPU time stops with the process) and takes
+//  tiny, else its window would be 0.3 CPU seconds per measurement. The
+//  codecs' CPU-time reference takes the default window (0.3 CPU s per
+//  codec, hundreds of round trips of 0.1 ms): five round trips, as it
+//  took before, averaged one slow iteration into a reference up to 2x off
+//  (fp16 read 5.3-12.5x slower under the quota on an idle host).
 static int
 s_profile (nn_profile_now_fn now, double window_s, nn_estimate_costs_t *costs)
 {
@@ -188,7 +192,7 @@ s_test_profile (void)
     nn_estimate_codec_speed_t cpu_codecs;
     s_result_t quota;
     if (s_profile (s_cpu_clock, 1e-9, &cpu) || s_profile (pl_monotonic_clock, 0.0, &wall)
-    ||  s_codecs (s_cpu_clock, 1e-9, &cpu_codecs))
+    ||  s_codecs (s_cpu_clock, 0.0, &cpu_codecs))
         return 1;
     pltest_cgroup_t g;
     char why[512];
@@ -223,14 +227,23 @@ s_test_profile (void)
                 "(the quota allows 10x at best)\n");
         fail = 1;
     }
-    //  The codecs: the same bound on their time, so on their speed.
+    //  The codecs: the same bound on a round trip's time (encode +
+    //  decode), so on its speed. Not on each part: nn_profile_codecs
+    //  splits the sustained round trip in the fastest iteration's
+    //  proportions, and topk's decode is a few percent of its round trip,
+    //  so its share moves with the noise of two fastest-iteration
+    //  measurements (native 3 of the issue-13 series on 934eda9: topk
+    //  encode 8.4x, decode 4.3x). The planner uses the device's encode
+    //  and decode together per direction.
     for (int c = NN_CODEC_FP16; c < NN_CODEC_COUNT; c++) {
         double e = cpu_codecs.encode_Bps[c] / quota.codecs.encode_Bps[c];
         double d = cpu_codecs.decode_Bps[c] / quota.codecs.decode_Bps[c];
-        printf ("  codec %-5s encode %.1fx, decode %.1fx slower than its CPU time\n",
-                nn_codec_name ((nn_codec_id_t) c), e, d);
-        if (!(e >= 5.0 && d >= 5.0)) {
-            printf ("FAIL: codec %s must read >= 5x slower at 10%% of a core\n",
+        double rt = (1.0 / quota.codecs.encode_Bps[c] + 1.0 / quota.codecs.decode_Bps[c])
+                  / (1.0 / cpu_codecs.encode_Bps[c] + 1.0 / cpu_codecs.decode_Bps[c]);
+        printf ("  codec %-5s round trip %.1fx slower than its CPU time (encode %.1fx, "
+                "decode %.1fx)\n", nn_codec_name ((nn_codec_id_t) c), rt, e, d);
+        if (!(rt >= 5.0)) {
+            printf ("FAIL: codec %s's round trip must read >= 5x slower at 10%% of a core\n",
                     nn_codec_name ((nn_codec_id_t) c));
             fail = 1;
         }
