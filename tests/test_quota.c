@@ -94,7 +94,8 @@ s_cpu_clock (void *arg)
 //  codecs' CPU-time reference takes the default window (0.3 CPU s per
 //  codec, hundreds of round trips of 0.1 ms): five round trips, as it
 //  took before, averaged one slow iteration into a reference up to 2x off
-//  (fp16 read 5.3-12.5x slower under the quota on an idle host).
+//  (fp16's encode read 6.5-12.5x slower under the quota in 6 runs on an
+//  idle host, and 5.3x and 5.4x in two CI runs).
 static int
 s_profile (nn_profile_now_fn now, double window_s, nn_estimate_costs_t *costs)
 {
@@ -233,8 +234,10 @@ s_test_profile (void)
     //  proportions, and topk's decode is a few percent of its round trip,
     //  so its share moves with the noise of two fastest-iteration
     //  measurements (native 3 of the issue-13 series on 934eda9: topk
-    //  encode 8.4x, decode 4.3x). The planner uses the device's encode
-    //  and decode together per direction.
+    //  encode 8.4x, decode 4.3x). The planner charges a device its
+    //  uplink codec's encode and its downlink codec's decode
+    //  (nn_estimate.c); topk codes gradients only, so a device decodes
+    //  it, and a mis-split moves a few per cent of its round trip.
     for (int c = NN_CODEC_FP16; c < NN_CODEC_COUNT; c++) {
         double e = cpu_codecs.encode_Bps[c] / quota.codecs.encode_Bps[c];
         double d = cpu_codecs.decode_Bps[c] / quota.codecs.decode_Bps[c];
