@@ -10,22 +10,24 @@ each device's model, of their average, and of the average with its BN
 statistics re-estimated on 2,000 training images; --central also trains
 the model on all SAMPLES in one place. Needs Debian's python3-torch and
 dataset-fashion-mnist; run with /usr/bin/python3."""
-import copy, gzip, os, sys, time
+import copy, os, sys, time
 import numpy as np
 import torch
 import torch.nn.functional as F
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import torch_models as tm
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+import torch_models as tm  # noqa: E402
+from table1 import fashion, MEAN, STD  # noqa: E402
 torch.set_num_threads(1)
 model_name = sys.argv[1] if len(sys.argv) > 1 else "resnet18"
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 20000
 D = 2
-FA = "/usr/share/datasets/fashion-mnist/"
-def rd(f, off):
-    return np.frombuffer(gzip.open(FA + f).read(), np.uint8, offset=off)
-def imgs(f): return ((rd(f, 16).reshape(-1, 1, 28, 28).astype(np.float32) / 255 - 0.2860) / 0.3530)
-xtr, ytr = imgs("train-images-idx3-ubyte.gz")[:N], rd("train-labels-idx1-ubyte.gz", 8)[:N].astype(np.int64)
-xte, yte = imgs("t10k-images-idx3-ubyte.gz"), rd("t10k-labels-idx1-ubyte.gz", 8).astype(np.int64)
+def normalised(split, limit):
+    x, y = fashion(split, limit)
+    return ((x.reshape(-1, 1, 28, 28).astype(np.float32) / 255 - MEAN) / STD), y.astype(np.int64)
+xtr, ytr = normalised("train", N)
+xte, yte = normalised("test", 0)
 def train(m, x, y, seed):
     m.train(); opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
     g = np.random.default_rng(seed); idx = g.permutation(len(x))
