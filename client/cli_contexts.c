@@ -72,6 +72,8 @@ cli_contexts_build (cli_t *self, int units, int micro, char *err, size_t err_siz
     self->limits.max_batch = (uint32_t) max_batch;
     self->limits.classes = (uint32_t) self->spec.classes;
     self->limits.slab_count = nn_model_weights_count (base);
+    self->limits.buffer_count = nn_model_weights_count (base) - nn_model_params_count (base);
+    self->calibrated = false;
     self->limits.spec_hash = self->spec_hash;
     if (!fl) {
         nn_shape_t s = nn_model_output_shape (base);

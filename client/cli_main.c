@@ -285,13 +285,53 @@ s_unexpected (cli_t *self, proto_msg_t **msg_p, const char *waiting_for)
     proto_msg_destroy (msg_p);
 }
 
+//  A MODEL's units and place in the run: 0, or -1 (answered ERROR).
+static int
+s_model_check (cli_t *self, const proto_msg_t *msg)
+{
+    const proto_slab_t *slab = proto_msg_slab (msg);
+    if (slab->unit_begin != 0
+    ||  slab->unit_end != (uint32_t) nn_model_unit_end (self->ctx[0])) {
+        pl_log_error ("client: MODEL holds units %u..%u, want 0..%d", slab->unit_begin,
+                      slab->unit_end, nn_model_unit_end (self->ctx[0]));
+        cli_send_error (self, PROTO_ERR_SPEC, "MODEL for the wrong units");
+        return -1;
+    }
+    const proto_header_t *h = proto_msg_header (msg);
+    if (h->epoch < 1 || h->epoch > (uint32_t) self->cfg.epochs
+    ||  h->iteration >= (uint32_t) self->iterations) {
+        pl_log_error ("client: MODEL for epoch %u, iteration %u: outside the run's %d "
+                      "epoch(s) of %d iteration(s)", h->epoch, h->iteration,
+                      self->cfg.epochs, self->iterations);
+        cli_send_error (self, PROTO_ERR_STATE, "MODEL outside the run");
+        return -1;
+    }
+    if (proto_msg_is_calibrate (msg) && self->cfg.bn_calibration_batches < 1) {
+        pl_log_error ("client: MODEL with CALIBRATE in a run without BN calibration");
+        cli_send_error (self, PROTO_ERR_STATE, "MODEL with CALIBRATE, calibration off");
+        return -1;
+    }
+    return 0;
+}
+
 //  Wait for MODEL and load it; the wait is recorded for epoch, iteration
-//  (-1: between iterations). 0, 1 on BYE, -1 on failure.
+//  (-1: between iterations). A MODEL with CALIBRATE on the way is the
+//  epoch's BN calibration: done, then the wait goes on. 0, 1 on BYE, -1 on
+//  failure.
 static int
 s_wait_model (cli_t *self, uint32_t epoch, int iteration)
 {
     double t0 = pl_monotonic (), s0 = s_tl_now (self);
     proto_msg_t *msg = s_recv (self, -1);
+    while (msg && proto_msg_type (msg) == PROTO_MSG_MODEL && cli_calib_request (self, msg)) {
+        self->stats.idle_s += pl_monotonic () - t0;
+        int rc = s_model_check (self, msg) ? -1 : cli_calibrate (self, msg);
+        proto_msg_destroy (&msg);
+        if (rc)
+            return -1;
+        t0 = pl_monotonic ();
+        msg = s_recv (self, -1);
+    }
     //  A PLAN comes just before the MODEL it holds for.
     while (msg && proto_msg_type (msg) == PROTO_MSG_PLAN && self->mode != PL_MODE_FL) {
         int rc = cli_planning_apply (self, proto_msg_assign (msg));
@@ -308,32 +348,16 @@ s_wait_model (cli_t *self, uint32_t epoch, int iteration)
         s_unexpected (self, &msg, "MODEL");
         return -1;
     }
-    const proto_slab_t *slab = proto_msg_slab (msg);
-    if (slab->unit_begin != 0
-    ||  slab->unit_end != (uint32_t) nn_model_unit_end (self->ctx[0])) {
-        pl_log_error ("client: MODEL holds units %u..%u, want 0..%d", slab->unit_begin,
-                      slab->unit_end, nn_model_unit_end (self->ctx[0]));
-        cli_send_error (self, PROTO_ERR_SPEC, "MODEL for the wrong units");
+    if (s_model_check (self, msg)) {
         proto_msg_destroy (&msg);
         return -1;
     }
     const proto_header_t *h = proto_msg_header (msg);
-    if (h->epoch < 1 || h->epoch > (uint32_t) self->cfg.epochs
-    ||  h->iteration >= (uint32_t) self->iterations) {
-        pl_log_error ("client: MODEL for epoch %u, iteration %u: outside the run's %d "
-                      "epoch(s) of %d iteration(s)", h->epoch, h->iteration,
-                      self->cfg.epochs, self->iterations);
-        cli_send_error (self, PROTO_ERR_STATE, "MODEL outside the run");
-        proto_msg_destroy (&msg);
-        return -1;
-    }
     self->model_epoch = h->epoch;
     self->model_iter = h->iteration;
-    //  proto checked count == limits.slab_count == our weights count.
-    memcpy (nn_model_weights (self->ctx[0]), proto_msg_tensor_data (msg),
-            sizeof (float) * nn_model_weights_count (self->ctx[0]));
+    int rc = cli_calib_load (self, msg);
     proto_msg_destroy (&msg);
-    return 0;
+    return rc;
 }
 
 static int
@@ -643,11 +667,19 @@ s_train (cli_t *self)
         return 0;
     if (rc)
         return -1;
-    //  Wait for BYE (in sl the other devices may still be training).
+    //  Wait for BYE (in sl the other devices may still be training, and the
+    //  last epoch's BN calibration may come first).
     while (!self->bye) {
         proto_msg_t *msg = s_recv (self, -1);
         if (!msg)
             return self->bye ? 0 : -1;
+        if (proto_msg_type (msg) == PROTO_MSG_MODEL && cli_calib_request (self, msg)) {
+            rc = s_model_check (self, msg) ? -1 : cli_calibrate (self, msg);
+            proto_msg_destroy (&msg);
+            if (rc)
+                return -1;
+            continue;
+        }
         s_unexpected (self, &msg, "BYE");
         return -1;
     }

@@ -79,6 +79,8 @@ typedef struct {
     bool server_resuming;               //  the server stops and will resume the run
     bool run_complete;                  //  the server said the run is complete
     bool rejoining;                     //  a try at a server that said it would resume
+    bool calibrated;                    //  ctx[0] holds the weights of the last
+                                        //  calibration MODEL (cli_calib.c)
     //  Across the split (cli_wire.c): the noise on uploads, its stream,
     //  int8's rounding stream, and the upload encoder for up_shape in
     //  up_codec (NULL until the first encoded upload).
@@ -122,6 +124,20 @@ int cli_wire_check_gradients (const cli_t *self, const proto_msg_t *msg, char *e
 //  anyway). 0, or -1 with a message in err.
 int cli_contexts_build (cli_t *self, int units, int micro, char *err, size_t err_size);
 void cli_contexts_free (cli_t *self);
+
+//  cli_calib.c. A MODEL with CALIBRATE (its units and epoch checked): load
+//  it, forward bn_calibration_batches mini-batches of the shard in
+//  training mode with every batch weighing the same in the BN running
+//  statistics, send each micro-batch's ACTIVATIONS up with CALIBRATE (split
+//  modes), then the part's buffers in a PARAMS with CALIBRATE. 0 or -1.
+int cli_calibrate (cli_t *self, const proto_msg_t *model);
+//  Whether a MODEL with CALIBRATE asks for a calibration (the whole slab),
+//  not the next round's model after one (the buffers alone).
+bool cli_calib_request (const cli_t *self, const proto_msg_t *model);
+//  Load a MODEL: the whole slab, or after a calibration the buffers alone
+//  over the calibrated weights. 0, or -1 (answered ERROR): buffers without
+//  a calibration before them.
+int cli_calib_load (cli_t *self, const proto_msg_t *model);
 
 //  cli_planning.c. Profile every unit of the model at the run's batch size on
 //  this device and send PROFILE. 0 or -1.

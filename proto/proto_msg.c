@@ -36,7 +36,8 @@
 #define S_OFF_RESERVED   28
 #define S_OFF_SEQUENCE   32
 
-#define S_FLAGS_KNOWN    (PROTO_FLAG_EVAL_RESULT | PROTO_FLAG_LAST | PROTO_FLAG_PROFILE)
+#define S_FLAGS_KNOWN    (PROTO_FLAG_EVAL_RESULT | PROTO_FLAG_LAST | PROTO_FLAG_PROFILE \
+                          | PROTO_FLAG_CALIBRATE)
 #define S_TYPE_MAX       PROTO_MSG_PLAN
 
 //  Frames of a message of this type, header included.
@@ -102,6 +103,11 @@ s_header_check (const proto_header_t *h, char *err, size_t err_size)
     if ((h->flags & PROTO_FLAG_PROFILE) && h->type != PROTO_MSG_WELCOME)
         return proto_fail (err, err_size, PROTO_E_VALUE,
                            "%s: header: flag PROFILE set on a non-WELCOME message", tn);
+    if ((h->flags & PROTO_FLAG_CALIBRATE) && h->type != PROTO_MSG_MODEL
+    &&  h->type != PROTO_MSG_ACTIVATIONS && h->type != PROTO_MSG_PARAMS)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "%s: header: flag CALIBRATE set on a message other than MODEL, "
+                           "ACTIVATIONS or PARAMS", tn);
     if ((h->flags & PROTO_FLAG_LAST) && !proto_type_is_tensor (h->type))
         return proto_fail (err, err_size, PROTO_E_VALUE,
                            "%s: header: flag LAST set on a message without a sequence", tn);
@@ -379,6 +385,25 @@ proto_msg_is_last (const proto_msg_t *self)
 {
     assert (self);
     return (self->header.flags & PROTO_FLAG_LAST) != 0;
+}
+
+void
+proto_msg_set_calibrate (proto_msg_t *self, bool calibrate)
+{
+    assert (self);
+    int t = self->header.type;
+    assert (t == PROTO_MSG_MODEL || t == PROTO_MSG_ACTIVATIONS || t == PROTO_MSG_PARAMS);
+    if (calibrate)
+        self->header.flags |= PROTO_FLAG_CALIBRATE;
+    else
+        self->header.flags &= ~PROTO_FLAG_CALIBRATE;
+}
+
+bool
+proto_msg_is_calibrate (const proto_msg_t *self)
+{
+    assert (self);
+    return (self->header.flags & PROTO_FLAG_CALIBRATE) != 0;
 }
 
 int

@@ -89,6 +89,10 @@ void proto_msg_set_sequence (proto_msg_t *self, uint64_t sequence);
 //  Only PROTO_FLAG_LAST may be set here; EVAL_RESULT follows the payload.
 void proto_msg_set_last (proto_msg_t *self, bool last);
 bool proto_msg_is_last (const proto_msg_t *self);
+//  BN calibration (PROTOCOL.md, "Calibration"): MODEL, ACTIVATIONS and
+//  PARAMS only. A PARAMS with it carries the part's buffers, not its slab.
+void proto_msg_set_calibrate (proto_msg_t *self, bool calibrate);
+bool proto_msg_is_calibrate (const proto_msg_t *self);
 
 //  HELLO. The setter copies; -1 if the name is longer than PROTO_NAME_MAX
 //  or not printable ASCII.

@@ -383,7 +383,7 @@ s_hash_hex (char *out, const uint8_t *hash)
 }
 
 static int
-s_slab_check (const proto_slab_t *s, int type, const proto_limits_t *l,
+s_slab_check (const proto_slab_t *s, int type, bool calibrate, const proto_limits_t *l,
               char *err, size_t err_size)
 {
     const char *tn = proto_type_name (type);
@@ -395,7 +395,22 @@ s_slab_check (const proto_slab_t *s, int type, const proto_limits_t *l,
         return proto_fail (err, err_size, PROTO_E_SHAPE,
                            "%s: slab: count %" PRIu64 " not in 1..%zu",
                            tn, s->count, SIZE_MAX / 4);
-    if (l->slab_count && s->count != l->slab_count)
+    //  A calibration PARAMS holds the part's buffers: fewer floats than its
+    //  slab, which starts with at least one parameter. A MODEL with
+    //  CALIBRATE holds the whole slab (calibrate these weights) or, after a
+    //  calibration, the buffers alone (train on, with these statistics).
+    bool buffers = calibrate
+                && (type == PROTO_MSG_PARAMS
+                ||  (type == PROTO_MSG_MODEL && s->count != l->slab_count));
+    if (buffers && l->buffer_count && s->count != l->buffer_count)
+        return proto_fail (err, err_size, PROTO_E_SHAPE,
+                           "%s: slab: count %" PRIu64 " (CALIBRATE: the buffers), "
+                           "expected %" PRIu64, tn, s->count, l->buffer_count);
+    if (buffers && l->slab_count && s->count >= l->slab_count)
+        return proto_fail (err, err_size, PROTO_E_SHAPE,
+                           "%s: slab: count %" PRIu64 " (CALIBRATE: the buffers), "
+                           "not below the slab's %" PRIu64, tn, s->count, l->slab_count);
+    if (!buffers && l->slab_count && s->count != l->slab_count)
         return proto_fail (err, err_size, PROTO_E_SHAPE,
                            "%s: slab: count %" PRIu64 ", expected %" PRIu64,
                            tn, s->count, l->slab_count);
@@ -773,7 +788,9 @@ proto_msg_decode_slab (proto_msg_t *self, zmq_msg_t *frames, const proto_limits_
     s->unit_end = pl_le_get_u32 (b + 36);
     s->count = pl_le_get_u64 (b + 40);
     s->sample_count = pl_le_get_u64 (b + 48);
-    int rc = s_slab_check (s, self->header.type, l, err, err_size);
+    int rc = s_slab_check (s, self->header.type,
+                           (self->header.flags & PROTO_FLAG_CALIBRATE) != 0, l, err,
+                           err_size);
     if (rc)
         return rc;
     size_t dlen = zmq_msg_size (&frames[2]);
@@ -882,7 +899,8 @@ proto_msg_slab_check (const proto_msg_t *self, char *err, size_t err_size)
     if (!self->data_view)
         return proto_fail (err, err_size, PROTO_E_VALUE, "%s: no slab data set",
                            proto_type_name (self->header.type));
-    return s_slab_check (&self->slab, self->header.type, &l, err, err_size);
+    return s_slab_check (&self->slab, self->header.type,
+                         (self->header.flags & PROTO_FLAG_CALIBRATE) != 0, &l, err, err_size);
 }
 
 int

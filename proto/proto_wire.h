@@ -58,6 +58,8 @@
 #define PROTO_FLAG_LAST        0x2u         //  ACTIVATIONS/GRADIENTS/EVAL: last of its sequence
 #define PROTO_FLAG_PROFILE     0x4u         //  WELCOME only: the server plans from this
                                             //  device's costs: send PROFILE before MODEL
+#define PROTO_FLAG_CALIBRATE   0x8u         //  MODEL, ACTIVATIONS, PARAMS only: BN
+                                            //  calibration, not training (PROTOCOL.md)
 
 //  HELLO capabilities. Unknown bits are ignored (a newer client may offer more).
 #define PROTO_CAP_FL           0x1u         //  can train the whole model
@@ -277,6 +279,8 @@ typedef struct {
                                 //  If any is set, tensors must be rank 4 (n,h,w,c).
     uint32_t classes;           //  labels must be in [0, classes); 0 = any >= 0
     uint64_t slab_count;        //  expected MODEL/PARAMS floats; 0 = any
+    uint64_t buffer_count;      //  expected PARAMS floats with CALIBRATE (the
+                                //  slab's buffers); 0 = any up to slab_count
     const uint8_t *spec_hash;   //  expected PROTO_SPEC_HASH_SIZE bytes; NULL = any
     size_t max_json_bytes;      //  WELCOME config; 0 (or > cap) = PROTO_JSON_MAX
     uint32_t max_events;        //  EVENTS records; 0 (or > cap) = PROTO_EVENTS_MAX

@@ -149,6 +149,8 @@ srv_epoch_record (srv_t *self)
                            cJSON_CreateIntArray (self->assign.split, self->devices));
     cJSON_AddItemToObject (ej, "micro_batches",
                            cJSON_CreateIntArray (self->assign.micro, self->devices));
+    //  The BN calibration's share of wall_s (0 when none ran).
+    cJSON_AddNumberToObject (ej, "calibration_s", self->calib_s);
     if (!self->quiet) {
         srv_timeline_progress_clear (self);
         if (self->epoch == 1)

@@ -1,5 +1,6 @@
 /*  srv_inbox.c: device messages and worker replies, checked and recorded.
     See srv_inbox.h. */
+#include "srv_calib.h"
 #include "srv_inbox.h"
 
 #include <inttypes.h>
@@ -314,10 +315,23 @@ s_on_device (srv_t *self, srv_device_t *d, proto_msg_t **msg_p)
     }
     switch (type) {
         case PROTO_MSG_ACTIVATIONS:
-            s_on_activations (self, d, msg_p);
+            if (proto_msg_is_calibrate (msg))
+                srv_calib_on_activations (self, d, msg);
+            else
+            if (self->calibrating)
+                s_refuse (self, d, "ACTIVATIONS during the BN calibration",
+                          "unexpected ACTIVATIONS");
+            else
+                s_on_activations (self, d, msg_p);
             break;
         case PROTO_MSG_PARAMS:
-            s_on_params (self, d, msg);
+            if (proto_msg_is_calibrate (msg))
+                srv_calib_on_params (self, d, msg);
+            else
+            if (self->calibrating)
+                s_refuse (self, d, "PARAMS during the BN calibration", "unexpected PARAMS");
+            else
+                s_on_params (self, d, msg);
             break;
         case PROTO_MSG_STATS:
             d->stats = *proto_msg_stats (msg);

@@ -94,6 +94,16 @@ typedef struct {
     //  be walking the devices.
     bool drop_pending;
     bool drop_diverged;         //  the reason is a non-finite loss
+    //  BN calibration (srv_calib.c): its server-side copy of units [P_i, U)
+    //  (NULL in fl), its part's buffers from its PARAMS, the micro-batches
+    //  of ACTIVATIONS forwarded, and whether its PARAMS came.
+    nn_model_t *cal_model;
+    float *cal_buf;
+    int cal_acts;
+    bool cal_in;
+    //  The split point it calibrated at (0: none since its last MODEL): it
+    //  holds those weights, so its next MODEL carries the buffers alone.
+    int cal_split;
     uint32_t drop_code;         //  ERROR code to send it (0: none, it cannot hear)
     char drop_why[160];
 } srv_device_t;
@@ -136,6 +146,9 @@ typedef struct {
     const char *results;
     bool started, done;
     bool replanning;            //  epoch-end probes out; the next epoch waits
+    bool calibrating;           //  BN calibration out (srv_calib.h); the epoch's
+                                //  evaluation waits
+    double calib_start, calib_s;    //  when it began; what the last one took
     bool clock_wait;            //  epoch clock starts at the first ready device
     bool resumed;               //  epoch / round_iter came from a checkpoint
     int rc;

@@ -53,12 +53,13 @@ s_limits (srv_t *self)
     self->limits.max_batch = (uint32_t) srv_assign_max_micro_batch (&self->assign,
                                                                     self->batch);
     if (self->mode != PL_MODE_FL && srv_assign_mixed (&self->assign)) {
-        self->limits.slab_count = 0;
+        self->limits.slab_count = self->limits.buffer_count = 0;
         self->limits.h = self->limits.w = self->limits.c = 0;
         return;
     }
     const nn_model_t *part = srv_parts_device (self, 0);
     self->limits.slab_count = nn_model_weights_count (part);
+    self->limits.buffer_count = nn_model_weights_count (part) - nn_model_params_count (part);
     if (self->mode == PL_MODE_FL)
         return;
     nn_shape_t s = nn_model_output_shape (part);

@@ -179,6 +179,7 @@ srv_drop (srv_t *self, srv_device_t *d, uint32_t code, const char *why)
     }
     d->joined = d->active = false;
     d->params_in = d->stats_in = false;
+    d->cal_split = 0;
     d->drop_pending = false;
     if (self->pool)
         srv_pool_discard (self->pool, d->replica);

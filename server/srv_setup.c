@@ -1,4 +1,5 @@
 /*  srv_setup.c: a run's setup, resume and teardown. See srv_setup.h. */
+#include "srv_calib.h"
 #include "srv_setup.h"
 
 #include <stdio.h>
@@ -396,8 +397,10 @@ srv_setup_teardown (srv_t *self)
     //  last one frees the pool.
     srv_bufpool_destroy (&self->bufpool);
     pl_curve_destroy (&self->curve);
-    for (int i = 0; i < SRV_MAX_DEVICES; i++)
+    for (int i = 0; i < SRV_MAX_DEVICES; i++) {
         nn_free (self->dev[i].params);
+        srv_calib_release (&self->dev[i]);
+    }
     for (int p = 0; p <= NN_MAX_UNITS; p++)
         nn_model_destroy (&self->part[p]);
     nn_model_destroy (&self->full);

@@ -12,23 +12,34 @@
 #include "pl_log.h"
 #include "srv_epoch.h"
 #include "srv_metrics.h"
+#include "srv_calib.h"
 #include "srv_parts.h"
 #include "srv_round.h"
 #include "srv_session.h"
 
-static void
-s_send_model (srv_t *self, srv_device_t *d)
+void
+srv_step_send_model (srv_t *self, srv_device_t *d, bool calibrate)
 {
     int id = (int) (d - self->dev);
     const nn_model_t *part = srv_parts_device (self, id);
+    //  After a calibration at its split point the device holds the weights:
+    //  the buffers (the pooled statistics) alone, with CALIBRATE. Not in
+    //  sl, where a turn's MODEL is what the device before trained.
+    bool buffers = !calibrate && self->mode != PL_MODE_SL
+                && d->cal_split == srv_parts_split (self, id)
+                && nn_model_weights_count (part) > nn_model_params_count (part);
+    size_t skip = buffers ? nn_model_params_count (part) : 0;
     proto_msg_t *msg = proto_msg_new (PROTO_MSG_MODEL);
     proto_slab_t slab = { .unit_begin = 0, .unit_end = (uint32_t) nn_model_unit_end (part),
-                          .count = nn_model_weights_count (part), .sample_count = 0 };
+                          .count = nn_model_weights_count (part) - skip, .sample_count = 0 };
     memcpy (slab.spec_hash, self->spec_hash, PROTO_SPEC_HASH_SIZE);
     //  The header's iteration is where the round starts, so that a device
     //  joining a running run knows where to pick up.
-    proto_msg_set_route (msg, (uint32_t) id, (uint32_t) self->epoch, self->round_iter, 0);
-    proto_msg_set_slab_copy (msg, &slab, nn_model_weights_const (part));
+    proto_msg_set_route (msg, (uint32_t) id, (uint32_t) self->epoch,
+                         calibrate ? 0 : self->round_iter, 0);
+    proto_msg_set_calibrate (msg, calibrate || buffers);
+    proto_msg_set_slab_copy (msg, &slab, nn_model_weights_const (part) + skip);
+    d->cal_split = calibrate ? d->cal_split : 0;
     d->last_seen = pl_monotonic ();
     srv_send (self, d, &msg);
 }
@@ -39,12 +50,12 @@ s_round_begin (srv_t *self)
 {
     self->round_start = pl_monotonic ();
     if (self->mode == PL_MODE_SL) {
-        s_send_model (self, &self->dev[self->sl_turn]);
+        srv_step_send_model (self, &self->dev[self->sl_turn], false);
         return;
     }
     for (int i = 0; i < self->devices; i++)
         if (self->dev[i].active)
-            s_send_model (self, &self->dev[i]);
+            srv_step_send_model (self, &self->dev[i], false);
 }
 
 //  Devices that joined a running run take part from this aggregation point
@@ -347,6 +358,22 @@ s_aggregate (srv_t *self, uint32_t *next_iter)
 }
 
 static void s_replan (srv_t *self, bool probed);
+static void s_end_epoch (srv_t *self);
+
+//  Every device finished the epoch's training (its last round closed): the
+//  BN calibration first, if the config asks for it, then the epoch ends.
+static void
+s_epoch_trained (srv_t *self)
+{
+    self->calib_s = 0.0;
+    if (srv_calib_wanted (self)) {
+        if (self->mode == PL_MODE_SL)
+            srv_parts_merge (self);     //  sl averages nothing: merge what trained
+        if (srv_calib_begin (self))
+            return;
+    }
+    s_end_epoch (self);
+}
 
 //  Every device finished the epoch: record it, then finish, or go on to
 //  the next epoch (after an adaptive re-plan's probes, if any go out).
@@ -413,14 +440,14 @@ s_round_close (srv_t *self)
         if (self->sl_turn < self->devices)
             s_round_begin (self);
         else
-            s_end_epoch (self);
+            s_epoch_trained (self);
         return true;
     }
     if (!srv_round_complete (active, params_in, self->devices))
         return false;
     uint32_t next_iter;
     if (s_aggregate (self, &next_iter))
-        s_end_epoch (self);
+        s_epoch_trained (self);
     else {
         self->round_iter = next_iter;
         s_activate_pending (self);
@@ -443,6 +470,13 @@ s_step (srv_t *self)
                   self->cfg->min_devices);
         srv_session_abort_all (self, text);
         return false;
+    }
+    if (self->calibrating) {
+        if (!srv_calib_complete (self))
+            return false;
+        srv_calib_finish (self);
+        s_end_epoch (self);
+        return true;
     }
     if (self->replanning) {
         bool joined[SRV_MAX_DEVICES];

@@ -190,7 +190,7 @@ Test (config, to_json_uses_canonical_forms)
     char *text = cJSON_PrintUnformatted (json);
     S_ASSERT_HAS (text, "\"seed\":9007199254740992,");
     cJSON_free (text);
-    cr_assert_eq (cJSON_GetArraySize (json), 49, "one member per canonical key");
+    cr_assert_eq (cJSON_GetArraySize (json), 50, "one member per canonical key");
     cJSON_Delete (json);
 }
 
@@ -798,6 +798,25 @@ Test (config, aggregation_rules_are_named_and_bounded)
     cr_assert_neq (pl_config_set (&config, "clip_update_norm=-1", err, sizeof err), 0);
     cr_assert_eq (pl_config_set (&config, "clip_update_norm=10", err, sizeof err), 0, "%s", err);
     cr_assert_float_eq (config.clip_update_norm, 10.0, 0);
+}
+
+//  bn_calibration_batches: 0 (off) by default, 0..100000, and the devices
+//  see it (it travels in WELCOME's config).
+Test (config, bn_calibration_batches_is_bounded_and_travels)
+{
+    pl_config_t config;
+    pl_config_defaults (&config);
+    char err[512];
+    cr_assert_eq (config.bn_calibration_batches, 0);
+    cr_assert_neq (pl_config_set (&config, "bn_calibration_batches=-1", err, sizeof err), 0);
+    cr_assert (strstr (err, "bn_calibration_batches"), "%s", err);
+    cr_assert_neq (pl_config_set (&config, "bn_calibration_batches=100001", err, sizeof err), 0);
+    cr_assert_eq (pl_config_set (&config, "bn_calibration_batches=10", err, sizeof err), 0,
+                  "%s", err);
+    cJSON *json = pl_config_to_json (&config);
+    cr_assert_eq (cJSON_GetObjectItemCaseSensitive (json, "bn_calibration_batches")->valueint,
+                  10);
+    cJSON_Delete (json);
 }
 
 //  "augment" and "flip" default to the dataset's transform (CIFAR-10 crop

@@ -1488,6 +1488,66 @@ Test (proto, error_slab)
     s_expect (&r, NULL, PROTO_E_SIZE, "slab descriptor 55 bytes, expected 56");
 }
 
+//  CALIBRATE (PROTOCOL.md, "Calibration"): on MODEL, ACTIVATIONS and PARAMS
+//  only; a PARAMS with it holds the part's buffers: buffer_count floats
+//  when the receiver says so, else fewer than the slab's.
+Test (proto, calibrate_flag_and_buffer_slabs)
+{
+    proto_limits_t limits = { .slab_count = 1000, .buffer_count = 40 };
+    proto_msg_t *m = s_make_slab (PROTO_MSG_PARAMS, 40);
+    proto_msg_set_calibrate (m, true);
+    s_raw_t r = s_raw_from (m);
+    proto_msg_t *got = NULL;
+    char err[256] = "";
+    cr_assert_eq (proto_msg_decode_bytes (&got, (const void *const *) r.data, r.size, r.count,
+                                          &limits, err, sizeof err), 0, "%s", err);
+    cr_assert (proto_msg_is_calibrate (got));
+    cr_assert_eq (proto_msg_slab (got)->count, 40);
+    proto_msg_destroy (&got);
+    s_raw_free (&r);
+    //  The same without CALIBRATE is a PARAMS of the wrong size.
+    r = s_raw_from (s_make_slab (PROTO_MSG_PARAMS, 40));
+    s_expect (&r, &limits, PROTO_E_SHAPE, "PARAMS: slab: count 40, expected 1000");
+
+    m = s_make_slab (PROTO_MSG_PARAMS, 41);
+    proto_msg_set_calibrate (m, true);
+    r = s_raw_from (m);
+    s_expect (&r, &limits, PROTO_E_SHAPE, "count 41 (CALIBRATE: the buffers), expected 40");
+
+    //  Receiver without a buffer count: anything below the slab's.
+    limits.buffer_count = 0;
+    m = s_make_slab (PROTO_MSG_PARAMS, 1000);
+    proto_msg_set_calibrate (m, true);
+    r = s_raw_from (m);
+    s_expect (&r, &limits, PROTO_E_SHAPE, "not below the slab's 1000");
+
+    //  A MODEL with CALIBRATE is a whole slab.
+    limits.buffer_count = 40;
+    m = s_make_slab (PROTO_MSG_MODEL, 1000);
+    proto_msg_set_calibrate (m, true);
+    r = s_raw_from (m);
+    cr_assert_eq (proto_msg_decode_bytes (&got, (const void *const *) r.data, r.size, r.count,
+                                          &limits, err, sizeof err), 0, "%s", err);
+    cr_assert (proto_msg_is_calibrate (got));
+    proto_msg_destroy (&got);
+    s_raw_free (&r);
+
+    //  Nowhere else.
+    proto_msg_t *stats = proto_msg_new (PROTO_MSG_STATS);
+    proto_stats_t zero = { 0 };
+    proto_msg_set_stats (stats, &zero);
+    proto_msg_t *others[3] = { stats, proto_msg_new (PROTO_MSG_HEARTBEAT),
+                               proto_msg_new (PROTO_MSG_BYE) };
+    for (int i = 0; i < 3; i++) {
+        r = s_raw_from (others[i]);
+        s_raw_bytes (&r, 0)[8] |= PROTO_FLAG_CALIBRATE;
+        s_expect (&r, NULL, PROTO_E_VALUE, "CALIBRATE set on a message other than MODEL");
+    }
+    r = s_raw_from (s_make_tensor (PROTO_MSG_GRADIENTS, 2, 1, 1, 2, 2));
+    s_raw_bytes (&r, 0)[8] |= PROTO_FLAG_CALIBRATE;
+    s_expect (&r, NULL, PROTO_E_VALUE, "GRADIENTS: header: flag CALIBRATE");
+}
+
 Test (proto, error_welcome_json_and_plan)
 {
     struct { const char *bytes; size_t len; const char *needle; } bad[] = {

@@ -571,6 +571,148 @@ Test (fedavg, weights_are_proportional_to_samples, .timeout = 600)
     pltest_rmtree (run.dir);
 }
 
+//  The next message that is not a HEARTBEAT.
+static proto_msg_t *
+s_fake_next (s_fake_t *self, const char *what)
+{
+    while (true) {
+        proto_msg_t *msg = s_recv (self->sock, what);
+        if (proto_msg_type (msg) != PROTO_MSG_HEARTBEAT)
+            return msg;
+        proto_msg_destroy (&msg);
+    }
+}
+
+//  BN calibration (bn_calibration_batches, PROTOCOL.md "Calibration") with
+//  three scripted fl devices of 200 samples each. After FedAvg each gets a
+//  MODEL with CALIBRATE holding the whole averaged model. Devices 0 and 1
+//  answer with buffers the test chooses (running means 1 and -1 apart, so
+//  the spread between them counts); device 2 answers with a NaN and must be
+//  dropped, the run going on without it. model.ckpt's statistics must be
+//  the mixture of devices 0 and 1 (equal shards: mean (m0 + m1) / 2, var
+//  (v0 + m0^2 + v1 + m1^2) / 2 - mean^2), not device 2's and not the plain
+//  average of the variances.
+Test (fedavg, calibration_pools_the_devices_bn_statistics, .timeout = 600)
+{
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "rogue");
+    char endpoint[256];
+    pid_t server = pltest_start_server (&run, "calib",
+                                   "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", "
+                                   "\"samples\": 600, \"test_samples\": 100, "
+                                   "\"batch_size\": 20, \"epochs\": 1, \"seed\": 5, "
+                                   "\"devices\": 3, \"mode\": \"fl\", "
+                                   "\"bn_calibration_batches\": 2}",
+                                   endpoint, sizeof endpoint);
+    void *ctx = zmq_ctx_new ();
+    s_fake_t fake[3] = { { 0 } };
+    float *w[3];
+    for (int i = 0; i < 3; i++)
+        s_fake_join (&fake[i], ctx, endpoint, i, 200);
+    for (int i = 0; i < 3; i++)
+        w[i] = s_fake_model (&fake[i]);
+    size_t n = fake[0].count;
+    nn_model_spec_t spec;
+    cr_assert_eq (nn_model_spec_by_name (&spec, "vgg5", 1, 28, 28, 10, NULL, 0), 0);
+    nn_model_t *ref = nn_model_new (&spec, 0, spec.units_count, 1, NULL, 0);
+    size_t params = nn_model_params_count (ref), buffers = n - params;
+    cr_assert_eq (nn_model_weights_count (ref), n);
+    cr_assert_gt (buffers, 0);
+    for (int i = 0; i < 3; i++)
+        s_fake_end_epoch (&fake[i], w[i], 200);
+    //  The buffers each device reports: per BN layer running_mean then
+    //  running_var (the tensor table says which float is which).
+    float *buf[3];
+    for (int i = 0; i < 3; i++) {
+        proto_msg_t *msg = s_fake_next (&fake[i], "MODEL with CALIBRATE");
+        cr_assert_eq (proto_msg_type (msg), PROTO_MSG_MODEL);
+        cr_assert (proto_msg_is_calibrate (msg), "device %d: MODEL without CALIBRATE", i);
+        cr_assert_eq (proto_msg_slab (msg)->count, n, "device %d: not the whole model", i);
+        proto_msg_destroy (&msg);
+        buf[i] = malloc (sizeof (float) * buffers);
+        for (int t = 0; t < nn_model_tensors_count (ref); t++) {
+            nn_tensor_info_t info;
+            nn_model_tensor (ref, t, &info);
+            if (info.trainable)
+                continue;
+            bool var = strstr (info.name, "running_var") != NULL;
+            for (size_t k = 0; k < info.count; k++)
+                buf[i][info.offset - params + k] =
+                    var ? (i == 0 ? 0.5f : 2.0f) : (i == 0 ? 1.0f : -1.0f) + 0.01f * (float) k;
+        }
+        if (i == 2)
+            buf[i][buffers / 2] = NAN;
+        proto_msg_t *up = proto_msg_new (PROTO_MSG_PARAMS);
+        proto_slab_t slab = fake[i].slab;
+        slab.count = buffers;
+        slab.sample_count = 200;
+        proto_msg_set_route (up, fake[i].id, 1, 0, 0);
+        proto_msg_set_calibrate (up, true);
+        cr_assert_eq (proto_msg_set_slab_copy (up, &slab, buf[i]), 0);
+        cr_assert_eq (proto_msg_send (&up, fake[i].sock), 0, "send PARAMS: %s",
+                      zmq_strerror (errno));
+    }
+    //  Device 2 hears ERROR; the others BYE.
+    for (int i = 0; i < 3; i++) {
+        proto_msg_t *msg = s_fake_next (&fake[i], "BYE or ERROR");
+        int type = proto_msg_type (msg);
+        proto_msg_destroy (&msg);
+        cr_assert_eq (type, i == 2 ? PROTO_MSG_ERROR : PROTO_MSG_BYE, "device %d got %s", i,
+                      proto_type_name (type));
+    }
+    int src = pltest_wait (&run, server, pl_monotonic () + 60);
+    if (src != 0)
+        pltest_dump_logs (&run);
+    cr_assert_eq (src, 0, "server exit status %d", src);
+    for (int i = 0; i < 3; i++)
+        zmq_close (fake[i].sock);
+    zmq_ctx_term (ctx);
+    char path[4096];
+    pltest_path (path, run.dir, "server.log");
+    char *log = pltest_read (path);
+    cr_expect (log && strstr (log, "device 2 dropped: calibration PARAMS hold non-finite"),
+               "the server's log does not say why device 2 left:\n%s", log ? log : "");
+    free (log);
+
+    nn_model_t *m = pltest_load_model (run.dir, "calib", "vgg5");
+    const float *got = nn_model_weights_const (m) + params;
+    double worst = 0.0, plain_gap = 0.0;
+    for (size_t k = 0; k < buffers; k++) {
+        //  Which tensor k is in: its mean's index for a variance.
+        int t;
+        nn_tensor_info_t info;
+        for (t = 0; t < nn_model_tensors_count (ref); t++) {
+            nn_model_tensor (ref, t, &info);
+            if (!info.trainable && k + params >= info.offset && k + params < info.offset + info.count)
+                break;
+        }
+        bool var = strstr (info.name, "running_var") != NULL;
+        size_t j = k + params - info.offset;
+        double m0 = 1.0 + 0.01 * (double) j, m1 = -1.0 + 0.01 * (double) j;
+        double mean = 0.5 * (m0 + m1);
+        double want = var ? 0.5 * (0.5 + m0 * m0 + 2.0 + m1 * m1) - mean * mean : mean;
+        double d = fabs (got[k] - want) / (1.0 + fabs (want));
+        worst = d > worst || !(d == d) ? d : worst;
+        if (var)
+            plain_gap = fmax (plain_gap, fabs (1.25 - want));
+    }
+    cr_log_info ("calibration pooling: max relative error %g (the plain average of the "
+                 "variances is %g off)", worst, plain_gap);
+    cr_assert (plain_gap > 0.5);
+    cr_expect (worst < 1e-5, "model.ckpt's BN statistics are not the mixture of devices 0 "
+               "and 1 (max relative error %g)", worst);
+    cJSON *s = pltest_summary (run.dir, "calib");
+    cr_expect_gt (pltest_num (pltest_last_epoch (s), "calibration_s"), 0.0);
+    cJSON_Delete (s);
+    nn_model_destroy (&m);
+    nn_model_destroy (&ref);
+    for (int i = 0; i < 3; i++) {
+        free (w[i]);
+        free (buf[i]);
+    }
+    pltest_rmtree (run.dir);
+}
+
 //  Real clients on a skewed Dirichlet partition: the run completes and the
 //  summary reports the unequal shard sizes the server weighted by.
 static void

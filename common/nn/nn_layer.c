@@ -7,7 +7,6 @@
 #include <math.h>
 #include <string.h>
 
-#define S_BN_MOMENTUM 0.1f
 #define S_BN_EPS 1e-5f
 
 //  Below this much work (multiply-adds or elements) a layer runs on one
@@ -265,7 +264,7 @@ s_bn_forward (nn_layer_t *self, const float *in, int n, bool train, nn_rng_t *rn
         for (int k = 0; k < 2 * c; k++)
             self->bn_parts[k] += self->bn_parts[(size_t) t * 2 * c + k];
     nn_batchnorm_finish (self->stats, self->buf[0], self->buf[1],
-                         self->bn_parts, self->bn_parts + c, m, c, S_BN_MOMENTUM,
+                         self->bn_parts, self->bn_parts + c, m, c, self->bn_momentum,
                          S_BN_EPS);
     NN_THREADS_FOR (T, t,
         int n0 = nn_layer_lo (n, T, t), n1 = nn_layer_lo (n, T, t + 1);

@@ -83,6 +83,8 @@ struct nn_layer {
     bool in_bn_chain;           //  ReLU, max-pool: run by the BN before them
     float *saved;               //  BN xhat / dropout mask, (max_batch, out)
     float *stats;               //  BN mean and invstd, (2, c)
+    float bn_momentum;          //  BN: the batch's weight in the running
+                                //  averages (nn_model_set_bn_momentum)
     uint8_t *argmax;            //  maxpool winners in their windows, (max_batch, out)
     //  State of the last forward, for backward.
     const float *in_ptr;

@@ -389,6 +389,23 @@ nn_model_set_threads (nn_model_t *self, int threads)
     s_place_thread_buffers (self, threads < 1 ? 1 : threads);
 }
 
+void
+nn_model_set_bn_momentum (nn_model_t *self, float momentum)
+{
+    assert (momentum > 0.0f && momentum <= 1.0f);
+    for (int i = 0; i < self->layers_count; i++)
+        self->layers[i].bn_momentum = momentum;
+}
+
+bool
+nn_model_has_bn (const nn_model_t *self)
+{
+    for (int i = 0; i < self->layers_count; i++)
+        if (self->layers[i].spec.kind == NN_LAYER_BATCHNORM)
+            return true;
+    return false;
+}
+
 int
 nn_model_threads (const nn_model_t *self)
 {
@@ -441,6 +458,7 @@ nn_model_new (const nn_model_spec_t *spec, int unit_begin, int unit_end, int max
             l->index = first + i;
             l->unit = u;
             l->local = k;
+            l->bn_momentum = NN_BN_MOMENTUM;
             int src[2];
             int count = nn_unit_layer_inputs (unit, k, src);
             for (int j = 0; j < 2; j++) {

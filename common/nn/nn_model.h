@@ -127,6 +127,16 @@ void nn_model_zero_grad (nn_model_t *self);
 void nn_model_set_threads (nn_model_t *self, int threads);
 int nn_model_threads (const nn_model_t *self);
 
+//  BN's running averages after a training forward: running = (1 - m) *
+//  running + m * batch, m = NN_BN_MOMENTUM (PyTorch's default) unless set
+//  here, per context (0 < m <= 1). Setting 1/k before the k-th forward
+//  makes the running statistics the plain mean over k batches (PyTorch's
+//  momentum=None), which re-estimating them for given weights wants.
+#define NN_BN_MOMENTUM 0.1f
+void nn_model_set_bn_momentum (nn_model_t *self, float momentum);
+//  Whether the part has a BN layer (running statistics to estimate).
+bool nn_model_has_bn (const nn_model_t *self);
+
 const nn_model_spec_t *nn_model_spec (const nn_model_t *self);
 int nn_model_unit_begin (const nn_model_t *self);
 int nn_model_unit_end (const nn_model_t *self);

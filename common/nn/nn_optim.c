@@ -33,6 +33,28 @@ nn_fedavg (float *dst, const float *const *srcs, const double *weights, int k,
     }
 }
 
+void
+nn_bn_pool (float *mean, float *var, const float *const *means, const float *const *vars,
+            const double *weights, int k, size_t c)
+{
+    double total = 0.0;
+    for (int j = 0; j < k; j++)
+        total += weights[j];
+    assert (k > 0 && total > 0.0);
+    for (size_t i = 0; i < c; i++) {
+        double m = 0.0, sq = 0.0;
+        for (int j = 0; j < k; j++) {
+            double mj = means[j][i];
+            m += weights[j] * mj;
+            sq += weights[j] * ((double) vars[j][i] + mj * mj);
+        }
+        m /= total;
+        double v = sq / total - m * m;
+        mean[i] = (float) m;
+        var[i] = (float) (v > 0.0 ? v : 0.0);
+    }
+}
+
 //  The k values of coordinate i, sorted ascending into out (insertion sort:
 //  k is the number of devices, at most a few dozen).
 static void

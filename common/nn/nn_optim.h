@@ -23,6 +23,16 @@ void nn_sgd_step (float *params, float *velocity, const float *grads, size_t cou
 void nn_fedavg (float *dst, const float *const *srcs, const double *weights,
                 int k, size_t count);
 
+//  BN running statistics pooled over k parts of the data (devices), each
+//  estimated on its own part for the same weights: mean (c) and var (c)
+//  are those of the mixture, weighted by sample count (weights > 0):
+//  mean = sum w_j m_j / W, var = sum w_j (v_j + m_j^2) / W - mean^2 (at
+//  least 0), so the spread between the parts' means counts as FedAvg's
+//  plain average of the variances would not. mean and var may alias
+//  means[0] and vars[0].
+void nn_bn_pool (float *mean, float *var, const float *const *means,
+                 const float *const *vars, const double *weights, int k, size_t c);
+
 //  dst (count) = per coordinate, the mean of the k values srcs[j][i] left
 //  after dropping the `trim` smallest and the `trim` largest (unweighted:
 //  a device's claimed sample count cannot pull it). 0 <= 2 * trim < k.

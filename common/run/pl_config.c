@@ -210,6 +210,9 @@ static const s_field_t s_fields[] = {
     { .key = "clip_update_norm", .kind = S_DOUBLE, S_AT (clip_update_norm),
       .min = 0, .max = INFINITY, .max_open = true,
       .expect = "a number >= 0 (0 = no clipping)" },
+    { .key = "bn_calibration_batches", .kind = S_INT, S_AT (bn_calibration_batches),
+      .min = 0, .max = 100000,
+      .expect = "an integer from 0 to 100000 (0 = BN statistics averaged, not re-estimated)" },
     { .key = "min_devices", .kind = S_INT, S_AT (min_devices), .min = 1, .max = S_DEVICES_MAX,
       .expect = "an integer >= 1 and <= devices" },
     { .key = "device_timeout_s", .kind = S_DOUBLE, S_AT (device_timeout_s),
@@ -800,6 +803,7 @@ pl_config_defaults (pl_config_t *self)
     s_store_string (self->aggregation, sizeof self->aggregation, "fedavg");
     self->trim_fraction = 0.2;
     self->clip_update_norm = 0.0;
+    self->bn_calibration_batches = 0;
     self->topk_fraction = 0.01;
     self->min_devices = 1;
     self->device_timeout_s = 30.0;

@@ -82,6 +82,12 @@ typedef struct {
     char aggregation[16];       //  "fedavg" | "trimmed-mean" | "median"
     double trim_fraction;       //  0.2: trimmed-mean drops floor(f * k) values each side
     double clip_update_norm;    //  0 = off; else the largest L2 norm of a device's update
+    //  0; > 0: after each epoch's aggregation every device forwards this
+    //  many mini-batches of its shard through the averaged model (its part,
+    //  then the server's) to re-estimate the BN running statistics, which
+    //  averaging leaves out of step with the averaged weights (PROTOCOL.md,
+    //  "Calibration"). Models without BN skip it.
+    int bn_calibration_batches;
     int min_devices;            //  1: a round completes with whoever finished
     double device_timeout_s;    //  30: a training device silent this long is dropped
     double round_timeout_s;     //  600: a device not done with a round by then is dropped

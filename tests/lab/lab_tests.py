@@ -306,6 +306,13 @@ def lab_flags(t):
     diff = [(x, y) for x, y in zip(cmds["int8"], cmds["auto"]) if x != y]
     t.ok(len(diff) == 2 and all(x.replace("codec=int8", "codec=auto") == y for x, y in diff),
          "headline: --codec changes the codec of the planned runs and nothing else", diff)
+    lab_runs = [c for c in cmds["auto"] if "pipelearn-lab" in c]
+    t.ok(lab_runs and all("--set bn_calibration_batches=5 " in c for c in lab_runs),
+         "headline: every lab run re-estimates BN statistics (bn_calibration_batches 5)",
+         lab_runs)
+    r, _ = run([HEADLINE, "--out", "/tmp/hl", "--dry-run", "--bn-calibration", "0"])
+    t.ok(r.returncode == 0 and "bn_calibration_batches=0" in r.stdout,
+         "headline --bn-calibration 0 turns it off", r.stdout + r.stderr)
 
 
 # ------------------------------------------------------------------ shaping
