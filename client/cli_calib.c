@@ -76,14 +76,16 @@ cli_calibrate (cli_t *self, const proto_msg_t *model)
         memcpy (order + at, self->shard, sizeof (int) * (size_t) self->shard_count);
         nn_rng_shuffle_int (&rng, order + at, self->shard_count);
     }
+    //  Dropout (vgg11's dense units) draws from a stream of its own, so that
+    //  calibrating leaves the training's masks as they would have been.
+    nn_rng_t drop = nn_rng_split (&self->data_base, UINT64_C (0xCA11B0A7D0000000) | epoch);
     int rc = 0, k = 0;
     for (int j = 0; rc == 0 && j < batches; j++)
         for (int i = 0; rc == 0 && i < per_batch; i++) {
             const int *idx = order + (size_t) j * self->batch + (size_t) i * n;
             nn_dataset_batch (self->x[0], self->y[0], self->train, idx, n, NULL, NULL);
             nn_model_set_bn_momentum (self->ctx[0], 1.0f / (float) ++k);
-            const float *out = nn_model_forward (self->ctx[0], self->x[0], n, true,
-                                                 &self->rng);
+            const float *out = nn_model_forward (self->ctx[0], self->x[0], n, true, &drop);
             if (self->mode != PL_MODE_FL)
                 rc = s_send_activations (self, epoch, out, j, i);
         }
