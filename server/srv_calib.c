@@ -74,8 +74,9 @@ srv_calib_begin (srv_t *self)
             nn_model_copy_tensors (d->cal_model, self->full);
         }
     }
+    //  The calibration is a round of its own: round_timeout_s from now.
     self->calibrating = true;
-    self->calib_start = pl_monotonic ();
+    self->calib_start = self->round_start = pl_monotonic ();
     for (int i = 0; i < self->devices; i++)
         if (self->dev[i].active)
             srv_step_send_model (self, &self->dev[i], true);

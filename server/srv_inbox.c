@@ -438,9 +438,9 @@ srv_inbox_deadlines (srv_t *self)
     double now = pl_monotonic ();
     for (int i = 0; i < self->devices; i++) {
         srv_device_t *d = &self->dev[i];
-        if (!d->active || d->params_in)
+        if (!d->active || d->params_in || (self->calibrating && d->cal_in))
             continue;
-        if (self->mode == PL_MODE_SL && i != self->sl_turn)
+        if (self->mode == PL_MODE_SL && i != self->sl_turn && !self->calibrating)
             continue;
         //  Waiting for the server's own work is not silence.
         if (self->pool && srv_pool_pending (self->pool, d->replica))
