@@ -25,9 +25,11 @@ s_send_buffers (cli_t *self, uint32_t epoch)
     return cli_send (self, &msg);
 }
 
-//  Micro-batch i of calibration batch j as ACTIVATIONS with CALIBRATE.
+//  Micro-batch i of calibration batch j (out, labels y: its rows) as
+//  ACTIVATIONS with CALIBRATE.
 static int
-s_send_activations (cli_t *self, uint32_t epoch, const float *out, int j, int i)
+s_send_activations (cli_t *self, uint32_t epoch, const float *out, const int *y, int j,
+                    int i)
 {
     nn_shape_t s = nn_model_output_shape (self->ctx[0]);
     uint32_t dims[4] = { (uint32_t) self->mb, (uint32_t) s.h, (uint32_t) s.w,
@@ -45,7 +47,7 @@ s_send_activations (cli_t *self, uint32_t epoch, const float *out, int j, int i)
         return -1;
     }
     for (int k = 0; k < self->mb; k++)
-        self->labels[k] = self->y[0][k];
+        self->labels[k] = y[k];
     proto_msg_set_labels (msg, self->labels, (size_t) self->mb);
     return cli_send (self, &msg);
 }
@@ -61,10 +63,29 @@ cli_calibrate (cli_t *self, const proto_msg_t *model)
     memcpy (nn_model_weights (self->ctx[0]), proto_msg_tensor_data (model),
             sizeof (float) * nn_model_weights_count (self->ctx[0]));
     int batches = self->cfg.bn_calibration_batches;
-    //  fl forwards whole batches, the split modes the run's micro-batches
-    //  (what training normalised over), through one context: no backward.
-    int n = self->mode == PL_MODE_FL ? self->batch : self->mb;
-    int per_batch = self->mode == PL_MODE_FL ? 1 : self->micro;
+    //  Whole mini-batches through the part, as fl trains and as the server
+    //  forwards the gathered micro-batches: population statistics are
+    //  estimated best from the largest batches the run has. In the split
+    //  modes the contexts hold micro-batches, so a context for the whole
+    //  batch borrows ctx[0]'s weights for the calibration.
+    nn_model_t *m = self->ctx[0];
+    float *x = self->x[0];
+    int *y = self->y[0];
+    if (self->mode != PL_MODE_FL) {
+        char err[NN_ERR_SIZE];
+        m = nn_model_new (&self->spec, 0, nn_model_unit_end (self->ctx[0]), self->batch,
+                          err, sizeof err);
+        if (!m) {
+            pl_log_error ("client: BN calibration: %s", err);
+            cli_send_error (self, PROTO_ERR_INTERNAL, err);
+            return -1;
+        }
+        nn_model_use_slabs (m, self->ctx[0]);
+        nn_model_set_threads (m, nn_model_threads (self->ctx[0]));
+        size_t sample = nn_shape_size (nn_model_input_shape (m));
+        x = nn_alloc_aligned (sizeof (float) * sample * (size_t) self->batch);
+        y = nn_malloc (sizeof (int) * (size_t) self->batch);
+    }
     size_t want = (size_t) batches * (size_t) self->batch;
     //  The shard in an order of its own (not the next epoch's), repeated if
     //  it is smaller than the calibration; no augmentation: statistics for
@@ -79,17 +100,25 @@ cli_calibrate (cli_t *self, const proto_msg_t *model)
     //  Dropout (vgg11's dense units) draws from a stream of its own, so that
     //  calibrating leaves the training's masks as they would have been.
     nn_rng_t drop = nn_rng_split (&self->data_base, UINT64_C (0xCA11B0A7D0000000) | epoch);
-    int rc = 0, k = 0;
-    for (int j = 0; rc == 0 && j < batches; j++)
-        for (int i = 0; rc == 0 && i < per_batch; i++) {
-            const int *idx = order + (size_t) j * self->batch + (size_t) i * n;
-            nn_dataset_batch (self->x[0], self->y[0], self->train, idx, n, NULL, NULL);
-            nn_model_set_bn_momentum (self->ctx[0], 1.0f / (float) ++k);
-            const float *out = nn_model_forward (self->ctx[0], self->x[0], n, true, &drop);
-            if (self->mode != PL_MODE_FL)
-                rc = s_send_activations (self, epoch, out, j, i);
-        }
-    nn_model_set_bn_momentum (self->ctx[0], NN_BN_MOMENTUM);
+    nn_shape_t os = nn_model_output_shape (m);
+    size_t orow = nn_shape_size (os);
+    int rc = 0;
+    for (int j = 0; rc == 0 && j < batches; j++) {
+        nn_dataset_batch (x, y, self->train, order + (size_t) j * self->batch, self->batch,
+                          NULL, NULL);
+        nn_model_set_bn_momentum (m, 1.0f / (float) (j + 1));
+        const float *out = nn_model_forward (m, x, self->batch, true, &drop);
+        //  Split modes: up in the run's micro-batches (its frame limits).
+        for (int i = 0; rc == 0 && self->mode != PL_MODE_FL && i < self->micro; i++)
+            rc = s_send_activations (self, epoch, out + (size_t) i * self->mb * orow,
+                                     y + (size_t) i * self->mb, j, i);
+    }
+    nn_model_set_bn_momentum (m, NN_BN_MOMENTUM);
+    if (m != self->ctx[0]) {
+        nn_model_destroy (&m);
+        nn_free (x);
+        nn_free (y);
+    }
     nn_free (order);
     if (rc == 0)
         rc = s_send_buffers (self, epoch);

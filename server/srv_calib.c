@@ -26,7 +26,9 @@ srv_calib_release (srv_device_t *d)
 {
     nn_model_destroy (&d->cal_model);
     nn_free (d->cal_buf);
+    nn_free (d->cal_x);
     d->cal_buf = NULL;
+    d->cal_x = NULL;
     d->cal_acts = 0;
     d->cal_in = false;
 }
@@ -63,7 +65,7 @@ srv_calib_begin (srv_t *self)
         d->cal_split = p;
         d->cal_buf = nn_malloc (sizeof (float) * (s_part_buffers (self, i) + 1));
         if (p < self->units) {
-            d->cal_model = nn_model_new (&self->spec, p, self->units, self->batch / d->micro,
+            d->cal_model = nn_model_new (&self->spec, p, self->units, self->batch,
                                          err, sizeof err);
             if (!d->cal_model) {
                 pl_log_error ("server: BN calibration skipped: %s", err);
@@ -72,6 +74,8 @@ srv_calib_begin (srv_t *self)
                 return false;
             }
             nn_model_copy_tensors (d->cal_model, self->full);
+            d->cal_x = nn_alloc_aligned (sizeof (float) * (size_t) self->batch
+                                         * nn_shape_size (nn_model_input_shape (d->cal_model)));
         }
     }
     //  The calibration is a round of its own: round_timeout_s from now.
@@ -127,14 +131,28 @@ srv_calib_on_activations (srv_t *self, srv_device_t *d, const proto_msg_t *msg)
     const float *x = proto_msg_tensor_data (msg);
     if (s_drop_nonfinite (self, d, x, proto_msg_tensor_count (msg), "ACTIVATIONS"))
         return;
-    //  Each micro-batch weighs the same in the running statistics; dropout
-    //  (vgg11's dense units) draws from a stream named by the step.
+    //  The device sends each batch's micro-batches in order; they are
+    //  forwarded together, as one mini-batch, once all are in: batch
+    //  statistics over the mini-batch, as the device part's were.
+    int mb = self->batch / d->micro, j = d->cal_acts / d->micro, i = d->cal_acts % d->micro;
+    if (h->iteration != (uint32_t) j || h->micro_batch != (uint32_t) i) {
+        snprintf (why, sizeof why, "calibration ACTIVATIONS for batch %u, micro-batch %u; "
+                  "expected batch %d, micro-batch %d", h->iteration, h->micro_batch, j, i);
+        srv_drop (self, d, PROTO_ERR_STATE, why);
+        return;
+    }
+    size_t row = nn_shape_size (in);
+    memcpy (d->cal_x + (size_t) i * mb * row, x, sizeof (float) * (size_t) mb * row);
     d->cal_acts++;
-    nn_model_set_bn_momentum (d->cal_model, 1.0f / (float) d->cal_acts);
-    nn_rng_t base, rng;
-    nn_rng_seed (&base, self->cfg->seed ^ UINT64_C (0xCA11B0A7E0000000));
-    rng = nn_rng_split (&base, ((uint64_t) id << 32) | (uint64_t) d->cal_acts);
-    nn_model_forward (d->cal_model, x, (int) td->dims[0], true, &rng);
+    if (i == d->micro - 1) {
+        //  Each mini-batch weighs the same in the running statistics;
+        //  dropout (vgg11's dense units) draws from a stream named by it.
+        nn_model_set_bn_momentum (d->cal_model, 1.0f / (float) (j + 1));
+        nn_rng_t base, rng;
+        nn_rng_seed (&base, self->cfg->seed ^ UINT64_C (0xCA11B0A7E0000000));
+        rng = nn_rng_split (&base, ((uint64_t) id << 32) | (uint64_t) j);
+        nn_model_forward (d->cal_model, d->cal_x, self->batch, true, &rng);
+    }
     //  A part without buffers sends no PARAMS: its last micro-batch ends it.
     if (d->cal_acts == s_expected_acts (self, d) && s_part_buffers (self, id) == 0)
         d->cal_in = true;

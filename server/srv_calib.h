@@ -11,9 +11,9 @@
     active device the averaged model in a MODEL with CALIBRATE; each
     forwards bn_calibration_batches mini-batches of its shard in training
     mode through its part, each batch weighing the same, sends their
-    activations up with CALIBRATE (split modes: the server forwards them
-    through its own copy of the device's server units, no GRADIENTS come
-    back) and its part's buffers in a PARAMS with CALIBRATE. Each BN
+    activations up with CALIBRATE in micro-batches (split modes: the server
+    gathers each mini-batch and forwards it through its own copy of the
+    device's server units, no GRADIENTS come back) and its part's buffers in a PARAMS with CALIBRATE. Each BN
     layer's statistics are then pooled over the devices as the mixture of
     their shards (nn_bn_pool), written to the merged model and from there
     to every part and replica. Training does not read running statistics,

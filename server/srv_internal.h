@@ -95,9 +95,11 @@ typedef struct {
     bool drop_pending;
     bool drop_diverged;         //  the reason is a non-finite loss
     //  BN calibration (srv_calib.c): its server-side copy of units [P_i, U)
-    //  (NULL in fl), its part's buffers from its PARAMS, the micro-batches
-    //  of ACTIVATIONS forwarded, and whether its PARAMS came.
+    //  (NULL in fl) and the mini-batch of activations being gathered for
+    //  it, its part's buffers from its PARAMS, the micro-batches of
+    //  ACTIVATIONS received, and whether its PARAMS came.
     nn_model_t *cal_model;
+    float *cal_x;
     float *cal_buf;
     int cal_acts;
     bool cal_in;

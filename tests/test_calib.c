@@ -14,7 +14,8 @@
       so a run at "split_point": [1, 3] equals the run at 2 for every
       device to float rounding over the whole weights slab, running
       statistics included (sfl, N = 1, and pipelearn, N = 1 and 2: each
-      micro-batch is one calibration forward, on both sides). The same run
+      mini-batch is one calibration forward on both sides, the server
+      gathering its micro-batches). The same run
       without calibration ends with other running statistics (calibration
       happened) and the very same trainable parameters: training never
       reads running statistics, and calibration draws its samples from a
