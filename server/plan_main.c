@@ -141,6 +141,7 @@ main (int argc, char **argv)
     in.batch_size = cfg.batch_size;
     in.iterations = iterations;
     in.aggregation_frequency = cfg.aggregation_frequency;
+    in.min_micro_batch = nn_estimate_min_micro_batch (&spec, cfg.min_micro_batch);
     in.devices_count = cfg.devices;
     in.devices = devs;
     //  The server's pool: one worker per core (threads), at most one per

@@ -57,6 +57,7 @@ srv_planner_input (const srv_planner_t *self, nn_estimate_input_t *in,
     in->batch_size = self->args.batch;
     in->iterations = self->iterations;
     in->aggregation_frequency = cfg->aggregation_frequency;
+    in->min_micro_batch = nn_estimate_min_micro_batch (self->args.spec, cfg->min_micro_batch);
     in->devices_count = self->args.devices;
     in->devices = devs;
     in->host_cores = cfg->host_cores;

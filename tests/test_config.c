@@ -190,7 +190,7 @@ Test (config, to_json_uses_canonical_forms)
     char *text = cJSON_PrintUnformatted (json);
     S_ASSERT_HAS (text, "\"seed\":9007199254740992,");
     cJSON_free (text);
-    cr_assert_eq (cJSON_GetArraySize (json), 50, "one member per canonical key");
+    cr_assert_eq (cJSON_GetArraySize (json), 51, "one member per canonical key");
     cJSON_Delete (json);
 }
 
@@ -813,9 +813,13 @@ Test (config, bn_calibration_batches_is_bounded_and_travels)
     cr_assert_neq (pl_config_set (&config, "bn_calibration_batches=100001", err, sizeof err), 0);
     cr_assert_eq (pl_config_set (&config, "bn_calibration_batches=10", err, sizeof err), 0,
                   "%s", err);
+    cr_assert_eq (config.min_micro_batch, 0);
+    cr_assert_neq (pl_config_set (&config, "min_micro_batch=-1", err, sizeof err), 0);
+    cr_assert_eq (pl_config_set (&config, "min_micro_batch=10", err, sizeof err), 0, "%s", err);
     cJSON *json = pl_config_to_json (&config);
     cr_assert_eq (cJSON_GetObjectItemCaseSensitive (json, "bn_calibration_batches")->valueint,
                   10);
+    cr_assert_eq (cJSON_GetObjectItemCaseSensitive (json, "min_micro_batch")->valueint, 10);
     cJSON_Delete (json);
 }
 

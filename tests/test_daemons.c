@@ -328,7 +328,7 @@ s_auto_run (const char *mode)
               "\"test_samples\": 200, \"batch_size\": 40, \"epochs\": 1, \"seed\": 2, "
               "\"threads\": 1, \"devices\": 2, \"mode\": \"%s\", \"split_point\": \"auto\", "
               "\"micro_batches\": \"auto\", \"uplink_mbps\": 2, \"downlink_mbps\": 5, "
-              "\"rtt_ms\": 20, \"measure_link\": false}", mode);
+              "\"rtt_ms\": 20, \"measure_link\": false, \"min_micro_batch\": 2}", mode);
     pltest_run_daemons (&run, "run", config, 2);
     cJSON *s = pltest_summary (run.dir, "run");
     const cJSON *plan = cJSON_GetObjectItemCaseSensitive (s, "plan");

@@ -518,6 +518,26 @@ Test (plan, micro_batch_set_divides_the_batch)
     cr_assert_eq (ns[0], 1);
 }
 
+//  BN normalises each micro-batch over its own samples: by default a model
+//  with BN is cut into micro-batches of at least 25 samples (B = 100: N in
+//  1, 2, 4), one without into micro-batches of at least 2; a configured
+//  minimum wins either way.
+Test (plan, bn_models_keep_micro_batches_of_25)
+{
+    nn_model_spec_t bn, nobn;
+    cr_assert_eq (nn_model_spec_by_name (&bn, "resnet18", 1, 28, 28, 10, NULL, 0), 0);
+    cr_assert_eq (nn_model_spec_by_name (&nobn, "vgg5-nobn", 1, 28, 28, 10, NULL, 0), 0);
+    cr_assert_eq (nn_estimate_min_micro_batch (&bn, 0), NN_ESTIMATE_BN_MIN_MICRO);
+    cr_assert_eq (nn_estimate_min_micro_batch (&nobn, 0), 2);
+    cr_assert_eq (nn_estimate_min_micro_batch (&bn, 5), 5);
+    nn_estimate_input_t in = { .batch_size = 100,
+                               .min_micro_batch = nn_estimate_min_micro_batch (&bn, 0) };
+    int ns[128];
+    int n = nn_estimate_micro_batch_set (&in, ns, 128);
+    cr_assert_eq (n, 3);
+    cr_assert (ns[0] == 1 && ns[1] == 2 && ns[2] == 4);
+}
+
 Test (plan, reference_formula)
 {
     //  (0.3 + 0.05 + 0.1 + 0.1) / 0.1 = 5.5 -> 6 + 1 = 7; 100 // (100 // 7) = 7.
@@ -1047,7 +1067,8 @@ static const char *s_costs_text =
 
 static const char *s_cfg_text =
     "{\"dataset\": \"synthetic\", \"samples\": 2000, \"devices\": 2, \"batch_size\": 100,\n"
-    " \"threads\": 2, \"split_point\": \"auto\", \"micro_batches\": \"auto\"}\n";
+    " \"threads\": 2, \"split_point\": \"auto\", \"micro_batches\": \"auto\",\n"
+    " \"min_micro_batch\": 2}\n";
 
 static cJSON *
 s_run_json (const char *flags, char *out, size_t size)
@@ -1266,7 +1287,8 @@ Test (plan_cli, profiles_this_host_and_round_trips_the_costs)
     static char out[1 << 18];
     s_write ("cfg.json",
              "{\"dataset\": \"synthetic\", \"samples\": 400, \"devices\": 2,\n"
-             " \"batch_size\": 20, \"split_point\": \"auto\", \"micro_batches\": \"auto\"}\n",
+             " \"batch_size\": 20, \"split_point\": \"auto\", \"micro_batches\": \"auto\",\n"
+             " \"min_micro_batch\": 2}\n",
              cfg, sizeof cfg);
     snprintf (saved, sizeof saved, "%s/profile.json", s_dir);
     snprintf (flags, sizeof flags, "--config %s --write-costs %s", cfg, saved);

@@ -204,6 +204,18 @@ nn_estimate_rounds (const nn_estimate_input_t *in)
 }
 
 int
+nn_estimate_min_micro_batch (const nn_model_spec_t *spec, int configured)
+{
+    if (configured > 0)
+        return configured;
+    for (int u = 0; u < spec->units_count; u++)
+        for (int k = 0; k < spec->units[u].layers_count; k++)
+            if (spec->units[u].layers[k].kind == NN_LAYER_BATCHNORM)
+                return NN_ESTIMATE_BN_MIN_MICRO;
+    return S_DEFAULT_MIN_MICRO;
+}
+
+int
 nn_estimate_micro_batch_set (const nn_estimate_input_t *in, int *ns, int cap)
 {
     int max_n = in->max_micro_batches > 0 ? in->max_micro_batches : S_DEFAULT_MAX_MICRO;

@@ -138,6 +138,7 @@ typedef struct {
     int aggregation_frequency;              //  iterations per round; -1 (or 0) = once per epoch
     int max_micro_batches;                  //  cap on N; 0 = 100 (the reference's cap)
     int min_micro_batch;                    //  smallest micro-batch in samples; 0 = 2
+                                            //  (see nn_estimate_min_micro_batch)
     double near_best;                       //  relative; 0 = 0.01 (see nn_estimate_new)
     bool forward_first;                     //  the device runs all N forwards before any
                                             //  backward; false = pipelearn-client's order
@@ -238,6 +239,16 @@ double nn_estimate_link_payload_Bps (double mbps);
 
 //  Aggregation rounds per epoch (>= 1).
 int nn_estimate_rounds (const nn_estimate_input_t *in);
+
+//  The smallest micro-batch a plan may cut for spec: configured (> 0), or
+//  by default NN_ESTIMATE_BN_MIN_MICRO samples for a model with BatchNorm
+//  and 2 without. BN normalises each micro-batch over its own samples, and
+//  small ones cost accuracy: ResNet18, one epoch of 2 x 10,000
+//  Fashion-MNIST images in pipelearn at split point 1, tested at 70.4 /
+//  68.2% (two seeds) with micro-batches of 25, 70.4 / 68.3% with 50, fl
+//  69.0 / 69.9%, but 66.3 / 62.7% with micro-batches of 10 (docs/planner.md).
+#define NN_ESTIMATE_BN_MIN_MICRO 25
+int nn_estimate_min_micro_batch (const nn_model_spec_t *spec, int configured);
 
 //  The allowed micro-batch counts for the input's B and caps, ascending,
 //  into ns (room for cap entries); returns how many. 1 is always allowed.

@@ -210,6 +210,9 @@ static const s_field_t s_fields[] = {
     { .key = "clip_update_norm", .kind = S_DOUBLE, S_AT (clip_update_norm),
       .min = 0, .max = INFINITY, .max_open = true,
       .expect = "a number >= 0 (0 = no clipping)" },
+    { .key = "min_micro_batch", .kind = S_INT, S_AT (min_micro_batch), .min = 0,
+      .max = S_BATCH_MAX,
+      .expect = "an integer from 0 to 4096 (0 = 25 for a model with BatchNorm, 2 without)" },
     { .key = "bn_calibration_batches", .kind = S_INT, S_AT (bn_calibration_batches),
       .min = 0, .max = 100000,
       .expect = "an integer from 0 to 100000 (0 = BN statistics averaged, not re-estimated)" },
@@ -804,6 +807,7 @@ pl_config_defaults (pl_config_t *self)
     self->trim_fraction = 0.2;
     self->clip_update_norm = 0.0;
     self->bn_calibration_batches = 0;
+    self->min_micro_batch = 0;
     self->topk_fraction = 0.01;
     self->min_devices = 1;
     self->device_timeout_s = 30.0;

@@ -626,7 +626,10 @@ def test_adaptive(t):
             json.dump({"model": "vgg5", "dataset": "fashion-mnist", "mode": "pipelearn",
                        "devices": 2, "split_point": 4, "micro_batches": "auto",
                        "batch_size": 100, "epochs": 3, "samples": 4000,
-                       "test_samples": 500, "seed": 1}, f)
+                       "test_samples": 500, "seed": 1,
+                       # The adaptive mechanics, not BN's floor of 25 samples
+                       # per micro-batch (N in 1, 2, 4 at batch 100).
+                       "min_micro_batch": 2}, f)
         drop = adaptive_drop(t, cfg, out)
         if drop is None:
             return
