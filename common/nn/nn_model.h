@@ -37,6 +37,11 @@ typedef struct {
     //  -1 with a message for an input the model cannot take.
     int (*build) (nn_model_spec_t *spec, int in_c, int side, int classes,
                   char *err, size_t err_size);
+    //  The smallest micro-batch (samples) the planner cuts by default, where
+    //  BN over fewer samples costs the model accuracy (measured, or assumed
+    //  for a model not yet measured: docs/planner.md "The choice"); 0: none
+    //  beyond BN's two samples.
+    int min_micro_batch;
 } nn_model_entry_t;
 
 int nn_model_registry_count (void);

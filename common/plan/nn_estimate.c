@@ -208,11 +208,9 @@ nn_estimate_min_micro_batch (const nn_model_spec_t *spec, int configured)
 {
     if (configured > 0)
         return configured;
-    for (int u = 0; u < spec->units_count; u++)
-        for (int k = 0; k < spec->units[u].layers_count; k++)
-            if (spec->units[u].layers[k].kind == NN_LAYER_BATCHNORM)
-                return NN_ESTIMATE_BN_MIN_MICRO;
-    return S_DEFAULT_MIN_MICRO;
+    const nn_model_entry_t *e = nn_model_registry_find (spec->name);
+    return e && e->min_micro_batch > S_DEFAULT_MIN_MICRO ? e->min_micro_batch
+                                                         : S_DEFAULT_MIN_MICRO;
 }
 
 int

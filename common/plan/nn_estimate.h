@@ -241,13 +241,13 @@ double nn_estimate_link_payload_Bps (double mbps);
 int nn_estimate_rounds (const nn_estimate_input_t *in);
 
 //  The smallest micro-batch a plan may cut for spec: configured (> 0), or
-//  by default NN_ESTIMATE_BN_MIN_MICRO samples for a model with BatchNorm
-//  and 2 without. BN normalises each micro-batch over its own samples, and
-//  small ones cost accuracy: ResNet18, one epoch of 2 x 10,000
-//  Fashion-MNIST images in pipelearn at split point 1, tested at 70.4 /
-//  68.2% (two seeds) with micro-batches of 25, 70.4 / 68.3% with 50, fl
-//  69.0 / 69.9%, but 66.3 / 62.7% with micro-batches of 10 (docs/planner.md).
-#define NN_ESTIMATE_BN_MIN_MICRO 25
+//  by default the model's (its registry entry's min_micro_batch; at least
+//  2, BN's two samples). BN normalises each micro-batch over its own
+//  samples, and small ones cost some models accuracy: ResNet18, one epoch
+//  of 2 x 10,000 Fashion-MNIST images in pipelearn at split point 1,
+//  tested at 70.4 / 68.2% (two seeds) with micro-batches of 25, 70.4 /
+//  68.3% with 50, fl 69.0 / 69.9%, but 66.3 / 62.7% with micro-batches of
+//  10, while VGG5 with micro-batches of 10 tested as fl (docs/planner.md).
 int nn_estimate_min_micro_batch (const nn_model_spec_t *spec, int configured);
 
 //  The allowed micro-batch counts for the input's B and caps, ascending,

@@ -212,7 +212,7 @@ static const s_field_t s_fields[] = {
       .expect = "a number >= 0 (0 = no clipping)" },
     { .key = "min_micro_batch", .kind = S_INT, S_AT (min_micro_batch), .min = 0,
       .max = S_BATCH_MAX,
-      .expect = "an integer from 0 to 4096 (0 = 25 for a model with BatchNorm, 2 without)" },
+      .expect = "an integer from 0 to 4096 (0 = the model's: 25 for resnet18, 2 for vgg5)" },
     { .key = "bn_calibration_batches", .kind = S_INT, S_AT (bn_calibration_batches),
       .min = 0, .max = 100000,
       .expect = "an integer from 0 to 100000 (0 = BN statistics averaged, not re-estimated)" },

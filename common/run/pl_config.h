@@ -78,8 +78,8 @@ typedef struct {
     int split_points[PL_SPLIT_POINTS_MAX];  //  PL_PER_DEVICE: device i's split point
     int split_points_count;     //  entries of split_points in use (0 otherwise)
     int micro_batches;          //  4, or PL_AUTO
-    int min_micro_batch;        //  0: "auto" N keeps micro-batches of at least 25 samples
-                                //  for a model with BN, 2 without (nn_estimate.h); > 0: this
+    int min_micro_batch;        //  0: "auto" N keeps micro-batches of at least the
+                                //  model's floor (nn_estimate_min_micro_batch); > 0: this
     int aggregation_frequency;  //  -1 = once per epoch
     char aggregation[16];       //  "fedavg" | "trimmed-mean" | "median"
     double trim_fraction;       //  0.2: trimmed-mean drops floor(f * k) values each side

@@ -627,8 +627,8 @@ def test_adaptive(t):
                        "devices": 2, "split_point": 4, "micro_batches": "auto",
                        "batch_size": 100, "epochs": 3, "samples": 4000,
                        "test_samples": 500, "seed": 1,
-                       # The adaptive mechanics, not BN's floor of 25 samples
-                       # per micro-batch (N in 1, 2, 4 at batch 100).
+                       # The adaptive mechanics, whatever floor the model's
+                       # registry entry puts under the micro-batch.
                        "min_micro_batch": 2}, f)
         drop = adaptive_drop(t, cfg, out)
         if drop is None:
