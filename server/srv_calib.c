@@ -13,7 +13,6 @@
 #include "srv_aggregate.h"
 #include "srv_parts.h"
 #include "srv_session.h"
-#include "srv_step.h"
 
 bool
 srv_calib_wanted (const srv_t *self)
@@ -81,9 +80,6 @@ srv_calib_begin (srv_t *self)
     //  The calibration is a round of its own: round_timeout_s from now.
     self->calibrating = true;
     self->calib_start = self->round_start = pl_monotonic ();
-    for (int i = 0; i < self->devices; i++)
-        if (self->dev[i].active)
-            srv_step_send_model (self, &self->dev[i], true);
     return true;
 }
 

@@ -28,9 +28,10 @@
 
 //  The config asks for calibration and the model has BN.
 bool srv_calib_wanted (const srv_t *self);
-//  Start it for every active device (self->full holds the averaged model):
-//  true when it started (self->calibrating), false when there is nothing
-//  to do or it could not start (logged; the epoch goes on uncalibrated).
+//  Set it up for every active device (self->full holds the averaged
+//  model): true when it is on (self->calibrating; the caller sends each
+//  active device its MODEL with CALIBRATE), false when there is nothing to
+//  do or it could not start (logged; the epoch goes on uncalibrated).
 bool srv_calib_begin (srv_t *self);
 //  ACTIVATIONS or PARAMS with CALIBRATE from d (allowed by proto's state
 //  machine). Out of place, malformed or non-finite: d is dropped.

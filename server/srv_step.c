@@ -17,8 +17,10 @@
 #include "srv_round.h"
 #include "srv_session.h"
 
-void
-srv_step_send_model (srv_t *self, srv_device_t *d, bool calibrate)
+//  MODEL to d: its part of the merged model, for the round about to begin,
+//  or with CALIBRATE for the epoch's BN calibration (srv_calib.h).
+static void
+s_send_model (srv_t *self, srv_device_t *d, bool calibrate)
 {
     int id = (int) (d - self->dev);
     const nn_model_t *part = srv_parts_device (self, id);
@@ -50,12 +52,12 @@ s_round_begin (srv_t *self)
 {
     self->round_start = pl_monotonic ();
     if (self->mode == PL_MODE_SL) {
-        srv_step_send_model (self, &self->dev[self->sl_turn], false);
+        s_send_model (self, &self->dev[self->sl_turn], false);
         return;
     }
     for (int i = 0; i < self->devices; i++)
         if (self->dev[i].active)
-            srv_step_send_model (self, &self->dev[i], false);
+            s_send_model (self, &self->dev[i], false);
 }
 
 //  Devices that joined a running run take part from this aggregation point
@@ -369,8 +371,12 @@ s_epoch_trained (srv_t *self)
     if (srv_calib_wanted (self)) {
         if (self->mode == PL_MODE_SL)
             srv_parts_merge (self);     //  sl averages nothing: merge what trained
-        if (srv_calib_begin (self))
+        if (srv_calib_begin (self)) {
+            for (int i = 0; i < self->devices; i++)
+                if (self->dev[i].active)
+                    s_send_model (self, &self->dev[i], true);
             return;
+        }
     }
     s_end_epoch (self);
 }

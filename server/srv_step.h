@@ -15,8 +15,5 @@
 #include "srv_internal.h"
 
 void srv_round_advance (srv_t *self);
-//  MODEL to d: its part of the merged model, for the round about to begin,
-//  or with CALIBRATE for the BN calibration (srv_calib.h) of the epoch.
-void srv_step_send_model (srv_t *self, srv_device_t *d, bool calibrate);
 
 #endif
