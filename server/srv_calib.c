@@ -68,8 +68,10 @@ srv_calib_begin (srv_t *self)
                                          err, sizeof err);
             if (!d->cal_model) {
                 pl_log_error ("server: BN calibration skipped: %s", err);
-                for (int k = 0; k < self->devices; k++)
+                for (int k = 0; k < self->devices; k++) {
                     srv_calib_release (&self->dev[k]);
+                    self->dev[k].cal_split = 0;     //  no calibration MODEL went out
+                }
                 return false;
             }
             nn_model_copy_tensors (d->cal_model, self->full);
