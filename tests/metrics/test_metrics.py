@@ -38,7 +38,11 @@ BUILD = os.environ.get("PL_BUILD_DIR", "build")
 SERVER = os.path.join(BUILD, "server", "pipelearn-server")
 CLIENT = os.path.join(BUILD, "client", "pipelearn-client")
 
-#  A short synthetic run: ~0.5-1.5 s per epoch on loopback here.
+#  A short synthetic run: ~0.5-1.5 s per epoch on loopback on the AMD
+#  hosts, 0.25 s on an Intel Xeon (AVX-512). A case that reads the endpoint
+#  while the run trains sizes its run by LONG_SAMPLES, not by its epochs:
+#  12 epochs of 800 samples were over in 3 s there, before the reads.
+LONG_SAMPLES = 4000
 CONFIG = {"model": "vgg5", "dataset": "synthetic", "samples": 800, "test_samples": 100,
           "batch_size": 40, "seed": 5, "split_point": 2, "micro_batches": 4,
           "threads": 1, "devices": 2}
@@ -235,7 +239,7 @@ def case_promtool(tmp):
     # epoch 3 (split_point_moves): each device's split point is its own
     # sample, before and after the move.
     run = Run(tmp, epochs=12, config={
-        "split_point": [1, 3],
+        "samples": LONG_SAMPLES, "split_point": [1, 3],
         "split_point_moves": [{"epoch": 3, "device": 1, "split_point": 2}]})
     try:
         status, before = http(run.url + "/metrics")
@@ -496,7 +500,7 @@ def raw_request(port, data, timeout=5):
 
 def case_hostile(tmp):
     print("1..9", flush=True)
-    run = Run(tmp, epochs=8)
+    run = Run(tmp, epochs=8, config={"samples": LONG_SAMPLES})
     held = []
     try:
         ok(run.wait_state(lambda s: s["run"]["started"], 60) is not None, "training starts")
