@@ -86,17 +86,14 @@ cli_calibrate (cli_t *self, const proto_msg_t *model)
         x = nn_alloc_aligned (sizeof (float) * sample * (size_t) self->batch);
         y = nn_malloc (sizeof (int) * (size_t) self->batch);
     }
-    size_t want = (size_t) batches * (size_t) self->batch;
-    //  The shard in an order of its own (not the next epoch's), repeated if
-    //  it is smaller than the calibration; no augmentation: statistics for
-    //  the images as evaluated.
-    int *order = nn_malloc (sizeof (int) * (want + (size_t) self->shard_count));
+    //  The shard in an order of its own (not the next epoch's), gone
+    //  through again, reshuffled, if it is smaller than the calibration; no
+    //  augmentation: statistics for the images as evaluated.
+    int *order = nn_malloc (sizeof (int) * (size_t) self->shard_count);
+    int *idx = nn_malloc (sizeof (int) * (size_t) self->batch);
     nn_rng_t rng = nn_rng_split (&self->data_base, UINT64_C (0xCA11B0A7E0000000)
                                                    | epoch);
-    for (size_t at = 0; at < want; at += (size_t) self->shard_count) {
-        memcpy (order + at, self->shard, sizeof (int) * (size_t) self->shard_count);
-        nn_rng_shuffle_int (&rng, order + at, self->shard_count);
-    }
+    int pos = self->shard_count;
     //  Dropout (vgg11's dense units) draws from a stream of its own, so that
     //  calibrating leaves the training's masks as they would have been.
     nn_rng_t drop = nn_rng_split (&self->data_base, UINT64_C (0xCA11B0A7D0000000) | epoch);
@@ -104,8 +101,15 @@ cli_calibrate (cli_t *self, const proto_msg_t *model)
     size_t orow = nn_shape_size (os);
     int rc = 0;
     for (int j = 0; rc == 0 && j < batches; j++) {
-        nn_dataset_batch (x, y, self->train, order + (size_t) j * self->batch, self->batch,
-                          NULL, NULL);
+        for (int k = 0; k < self->batch; k++) {
+            if (pos == self->shard_count) {
+                memcpy (order, self->shard, sizeof (int) * (size_t) self->shard_count);
+                nn_rng_shuffle_int (&rng, order, self->shard_count);
+                pos = 0;
+            }
+            idx[k] = order[pos++];
+        }
+        nn_dataset_batch (x, y, self->train, idx, self->batch, NULL, NULL);
         nn_model_set_bn_momentum (m, 1.0f / (float) (j + 1));
         const float *out = nn_model_forward (m, x, self->batch, true, &drop);
         //  Split modes: up in the run's micro-batches (its frame limits).
@@ -120,6 +124,7 @@ cli_calibrate (cli_t *self, const proto_msg_t *model)
         nn_free (y);
     }
     nn_free (order);
+    nn_free (idx);
     if (rc == 0)
         rc = s_send_buffers (self, epoch);
     self->calibrated = rc == 0;
