@@ -163,9 +163,11 @@ for _ in $(seq 600); do
     sleep 0.5
 done
 [ -n "$server_ctr" ] || { tail -n 30 "$tmp/up.log" | diag; bail "the server container never started"; }
-client0_ctr="$(compose -- ps -q client0 2>/dev/null)"
 wait_log "$server_ctr" "device(s) joined; training" 300 ||
     { tail -n 30 "$tmp/up.log" | diag; bail "the run did not start within 300 s"; }
+# Asked once both devices have joined: client0's container exists by then
+# (asked as soon as the server's did, it was not always there yet).
+client0_ctr="$(compose -- ps -q client0 2>/dev/null)"
 # Mid-epoch 1 (an iteration takes about 2 s on 4g): SIGKILL the client's
 # process (the container's PID 1).
 sleep 6
