@@ -314,6 +314,16 @@ s_model_check (cli_t *self, const proto_msg_t *msg)
     return 0;
 }
 
+//  A MODEL with CALIBRATE asking for a calibration: checked, then this
+//  device's share of it (cli_calib.c); the message is destroyed. 0 or -1.
+static int
+s_calibrate (cli_t *self, proto_msg_t **msg_p)
+{
+    int rc = s_model_check (self, *msg_p) ? -1 : cli_calibrate (self, *msg_p);
+    proto_msg_destroy (msg_p);
+    return rc;
+}
+
 //  Wait for MODEL and load it; the wait is recorded for epoch, iteration
 //  (-1: between iterations). A MODEL with CALIBRATE on the way is the
 //  epoch's BN calibration: done, then the wait goes on. 0, 1 on BYE, -1 on
@@ -325,9 +335,7 @@ s_wait_model (cli_t *self, uint32_t epoch, int iteration)
     proto_msg_t *msg = s_recv (self, -1);
     while (msg && proto_msg_type (msg) == PROTO_MSG_MODEL && cli_calib_request (self, msg)) {
         self->stats.idle_s += pl_monotonic () - t0;
-        int rc = s_model_check (self, msg) ? -1 : cli_calibrate (self, msg);
-        proto_msg_destroy (&msg);
-        if (rc)
+        if (s_calibrate (self, &msg))
             return -1;
         t0 = pl_monotonic ();
         msg = s_recv (self, -1);
@@ -674,9 +682,7 @@ s_train (cli_t *self)
         if (!msg)
             return self->bye ? 0 : -1;
         if (proto_msg_type (msg) == PROTO_MSG_MODEL && cli_calib_request (self, msg)) {
-            rc = s_model_check (self, msg) ? -1 : cli_calibrate (self, msg);
-            proto_msg_destroy (&msg);
-            if (rc)
+            if (s_calibrate (self, &msg))
                 return -1;
             continue;
         }

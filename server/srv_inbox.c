@@ -1,6 +1,5 @@
 /*  srv_inbox.c: device messages and worker replies, checked and recorded.
     See srv_inbox.h. */
-#include "srv_calib.h"
 #include "srv_inbox.h"
 
 #include <inttypes.h>
@@ -10,6 +9,7 @@
 
 #include "nn_alloc.h"
 #include "pl_log.h"
+#include "srv_calib.h"
 #include "srv_metrics.h"
 #include "srv_parts.h"
 #include "srv_round.h"
