@@ -21,7 +21,7 @@ RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         meson ninja-build pkg-config gcc libc6-dev \
         libzmq3-dev libczmq-dev libopenblas-dev libcjson-dev libsodium-dev zlib1g-dev \
-        libmicrohttpd-dev \
+        libzstd-dev libmicrohttpd-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -43,7 +43,7 @@ ARG WITH_DATASET=1
 # iproute2: tc and ip for the optional network profile (pipelearn-entrypoint).
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        libzmq5 libczmq4 libopenblas0 libcjson1 libsodium23 zlib1g libgomp1 iproute2 \
+        libzmq5 libczmq4 libopenblas0 libcjson1 libsodium23 zlib1g libzstd1 libgomp1 iproute2 \
         libmicrohttpd12 \
         $(if [ "$WITH_DATASET" = 1 ]; then echo dataset-fashion-mnist; fi) \
     && rm -rf /var/lib/apt/lists/*

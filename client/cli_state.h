@@ -90,6 +90,7 @@ typedef struct {
     nn_codec_shape_t up_shape;
     nn_codec_id_t up_codec;
     bool up_stochastic;                 //  up_enc rounds stochastically (codec_flags)
+    bool up_zstd;                       //  up_enc compresses with zstd (codec_flags)
     uint8_t *up_buf;                    //  the encoder's bytes
     float *up_noisy;                    //  activations plus noise (up_count floats)
     size_t up_count;

@@ -50,10 +50,12 @@ s_encoder (cli_t *self, const uint32_t *dims, char *err, size_t err_size)
     nn_codec_shape_t shape = { dims[0], dims[1], dims[2], dims[3] };
     nn_codec_params_t params = {
         .id = (nn_codec_id_t) self->assign.codec_up,
-        .stochastic = (self->assign.codec_flags & PROTO_ASSIGN_STOCHASTIC_UP) != 0 };
-    //  A PLAN may change the codec or only its rounding (codec_flags).
+        .stochastic = (self->assign.codec_flags & PROTO_ASSIGN_STOCHASTIC_UP) != 0,
+        .zstd = (self->assign.codec_flags & PROTO_ASSIGN_ZSTD_UP) != 0 };
+    //  A PLAN may change the codec or only its flags (codec_flags).
     if (self->up_enc && memcmp (&shape, &self->up_shape, sizeof shape) == 0
-    &&  self->up_codec == params.id && self->up_stochastic == params.stochastic)
+    &&  self->up_codec == params.id && self->up_stochastic == params.stochastic
+    &&  self->up_zstd == params.zstd)
         return 0;
     nn_codec_encoder_destroy (&self->up_enc);
     nn_free (self->up_buf);
@@ -65,6 +67,7 @@ s_encoder (cli_t *self, const uint32_t *dims, char *err, size_t err_size)
     self->up_shape = shape;
     self->up_codec = params.id;
     self->up_stochastic = params.stochastic;
+    self->up_zstd = params.zstd;
     return 0;
 }
 
@@ -93,10 +96,10 @@ cli_wire_set_activations (cli_t *self, proto_msg_t *msg, const float *out,
     }
     if (s_encoder (self, dims, err, err_size))
         return -1;
-    size_t bytes = nn_codec_encoder_bytes (self->up_enc);
-    if (nn_codec_encode (self->up_enc, self->up_buf, bytes, send, &self->round_rng, err,
-                         err_size))
+    if (nn_codec_encode (self->up_enc, self->up_buf, nn_codec_encoder_bytes (self->up_enc),
+                         send, &self->round_rng, err, err_size))
         return -1;
+    size_t bytes = nn_codec_encoder_last_bytes (self->up_enc);
     if (proto_msg_set_tensor_encoded (msg, self->up_buf, bytes, dims))
         return nn_errf (err, err_size, "cannot build ACTIVATIONS from a %zu-byte %s "
                         "payload", bytes, nn_codec_name (self->up_codec));

@@ -97,7 +97,9 @@ s_assign_codecs_check (const proto_assign_t *p, const char *w, char *err, size_t
                            "%s: codecs %s/%s in mode fl, where nothing crosses a split", w,
                            up, down);
     unsigned allowed = (p->codec_up == NN_CODEC_INT8 ? PROTO_ASSIGN_STOCHASTIC_UP : 0)
-                     | (p->codec_down == NN_CODEC_INT8 ? PROTO_ASSIGN_STOCHASTIC_DOWN : 0);
+                     | (p->codec_down == NN_CODEC_INT8 ? PROTO_ASSIGN_STOCHASTIC_DOWN : 0)
+                     | (p->codec_up != NN_CODEC_NONE ? PROTO_ASSIGN_ZSTD_UP : 0)
+                     | (p->codec_down != NN_CODEC_NONE ? PROTO_ASSIGN_ZSTD_DOWN : 0);
     if (p->codec_flags & ~allowed)
         return proto_fail (err, err_size, PROTO_E_VALUE,
                            "%s: codec_flags 0x%02x not allowed with codecs %s/%s", w,

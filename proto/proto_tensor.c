@@ -61,16 +61,21 @@ proto_limits_frame_bytes (const proto_limits_t *limits, bool tensors)
         tensor = (uint64_t) l.h * l.w;
         if (tensor > UINT64_MAX / l.c || tensor * l.c > UINT64_MAX / 4 / l.max_batch)
             return PROTO_DEFAULT_MAX_FRAME_BYTES;
-        //  The largest data frame of such a tensor: f32, or an int8 codec
-        //  payload (24 + 8 c + count) when that is larger (a tensor of few
-        //  elements per channel); topk (gradients) never travels up.
+        //  The largest data frame of such a tensor: f32, or a codec payload
+        //  when that is larger (int8's 24 + 8 c + count for a tensor of few
+        //  elements per channel; zstd's bound above the fp16 and int8
+        //  bodies, at most 64 bytes for small ones); topk (gradients) never
+        //  travels up.
         uint64_t count = tensor * l.c * l.max_batch;
         tensor = count * 4;
         if (count > UINT32_MAX)
             ;   //  no codec carries it (u32 counts): f32 only
         else
-        if (nn_codec_wire_bytes (NN_CODEC_INT8, count, l.c, 0) > tensor)
-            tensor = nn_codec_wire_bytes (NN_CODEC_INT8, count, l.c, 0);
+        for (int id = NN_CODEC_FP16; id <= NN_CODEC_INT8; id++) {
+            uint64_t z = nn_codec_zstd_wire_bytes_max (
+                             nn_codec_wire_bytes ((nn_codec_id_t) id, count, l.c, 0));
+            tensor = z > tensor ? z : tensor;
+        }
     }
     uint64_t max = PROTO_HEADER_SIZE + 256;        //  fixed-size frames, descriptors
     uint64_t sizes[] = { tensor, tensors ? (uint64_t) l.max_batch * 4 : 0,
@@ -643,6 +648,16 @@ s_codec_payload_header (const uint8_t *buf, size_t size, const proto_tensor_desc
         return proto_fail (err, err_size, PROTO_E_SHAPE, "%s: codec payload for %" PRIu64
                            " elements with k %" PRIu32, tn, count, k);
     const uint64_t want = nn_codec_wire_bytes (id, count, shape.c, k);
+    if (buf[1] & NN_CODEC_FLAG_ZSTD) {
+        //  Compressed: at most zstd's bound for the body (the decoder
+        //  checks the frame and its content size).
+        const uint64_t max = nn_codec_zstd_wire_bytes_max (want);
+        if (size > max)
+            return proto_fail (err, err_size, PROTO_E_SIZE, "%s: %s payload (zstd) %zu "
+                               "bytes, its header and shape allow at most %" PRIu64, tn,
+                               nn_codec_name (id), size, max);
+        return 0;
+    }
     if (size != want)
         return proto_fail (err, err_size, PROTO_E_SIZE, "%s: %s payload %zu bytes, its "
                            "header and shape need %" PRIu64, tn, nn_codec_name (id), size,

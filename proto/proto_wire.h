@@ -181,12 +181,14 @@ typedef struct {
     //  it receives (also topk). Both none in fl.
     uint8_t codec_up;
     uint8_t codec_down;
-    uint8_t codec_flags;        //  PROTO_ASSIGN_STOCHASTIC_*: int8 rounds stochastically
+    uint8_t codec_flags;        //  PROTO_ASSIGN_*: int8 rounds stochastically, zstd
     float topk_fraction;        //  codec_down topk: the share sent, (0, 1]; else 0
 } proto_assign_t;
 
 #define PROTO_ASSIGN_STOCHASTIC_UP   0x1u   //  codec_up is int8, stochastic rounding
 #define PROTO_ASSIGN_STOCHASTIC_DOWN 0x2u   //  codec_down is int8, stochastic rounding
+#define PROTO_ASSIGN_ZSTD_UP         0x4u   //  codec_up's payloads are zstd-compressed
+#define PROTO_ASSIGN_ZSTD_DOWN       0x8u   //  codec_down's payloads likewise
 
 //  MODEL / PARAMS frame 1: which flat weights slab frame 2 holds.
 typedef struct {

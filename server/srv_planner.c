@@ -644,6 +644,10 @@ srv_planner_codecs_json (const pl_config_t *cfg, int id, pl_codecs_t codecs, cJS
     cJSON_AddStringToObject (o, "codec_down", nn_codec_name (codecs.down));
     cJSON_AddStringToObject (o, "codec_up_by", configured.auto_up ? "planner" : "config");
     cJSON_AddStringToObject (o, "codec_down_by", configured.auto_down ? "planner" : "config");
+    //  What srv_wire_assign puts in the PLAN: zstd over a codec payload.
+    cJSON_AddBoolToObject (o, "codec_up_zstd", cfg->codec_zstd && codecs.up != NN_CODEC_NONE);
+    cJSON_AddBoolToObject (o, "codec_down_zstd",
+                           cfg->codec_zstd && codecs.down != NN_CODEC_NONE);
 }
 
 int

@@ -24,6 +24,7 @@ struct _srv_wire_t {
     int devices;
     pl_codecs_t codecs[SRV_MAX_DEVICES];
     bool stochastic;
+    bool zstd;                  //  codec payloads compressed (both directions)
     double topk_fraction;
     s_device_t dev[SRV_MAX_DEVICES];
 };
@@ -34,6 +35,7 @@ srv_wire_new (const pl_config_t *cfg)
     srv_wire_t *self = nn_calloc (1, sizeof *self);
     self->devices = cfg->devices < SRV_MAX_DEVICES ? cfg->devices : SRV_MAX_DEVICES;
     self->stochastic = cfg->int8_stochastic;
+    self->zstd = cfg->codec_zstd;
     self->topk_fraction = cfg->topk_fraction;
     nn_rng_t base;
     nn_rng_seed (&base, cfg->seed);
@@ -97,6 +99,10 @@ srv_wire_assign (const srv_wire_t *self, int id, proto_assign_t *plan)
         plan->codec_flags |= PROTO_ASSIGN_STOCHASTIC_UP;
     if (self->stochastic && c.down == NN_CODEC_INT8)
         plan->codec_flags |= PROTO_ASSIGN_STOCHASTIC_DOWN;
+    if (self->zstd && c.up != NN_CODEC_NONE)
+        plan->codec_flags |= PROTO_ASSIGN_ZSTD_UP;
+    if (self->zstd && c.down != NN_CODEC_NONE)
+        plan->codec_flags |= PROTO_ASSIGN_ZSTD_DOWN;
     plan->topk_fraction = c.down == NN_CODEC_TOPK ? (float) self->topk_fraction : 0.0f;
 }
 
@@ -132,7 +138,8 @@ srv_wire_encode_gradients (srv_wire_t *self, int id, uint64_t round, proto_msg_t
         srv_wire_reset (self, id);
     if (!d->enc) {
         nn_codec_params_t params = { .id = c.down, .stochastic = self->stochastic,
-                                     .topk_fraction = self->topk_fraction };
+                                     .topk_fraction = self->topk_fraction,
+                                     .zstd = self->zstd };
         d->enc = nn_codec_encoder_new (&params, &shape, why, why_size);
         if (!d->enc)
             return -1;
@@ -140,10 +147,10 @@ srv_wire_encode_gradients (srv_wire_t *self, int id, uint64_t round, proto_msg_t
         d->shape = shape;
         d->round = round;
     }
-    size_t bytes = nn_codec_encoder_bytes (d->enc);
-    if (nn_codec_encode (d->enc, d->buf, bytes, proto_msg_tensor_data (grad), &d->rng, why,
-                         why_size))
+    if (nn_codec_encode (d->enc, d->buf, nn_codec_encoder_bytes (d->enc),
+                         proto_msg_tensor_data (grad), &d->rng, why, why_size))
         return -1;
+    size_t bytes = nn_codec_encoder_last_bytes (d->enc);
     uint32_t dims[4] = { shape.n, shape.h, shape.w, shape.c };
     if (proto_msg_set_tensor_encoded (grad, d->buf, bytes, dims))
         return nn_errf (why, why_size, "cannot build GRADIENTS from a %zu-byte %s payload",

@@ -2,7 +2,9 @@
     fp16 bit-exact against the IEEE rule and the compiler's _Float16, int8
     within half a quantisation step per channel, topk's error feedback
     conserving the gradient, every malformed payload refused without a
-    write, and the noise's moments. */
+    write, the zstd stage lossless (the same floats, residuals and rng
+    draws as without it) and its frames checked, and the noise's
+    moments. */
 #include <criterion/criterion.h>
 
 #include "nn_codec.h"
@@ -12,6 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zstd.h>
 
 #ifdef __FLT16_MAX__
 //  The compiler's binary16 (GCC 12 and clang on x86-64 and aarch64): an
@@ -606,6 +609,460 @@ Test (codec, malformed_payloads_are_refused)
             s_refused (b, size, id, &s, "overflowing range", "finite float");
         }
         free (good); free (b); free (y);
+    }
+    free (x);
+}
+
+//  ---------------------------------------------------------------------
+//  zstd: a lossless stage after the codec (params.zstd, NN_CODEC_FLAG_ZSTD)
+
+//  Bytes of the codec's body without zstd (what the zstd frame holds).
+static size_t
+s_raw_body (const nn_codec_params_t *p, const nn_codec_shape_t *s)
+{
+    uint64_t count = nn_codec_shape_count (s);
+    uint32_t k = p->id == NN_CODEC_TOPK ? nn_codec_topk_k (count, p->topk_fraction) : 0;
+    return (size_t) nn_codec_wire_bytes (p->id, count, s->c, k) - NN_CODEC_HEADER_BYTES;
+}
+
+//  A post-ReLU activation tensor: max (0, N(0, 1)), half of it zeros.
+static float *
+s_relu_tensor (const nn_codec_shape_t *s, uint64_t seed)
+{
+    uint64_t count = nn_codec_shape_count (s);
+    float *x = malloc (sizeof (float) * count);
+    nn_rng_t r;
+    nn_rng_seed (&r, seed);
+    for (uint64_t i = 0; i < count; i++) {
+        float v = (float) nn_rng_normal (&r);
+        x[i] = v > 0.0f ? v : 0.0f;
+    }
+    return x;
+}
+
+//  One encoder with zstd and one without, fed the same tensors (and rngs
+//  seeded alike): every zstd encoding is the plain one's header with the
+//  flag, its body one frame holding the plain body byte for byte, at most
+//  the encoder's bytes, and decodes to the same float bits; topk's
+//  residuals stay equal. An all-zero tensor first: the encoding's size is
+//  its own (a few bytes of frame), not the capacity.
+static void
+s_check_zstd_lossless (const nn_codec_params_t *p, const nn_codec_shape_t *s)
+{
+    uint64_t count = nn_codec_shape_count (s);
+    size_t raw_body = s_raw_body (p, s);
+    nn_codec_params_t pz = *p;
+    pz.zstd = true;
+    char err[256];
+    nn_codec_encoder_t *plain = nn_codec_encoder_new (p, s, err, sizeof err);
+    cr_assert (plain, "%s", err);
+    nn_codec_encoder_t *zenc = nn_codec_encoder_new (&pz, s, err, sizeof err);
+    cr_assert (zenc, "%s", err);
+    size_t size = nn_codec_encoder_bytes (plain), cap = nn_codec_encoder_bytes (zenc);
+    cr_assert_eq (size, NN_CODEC_HEADER_BYTES + raw_body);
+    cr_assert_eq (cap, nn_codec_zstd_wire_bytes_max (size));
+    cr_assert_eq (nn_codec_encoder_last_bytes (zenc), 0, "nothing encoded yet");
+    uint8_t *a = malloc (size), *b = malloc (cap), *inner = malloc (raw_body);
+    float *ya = malloc (sizeof (float) * count), *yb = malloc (sizeof (float) * count);
+    nn_rng_t ra, rb;
+    nn_rng_seed (&ra, 7);
+    nn_rng_seed (&rb, 7);
+    enum { T = 6 };
+    for (int t = 0; t < T; t++) {
+        float *x = t == 0 ? calloc (count, sizeof (float))
+                 : t % 2 ? s_relu_tensor (s, 40 + (uint64_t) t)
+                         : s_tensor (s, 40 + (uint64_t) t, 3.0f);
+        const char *what = t == 0 ? "zeros" : t % 2 ? "relu" : "dense";
+        cr_assert_eq (nn_codec_encode (plain, a, size, x, &ra, err, sizeof err), 0, "%s", err);
+        cr_assert_eq (nn_codec_encode (zenc, b, cap, x, &rb, err, sizeof err), 0, "%s", err);
+        cr_assert_eq (nn_codec_encoder_last_bytes (plain), size);
+        size_t zsize = nn_codec_encoder_last_bytes (zenc);
+        cr_assert_gt (zsize, NN_CODEC_HEADER_BYTES, "step %d", t);
+        cr_assert_leq (zsize, cap, "step %d", t);
+        cr_assert_eq (b[0], a[0]);
+        cr_assert_eq (b[1], a[1] | NN_CODEC_FLAG_ZSTD, "flags 0x%02x, plain 0x%02x", b[1],
+                      a[1]);
+        cr_assert_eq (memcmp (b + 2, a + 2, NN_CODEC_HEADER_BYTES - 2), 0, "header");
+        const uint8_t *body = b + NN_CODEC_HEADER_BYTES;
+        size_t zbody = zsize - NN_CODEC_HEADER_BYTES;
+        cr_assert_eq (ZSTD_findFrameCompressedSize (body, zbody), zbody, "one frame");
+        cr_assert_eq (ZSTD_getFrameContentSize (body, zbody), (unsigned long long) raw_body);
+        cr_assert_eq (ZSTD_decompress (inner, raw_body, body, zbody), raw_body);
+        cr_assert_eq (memcmp (inner, a + NN_CODEC_HEADER_BYTES, raw_body), 0,
+                      "%s step %d (%s): the frame holds another body", nn_codec_name (p->id),
+                      t, what);
+        if (t == 0 && p->id != NN_CODEC_TOPK)
+            //  An all-zero body (int8: and 16 equal channel parameters) is
+            //  a frame header and a block or two.
+            cr_assert_lt (zsize, NN_CODEC_HEADER_BYTES + 64, "zeros: %zu bytes", zsize);
+        for (uint64_t i = 0; i < count; i++)
+            ya[i] = yb[i] = 12345.0f;
+        cr_assert_eq (nn_codec_decode (ya, a, size, p->id, s, err, sizeof err), 0, "%s", err);
+        cr_assert_eq (nn_codec_decode (yb, b, zsize, p->id, s, err, sizeof err), 0,
+                      "%s step %d: %s", nn_codec_name (p->id), t, err);
+        cr_assert_eq (memcmp (ya, yb, sizeof (float) * count), 0,
+                      "%s step %d (%s): floats differ", nn_codec_name (p->id), t, what);
+        if (p->id == NN_CODEC_TOPK)
+            cr_assert_eq (memcmp (nn_codec_encoder_residual (plain),
+                                  nn_codec_encoder_residual (zenc), sizeof (float) * count),
+                          0, "step %d: residuals differ", t);
+        free (x);
+    }
+    cr_assert_eq (memcmp (&ra, &rb, sizeof ra), 0, "the rngs advanced alike");
+    //  A refused encoding (int8, topk: a NaN) changes neither the last
+    //  size nor, for topk, the residual.
+    if (p->id == NN_CODEC_INT8 || p->id == NN_CODEC_TOPK) {
+        size_t last = nn_codec_encoder_last_bytes (zenc);
+        float *res = NULL;
+        if (p->id == NN_CODEC_TOPK) {
+            res = malloc (sizeof (float) * count);
+            memcpy (res, nn_codec_encoder_residual (zenc), sizeof (float) * count);
+        }
+        float *x = s_tensor (s, 9, 1.0f);
+        x[count / 2] = NAN;
+        cr_assert_eq (nn_codec_encode (zenc, b, cap, x, &rb, err, sizeof err), -1);
+        cr_assert (strstr (err, "non-finite"), "%s", err);
+        cr_assert_eq (nn_codec_encoder_last_bytes (zenc), last);
+        if (res)
+            cr_assert_eq (memcmp (res, nn_codec_encoder_residual (zenc),
+                                  sizeof (float) * count), 0, "residual untouched");
+        free (res);
+        //  A refused first encoding leaves nothing to send (0), with
+        //  zstd or without.
+        for (int z = 0; z < 2; z++) {
+            nn_codec_encoder_t *fresh = nn_codec_encoder_new (z ? &pz : p, s, err, sizeof err);
+            cr_assert_eq (nn_codec_encode (fresh, b, cap, x, &rb, err, sizeof err), -1);
+            cr_assert_eq (nn_codec_encoder_last_bytes (fresh), 0, "zstd %d", z);
+            nn_codec_encoder_destroy (&fresh);
+        }
+        free (x);
+    }
+    nn_codec_encoder_destroy (&plain);
+    nn_codec_encoder_destroy (&zenc);
+    cr_assert_null (zenc);
+    free (a); free (b); free (inner); free (ya); free (yb);
+}
+
+Test (codec, zstd_fp16_decodes_to_the_same_floats)
+{
+    s_check_zstd_lossless (&(nn_codec_params_t) { .id = NN_CODEC_FP16 },
+                           &(nn_codec_shape_t) { 4, 6, 6, 16 });
+}
+
+Test (codec, zstd_int8_decodes_to_the_same_floats)
+{
+    s_check_zstd_lossless (&(nn_codec_params_t) { .id = NN_CODEC_INT8 },
+                           &(nn_codec_shape_t) { 4, 6, 6, 16 });
+}
+
+Test (codec, zstd_int8_stochastic_decodes_to_the_same_floats)
+{
+    s_check_zstd_lossless (&(nn_codec_params_t) { .id = NN_CODEC_INT8, .stochastic = true },
+                           &(nn_codec_shape_t) { 4, 6, 6, 16 });
+}
+
+Test (codec, zstd_topk_decodes_to_the_same_floats_and_residuals)
+{
+    s_check_zstd_lossless (&(nn_codec_params_t) { .id = NN_CODEC_TOPK, .topk_fraction = 0.05 },
+                           &(nn_codec_shape_t) { 4, 6, 6, 16 });
+}
+
+//  A split's activations after a ReLU (100 x 7 x 7 x 64, half zeros, the
+//  rest half-normal) compress. The bound is the zeros' share, not a
+//  measurement: at least half the body's bytes are 0 (fp16: a zero is two
+//  0 bytes; int8: a zero is its channel's minimum, code 0), at random
+//  places, so the bytes' order-0 entropy is at most H(1/2) + 8/2 = 5 bits
+//  of 8, which zstd's Huffman literals reach (0 has probability 1/2: a
+//  1-bit code): 0.625 of the body plus block headers. 0.7 leaves those
+//  headers their room. (Measured, zstd 1.5.4 at level 1: fp16 0.591,
+//  int8 0.598; the log has them.)
+Test (codec, zstd_compresses_post_relu_activations)
+{
+    nn_codec_shape_t s = { 100, 7, 7, 64 };
+    uint64_t count = nn_codec_shape_count (&s);
+    float *x = s_relu_tensor (&s, 77);
+    uint64_t zeros = 0;
+    for (uint64_t i = 0; i < count; i++)
+        zeros += x[i] == 0.0f;
+    cr_assert_geq (zeros, count * 49 / 100, "a ReLU's output is half zeros");
+    float *y = malloc (sizeof (float) * count), *yz = malloc (sizeof (float) * count);
+    nn_codec_id_t ids[2] = { NN_CODEC_FP16, NN_CODEC_INT8 };
+    for (int i = 0; i < 2; i++) {
+        nn_codec_params_t p = { .id = ids[i] }, pz = { .id = ids[i], .zstd = true };
+        char err[256];
+        nn_codec_encoder_t *e = nn_codec_encoder_new (&pz, &s, err, sizeof err);
+        cr_assert (e, "%s", err);
+        size_t cap = nn_codec_encoder_bytes (e), raw;
+        uint8_t *plain = s_encode (&p, &s, x, &raw);
+        uint8_t *buf = malloc (cap);
+        cr_assert_eq (nn_codec_encode (e, buf, cap, x, NULL, err, sizeof err), 0, "%s", err);
+        size_t z = nn_codec_encoder_last_bytes (e);
+        double ratio = (double) z / (double) raw;
+        cr_log_info ("zstd %s on a post-ReLU tensor of %llu floats: %zu of %zu bytes (%.3f)",
+                     nn_codec_name (ids[i]), (unsigned long long) count, z, raw, ratio);
+        cr_assert_leq (z, cap);
+        cr_assert_lt (ratio, 0.9, "%s: %zu of %zu bytes", nn_codec_name (ids[i]), z, raw);
+        cr_assert_lt (ratio, 0.7, "%s: %zu of %zu bytes (%.3f), above the zeros' bound",
+                      nn_codec_name (ids[i]), z, raw, ratio);
+        cr_assert_eq (nn_codec_decode (y, plain, raw, ids[i], &s, err, sizeof err), 0);
+        cr_assert_eq (nn_codec_decode (yz, buf, z, ids[i], &s, err, sizeof err), 0, "%s", err);
+        cr_assert_eq (memcmp (y, yz, sizeof (float) * count), 0);
+        nn_codec_encoder_destroy (&e);
+        free (plain); free (buf);
+    }
+    free (x); free (y); free (yz);
+}
+
+Test (codec, zstd_with_codec_none_is_refused)
+{
+    nn_codec_shape_t s = { 2, 1, 1, 5 };
+    char err[256] = "";
+    cr_assert_null (nn_codec_encoder_new (&(nn_codec_params_t) { .id = NN_CODEC_NONE,
+                                                                 .zstd = true },
+                                          &s, err, sizeof err));
+    cr_assert (strstr (err, "zstd"), "message '%s'", err);
+    //  A none payload with the flag: refused on the flags, whether its body
+    //  is f32 or a zstd frame of them.
+    float x[10] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 };
+    size_t size;
+    uint8_t *none = s_encode (&(nn_codec_params_t) { .id = NN_CODEC_NONE }, &s, x, &size);
+    none[1] = NN_CODEC_FLAG_ZSTD;
+    s_refused (none, size, NN_CODEC_NONE, &s, "none with the zstd flag", "flags 0x02 not allowed");
+    uint8_t framed[NN_CODEC_HEADER_BYTES + 128];
+    memcpy (framed, none, NN_CODEC_HEADER_BYTES);
+    size_t z = ZSTD_compress (framed + NN_CODEC_HEADER_BYTES, 128, none + NN_CODEC_HEADER_BYTES,
+                              size - NN_CODEC_HEADER_BYTES, 1);
+    cr_assert_not (ZSTD_isError (z));
+    s_refused (framed, NN_CODEC_HEADER_BYTES + z, NN_CODEC_NONE, &s, "none, zstd body",
+               "flags 0x02 not allowed");
+    free (none);
+}
+
+//  hdr's header with the zstd flag, then body (body_size bytes) as one
+//  frame made by cctx (NULL: ZSTD_compress at level 1); *size its bytes.
+static uint8_t *
+s_zstd_payload (const uint8_t *hdr, const void *body, size_t body_size, ZSTD_CCtx *cctx,
+                size_t *size)
+{
+    size_t cap = ZSTD_compressBound (body_size);
+    uint8_t *p = malloc (NN_CODEC_HEADER_BYTES + cap);
+    memcpy (p, hdr, NN_CODEC_HEADER_BYTES);
+    p[1] |= NN_CODEC_FLAG_ZSTD;
+    size_t z = cctx ? ZSTD_compress2 (cctx, p + NN_CODEC_HEADER_BYTES, cap, body, body_size)
+                    : ZSTD_compress (p + NN_CODEC_HEADER_BYTES, cap, body, body_size, 1);
+    cr_assert_not (ZSTD_isError (z), "%s", ZSTD_getErrorName (z));
+    *size = NN_CODEC_HEADER_BYTES + z;
+    return p;
+}
+
+//  good (size bytes, with the zstd flag) with each byte of its body
+//  flipped in turn (xor 0xFF): each decodes (rc 0) or is refused (rc -1)
+//  with a message and out as it was; nothing is read outside the payload
+//  or written outside out (ASan). The frames carry no checksum (the
+//  encoders' ZSTD_c_checksumFlag 0), so a flipped literal, and often a
+//  flipped Huffman-coded byte (the code resynchronises), inflates to
+//  another body of the right size that the codec's checks cannot tell
+//  from a real one, as a flipped byte of a payload without zstd. The
+//  count refused.
+static int
+s_flips (const uint8_t *good, size_t size, nn_codec_id_t id, const nn_codec_shape_t *s)
+{
+    uint64_t count = nn_codec_shape_count (s);
+    uint8_t *b = malloc (size);
+    float *y = malloc (sizeof (float) * count);
+    int refused = 0;
+    for (size_t i = NN_CODEC_HEADER_BYTES; i < size; i++) {
+        memcpy (b, good, size);
+        b[i] ^= 0xFF;
+        for (uint64_t j = 0; j < count; j++)
+            y[j] = 12345.0f;
+        char err[256] = "";
+        int rc = nn_codec_decode (y, b, size, id, s, err, sizeof err);
+        cr_assert (rc == 0 || rc == -1, "rc %d", rc);
+        if (rc == 0)
+            continue;
+        cr_assert_neq (err[0], 0, "%s: flip at %zu refused without a message",
+                       nn_codec_name (id), i);
+        for (uint64_t j = 0; j < count; j++)
+            cr_assert_eq (y[j], 12345.0f, "%s: flip at %zu (%s): out written",
+                          nn_codec_name (id), i, err);
+        refused++;
+    }
+    free (b);
+    free (y);
+    return refused;
+}
+
+//  Every byte of a body of real data (post-ReLU activations; topk's
+//  gradient), whose literals are Huffman-coded and whose sequences are
+//  FSE-coded, flipped in turn: s_flips, through more of zstd's decoder
+//  than the small payloads above.
+Test (codec, zstd_flipped_bytes_never_crash_or_write_when_refused)
+{
+    nn_codec_shape_t s = { 4, 6, 6, 16 };
+    float *x = s_relu_tensor (&s, 5);
+    nn_codec_params_t ps[3] = { { .id = NN_CODEC_FP16, .zstd = true },
+                                { .id = NN_CODEC_INT8, .zstd = true },
+                                { .id = NN_CODEC_TOPK, .topk_fraction = 0.05, .zstd = true } };
+    for (int c = 0; c < 3; c++) {
+        char err[256];
+        nn_codec_encoder_t *e = nn_codec_encoder_new (&ps[c], &s, err, sizeof err);
+        cr_assert (e, "%s", err);
+        uint8_t *buf = malloc (nn_codec_encoder_bytes (e));
+        cr_assert_eq (nn_codec_encode (e, buf, nn_codec_encoder_bytes (e), x, NULL, err,
+                                       sizeof err), 0, "%s", err);
+        size_t size = nn_codec_encoder_last_bytes (e);
+        int refused = s_flips (buf, size, ps[c].id, &s);
+        cr_log_info ("zstd %s, %zu-byte body: %d flips refused", nn_codec_name (ps[c].id),
+                     size - NN_CODEC_HEADER_BYTES, refused);
+        //  At least the frame header's: magic number, descriptor, block header.
+        cr_assert_geq (refused, 4);
+        nn_codec_encoder_destroy (&e);
+        free (buf);
+    }
+    free (x);
+}
+
+//  Payloads with the flag that are not what the flag promises: each
+//  refused with a message, out untouched (s_refused), under ASan too.
+//  The tensor repeats a few values, so that two frames and some garbage
+//  fit under the size bound and the frame checks, not the size, refuse.
+Test (codec, zstd_malformed_payloads_are_refused)
+{
+    nn_codec_shape_t s = { 2, 3, 3, 4 };
+    uint64_t count = nn_codec_shape_count (&s);
+    float *x = malloc (sizeof (float) * count);
+    for (uint64_t i = 0; i < count; i++)
+        x[i] = (float) (i % 3) - 0.5f * (float) (i % 2);
+    nn_codec_params_t ps[3] = { { .id = NN_CODEC_FP16 }, { .id = NN_CODEC_INT8 },
+                                { .id = NN_CODEC_TOPK, .topk_fraction = 0.25 } };
+    for (int c = 0; c < 3; c++) {
+        nn_codec_id_t id = ps[c].id;
+        const char *name = nn_codec_name (id);
+        nn_codec_params_t pz = ps[c];
+        pz.zstd = true;
+        size_t raw, size;
+        uint8_t *plain = s_encode (&ps[c], &s, x, &raw);
+        size_t raw_body = raw - NN_CODEC_HEADER_BYTES;
+        const uint8_t *rbody = plain + NN_CODEC_HEADER_BYTES;
+        uint64_t max = nn_codec_zstd_wire_bytes_max (raw);
+        cr_assert_lt (max, UINT64_MAX);
+        //  The encoder's payload, and one made here: both decode.
+        char err[256];
+        nn_codec_encoder_t *e = nn_codec_encoder_new (&pz, &s, err, sizeof err);
+        cr_assert (e, "%s", err);
+        uint8_t *enc = malloc (nn_codec_encoder_bytes (e));
+        cr_assert_eq (nn_codec_encode (e, enc, nn_codec_encoder_bytes (e), x, NULL, err,
+                                       sizeof err), 0, "%s", err);
+        size_t enc_size = nn_codec_encoder_last_bytes (e);
+        nn_codec_encoder_destroy (&e);
+        uint8_t *good = s_zstd_payload (plain, rbody, raw_body, NULL, &size);
+        size_t zbody = size - NN_CODEC_HEADER_BYTES;
+        cr_assert_leq (size + zbody + 8, max, "%s: two frames fit under the bound", name);
+        float *want = malloc (sizeof (float) * count), *y = malloc (sizeof (float) * count);
+        cr_assert_eq (nn_codec_decode (want, plain, raw, id, &s, err, sizeof err), 0);
+        cr_assert_eq (nn_codec_decode (y, enc, enc_size, id, &s, err, sizeof err), 0, "%s", err);
+        cr_assert_eq (memcmp (y, want, sizeof (float) * count), 0);
+        cr_assert_eq (nn_codec_decode (y, good, size, id, &s, err, sizeof err), 0, "%s", err);
+        cr_assert_eq (memcmp (y, want, sizeof (float) * count), 0);
+        uint8_t *b = malloc (max + 16);
+
+        //  Cut short: to every length down to the header, and below it.
+        for (size_t len = 0; len < size; len++)
+            s_refused (good, len, id, &s, "truncated",
+                       len < NN_CODEC_HEADER_BYTES ? "header" : "not one whole zstd frame");
+        //  The flag on a body that is no zstd frame (the plain body).
+        memcpy (b, plain, raw);
+        b[1] |= NN_CODEC_FLAG_ZSTD;
+        s_refused (b, raw, id, &s, "flag on a plain body", "not one whole zstd frame");
+        //  Another flag bit beside it.
+        memcpy (b, good, size);
+        b[1] |= 0x80;
+        s_refused (b, size, id, &s, "unknown flag", "not allowed");
+        //  After the frame: garbage, one zero byte, a skippable frame (which
+        //  ZSTD_decompress alone would skip), and a second valid frame.
+        memcpy (b, good, size);
+        memcpy (b + size, "\xde\xad\xbe\xef", 4);
+        s_refused (b, size + 4, id, &s, "trailing garbage", "not one whole zstd frame");
+        b[size] = 0;
+        s_refused (b, size + 1, id, &s, "a trailing zero byte", "not one whole zstd frame");
+        const uint8_t skippable[12] = { 0x50, 0x2A, 0x4D, 0x18, 4, 0, 0, 0, 1, 2, 3, 4 };
+        memcpy (b + size, skippable, sizeof skippable);
+        s_refused (b, size + sizeof skippable, id, &s, "a skippable frame after",
+                   "not one whole zstd frame");
+        memcpy (b + size, good + NN_CODEC_HEADER_BYTES, zbody);
+        s_refused (b, size + zbody, id, &s, "two frames", "not one whole zstd frame");
+        //  Over the bound: refused on the size (the frame checks would too).
+        memcpy (b, good, size);
+        memset (b + size, 0, max + 1 - size);
+        s_refused (b, (size_t) max + 1, id, &s, "over the bound", "more than");
+        s_refused (b, (size_t) max, id, &s, "at the bound, padded", "not one whole zstd frame");
+
+        //  Frames of one byte less and one more than the header and shape
+        //  need (the frame's own content size is right for what it holds).
+        uint8_t *more = malloc (raw_body + 1);
+        memcpy (more, rbody, raw_body);
+        more[raw_body] = 0;
+        size_t fsize;
+        uint8_t *f = s_zstd_payload (plain, rbody, raw_body - 1, NULL, &fsize);
+        s_refused (f, fsize, id, &s, "content one byte short", "declares");
+        free (f);
+        f = s_zstd_payload (plain, more, raw_body + 1, NULL, &fsize);
+        s_refused (f, fsize, id, &s, "content one byte long", "declares");
+        free (f);
+        free (more);
+        //  A frame without its content size: refused before inflating.
+        ZSTD_CCtx *cctx = ZSTD_createCCtx ();
+        cr_assert_not (ZSTD_isError (ZSTD_CCtx_setParameter (cctx, ZSTD_c_contentSizeFlag, 0)));
+        f = s_zstd_payload (plain, rbody, raw_body, cctx, &fsize);
+        cr_assert_eq (ZSTD_getFrameContentSize (f + NN_CODEC_HEADER_BYTES,
+                                                fsize - NN_CODEC_HEADER_BYTES),
+                      ZSTD_CONTENTSIZE_UNKNOWN, "the frame must lack its content size");
+        s_refused (f, fsize, id, &s, "no content size", "declares no content size");
+        free (f);
+        //  Another sender's frame (level 19, a checksum) is a frame like
+        //  any: accepted; a wrong checksum is refused.
+        ZSTD_CCtx_reset (cctx, ZSTD_reset_session_and_parameters);
+        ZSTD_CCtx_setParameter (cctx, ZSTD_c_compressionLevel, 19);
+        ZSTD_CCtx_setParameter (cctx, ZSTD_c_checksumFlag, 1);
+        f = s_zstd_payload (plain, rbody, raw_body, cctx, &fsize);
+        cr_assert_eq (nn_codec_decode (y, f, fsize, id, &s, err, sizeof err), 0, "%s", err);
+        cr_assert_eq (memcmp (y, want, sizeof (float) * count), 0);
+        f[fsize - 1] ^= 0x01;
+        s_refused (f, fsize, id, &s, "wrong checksum", "checksum");
+        free (f);
+        ZSTD_freeCCtx (cctx);
+
+        //  The body inside a valid frame still gets the codec's checks.
+        uint8_t *bad = malloc (raw_body);
+        memcpy (bad, rbody, raw_body);
+        if (id == NN_CODEC_INT8) {
+            float nan = NAN;
+            memcpy (bad + 8 * 2, &nan, 4);          //  channel 2's scale
+            f = s_zstd_payload (plain, bad, raw_body, NULL, &fsize);
+            s_refused (f, fsize, id, &s, "NaN scale in the frame", "scale nan");
+            free (f);
+        }
+        if (id == NN_CODEC_TOPK) {
+            memcpy (bad + 4, bad, 4);               //  a repeated index
+            f = s_zstd_payload (plain, bad, raw_body, NULL, &fsize);
+            s_refused (f, fsize, id, &s, "repeated index in the frame", "strictly increasing");
+            free (f);
+        }
+        free (bad);
+
+        //  Every byte of the body flipped in turn (s_flips); the frame's
+        //  magic number flipped is no frame.
+        int refused = s_flips (good, size, id, &s);
+        cr_log_info ("zstd %s, %zu-byte body of a %zu-byte encoding: %d flips refused",
+                     name, zbody, raw_body, refused);
+        for (size_t i = 0; i < 4; i++) {
+            memcpy (b, good, size);
+            b[NN_CODEC_HEADER_BYTES + i] ^= 0xFF;
+            s_refused (b, size, id, &s, "magic number flipped", "not one whole zstd frame");
+        }
+
+        free (plain); free (enc); free (good); free (want); free (y); free (b);
     }
     free (x);
 }

@@ -190,7 +190,7 @@ Test (config, to_json_uses_canonical_forms)
     char *text = cJSON_PrintUnformatted (json);
     S_ASSERT_HAS (text, "\"seed\":9007199254740992,");
     cJSON_free (text);
-    cr_assert_eq (cJSON_GetArraySize (json), 51, "one member per canonical key");
+    cr_assert_eq (cJSON_GetArraySize (json), 52, "one member per canonical key");
     cJSON_Delete (json);
 }
 
@@ -965,6 +965,10 @@ Test (config, codec_and_noise_forms)
     cr_assert_eq (pl_config_codecs (&config, 0).up, NN_CODEC_INT8);
     cr_assert_eq (pl_config_codecs (&config, 1).down, NN_CODEC_INT8);
     cr_assert (config.int8_stochastic);
+    cr_assert (!config.codec_zstd, "codec_zstd is off unless asked for");
+    s_assert_round_trip (&config);
+    s_parse_ok (&config, "{\"codec\": \"int8\", \"codec_zstd\": true}");
+    cr_assert (config.codec_zstd);
     s_assert_round_trip (&config);
     s_parse_ok (&config, "{\"codec\": {\"up\": \"fp16\", \"down\": \"topk\"}, "
                 "\"topk_fraction\": 0.05, \"noise\": {\"kind\": \"gaussian\", "

@@ -5,13 +5,15 @@
     shape or count that is not the descriptor's, a NaN int8 scale, an
     unknown codec, none dressed as a codec, topk on ACTIVATIONS, a short
     payload) is refused with PROTO_E_* and a message, and a sender cannot
-    send what the receiver would refuse. */
+    send what the receiver would refuse. Payloads with the zstd flag
+    travel at their own size, up to zstd's bound for the shape. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
+#include <zstd.h>
 
 #include "nn_codec.h"
 #include "pl_le.h"
@@ -115,6 +117,16 @@ Test (proto_codec, every_codec_round_trips_through_proto)
     proto_msg_destroy (&m);
 }
 
+//  A message of type carrying payload (size bytes), as frames to damage;
+//  frees payload.
+static pltest_frames_t
+s_frames_of_payload (int type, uint8_t *payload, size_t size)
+{
+    pltest_frames_t f = pltest_frames_of (s_msg (type, payload, size));
+    free (payload);
+    return f;
+}
+
 //  A valid int8 ACTIVATIONS, as frames to damage.
 static pltest_frames_t
 s_int8_frames (int type, nn_codec_id_t id)
@@ -123,9 +135,7 @@ s_int8_frames (int type, nn_codec_id_t id)
     s_tensor (x);
     size_t size;
     uint8_t *payload = s_payload (id, x, &size);
-    pltest_frames_t f = pltest_frames_of (s_msg (type, payload, size));
-    free (payload);
-    return f;
+    return s_frames_of_payload (type, payload, size);
 }
 
 //  A few bytes cannot make the receiver allocate a huge tensor: a 24-byte
@@ -235,4 +245,231 @@ Test (proto_codec, frame_limit_fits_int8_payloads)
                          .max_events = 1, .max_json_bytes = 1 };
     size_t bytes = proto_limits_frame_bytes (&l, true);
     cr_assert_geq (bytes, nn_codec_wire_bytes (NN_CODEC_INT8, 4096, 4096, 0));
+}
+
+//  ---------------------------------------------------------------------
+//  zstd (NN_CODEC_FLAG_ZSTD): a payload's size is its own, at most
+//  nn_codec_zstd_wire_bytes_max of the shape's; its frame is checked by
+//  the decoder (PROTO_E_VALUE).
+
+//  The payload of x in codec id with zstd (topk at fraction 0.25), *size
+//  its bytes (the encoding's own); the caller frees it.
+static uint8_t *
+s_payload_zstd (nn_codec_id_t id, const float *x, size_t *size)
+{
+    nn_codec_params_t params = { .id = id, .topk_fraction = 0.25, .zstd = true };
+    nn_codec_shape_t shape = { N, H, W, C };
+    char err[256];
+    nn_codec_encoder_t *enc = nn_codec_encoder_new (&params, &shape, err, sizeof err);
+    cr_assert_not_null (enc, "%s", err);
+    size_t cap = nn_codec_encoder_bytes (enc);
+    uint8_t *buf = malloc (cap);
+    cr_assert_eq (nn_codec_encode (enc, buf, cap, x, NULL, err, sizeof err), 0, "%s", err);
+    *size = nn_codec_encoder_last_bytes (enc);
+    cr_assert_eq (buf[1] & NN_CODEC_FLAG_ZSTD, NN_CODEC_FLAG_ZSTD);
+    nn_codec_encoder_destroy (&enc);
+    return buf;
+}
+
+//  The most bytes a zstd payload of codec id may have for the test's
+//  shape (topk: k of the fraction 0.25).
+static size_t
+s_zstd_max (nn_codec_id_t id)
+{
+    uint32_t k = id == NN_CODEC_TOPK ? nn_codec_topk_k (COUNT, 0.25) : 0;
+    return (size_t) nn_codec_zstd_wire_bytes_max (nn_codec_wire_bytes (id, COUNT, C, k));
+}
+
+//  Both message types, each codec they carry, from a smooth tensor
+//  (compresses) and from values spread over the binary16 range (does not:
+//  the frame is larger than the payload without zstd, still within the
+//  bound): the frame carries the payload as it is, and the floats are
+//  those of the payload without zstd.
+Test (proto_codec, zstd_payloads_round_trip_through_proto)
+{
+    float x[2][COUNT], want[COUNT];
+    s_tensor (x[0]);
+    nn_rng_t r;
+    nn_rng_seed (&r, 21);
+    for (int i = 0; i < COUNT; i++)
+        x[1][i] = ldexpf (nn_rng_uniform (&r) - 0.5f, (int) nn_rng_below (&r, 40) - 24);
+    int larger = 0;
+    const int types[2] = { PROTO_MSG_ACTIVATIONS, PROTO_MSG_GRADIENTS };
+    for (int ti = 0; ti < 2; ti++) {
+        int type = types[ti];
+        for (int id = NN_CODEC_FP16; id < NN_CODEC_COUNT; id++) {
+            if (id == NN_CODEC_TOPK && type != PROTO_MSG_GRADIENTS)
+                continue;
+            for (int t = 0; t < 2; t++) {
+                const char *what = nn_codec_name ((nn_codec_id_t) id);
+                size_t raw, size;
+                uint8_t *plain = s_payload ((nn_codec_id_t) id, x[t], &raw);
+                uint8_t *payload = s_payload_zstd ((nn_codec_id_t) id, x[t], &size);
+                cr_assert_leq (size, s_zstd_max ((nn_codec_id_t) id));
+                larger += size > raw;
+                nn_codec_shape_t shape = { N, H, W, C };
+                char err[512] = "";
+                cr_assert_eq (nn_codec_decode (want, plain, raw, (nn_codec_id_t) id, &shape,
+                                               err, sizeof err), 0, "%s", err);
+                proto_msg_t *m = s_msg (type, payload, size);
+                cr_assert_eq (proto_msg_tensor_codec (m), id);
+                cr_assert_eq (proto_msg_tensor_wire_bytes (m), size);
+                cr_assert_eq (proto_msg_check (m, err, sizeof err), 0, "%s: %s", what, err);
+                pltest_frames_t f = pltest_frames_of (m);
+                cr_assert_eq (f.data[1][0], PROTO_DTYPE_CODEC, "descriptor dtype");
+                cr_assert_eq (f.size[2], size, "the data frame is the payload");
+                cr_assert (memcmp (f.data[2], payload, size) == 0);
+                proto_msg_t *got = NULL;
+                cr_assert_eq (s_decode (&got, &f, err, sizeof err), 0, "%s %s: %s",
+                              proto_type_name (type), what, err);
+                cr_assert_eq (proto_msg_type (got), type);
+                cr_assert_eq (proto_msg_tensor_codec (got), id);
+                cr_assert_eq (proto_msg_tensor_wire_bytes (got), size);
+                cr_assert_eq (proto_msg_tensor_count (got), (size_t) COUNT);
+                cr_assert (memcmp (proto_msg_tensor_data (got), want, sizeof want) == 0,
+                           "%s %s (tensor %d): floats are not those without zstd",
+                           proto_type_name (type), what, t);
+                proto_msg_destroy (&got);
+                pltest_frames_free (&f);
+                free (payload);
+                free (plain);
+            }
+        }
+    }
+    cr_assert_gt (larger, 0, "some frame is larger than its payload without zstd");
+}
+
+//  A valid zstd message of type and codec id, as frames to damage; *max
+//  the bound of its payload.
+static pltest_frames_t
+s_zstd_frames (int type, nn_codec_id_t id, size_t *max)
+{
+    float x[COUNT];
+    s_tensor (x);
+    size_t size;
+    uint8_t *payload = s_payload_zstd (id, x, &size);
+    *max = s_zstd_max (id);
+    return s_frames_of_payload (type, payload, size);
+}
+
+//  The data frame of f grown to size bytes, zeros after the payload.
+static void
+s_grow_payload (pltest_frames_t *f, size_t size)
+{
+    f->data[2] = realloc (f->data[2], size + 1);
+    if (size > f->size[2])
+        memset (f->data[2] + f->size[2], 0, size - f->size[2]);
+    f->size[2] = size;
+}
+
+Test (proto_codec, zstd_payload_over_its_bound_refused_on_size)
+{
+    const struct { int type; nn_codec_id_t id; } cases[] = {
+        { PROTO_MSG_ACTIVATIONS, NN_CODEC_FP16 }, { PROTO_MSG_ACTIVATIONS, NN_CODEC_INT8 },
+        { PROTO_MSG_GRADIENTS, NN_CODEC_INT8 }, { PROTO_MSG_GRADIENTS, NN_CODEC_TOPK } };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t max;
+        pltest_frames_t f = s_zstd_frames (cases[i].type, cases[i].id, &max);
+        s_grow_payload (&f, max + 1);
+        pltest_frames_refused (&f, NULL, PROTO_E_SIZE, "(zstd)");
+        //  At the bound the size passes; the decoder refuses the padding
+        //  after the frame.
+        f = s_zstd_frames (cases[i].type, cases[i].id, &max);
+        s_grow_payload (&f, max);
+        pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "not one whole zstd frame");
+    }
+    //  The message names the bound.
+    size_t max;
+    pltest_frames_t f = s_zstd_frames (PROTO_MSG_ACTIVATIONS, NN_CODEC_INT8, &max);
+    s_grow_payload (&f, max + 1);
+    char needle[128];
+    snprintf (needle, sizeof needle, "ACTIVATIONS: int8 payload (zstd) %zu bytes, its header "
+              "and shape allow at most %zu", max + 1, max);
+    pltest_frames_refused (&f, NULL, PROTO_E_SIZE, needle);
+}
+
+Test (proto_codec, zstd_payload_with_a_corrupt_frame_refused)
+{
+    size_t max;
+    const int types[2] = { PROTO_MSG_ACTIVATIONS, PROTO_MSG_GRADIENTS };
+    for (int ti = 0; ti < 2; ti++) {
+        int type = types[ti];
+        nn_codec_id_t id = type == PROTO_MSG_GRADIENTS ? NN_CODEC_TOPK : NN_CODEC_FP16;
+        //  Cut by a byte; cut to the header; the magic number broken;
+        //  garbage after the frame; the flag on a body that is no frame.
+        pltest_frames_t f = s_zstd_frames (type, id, &max);
+        f.size[2] -= 1;
+        pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "not one whole zstd frame");
+        f = s_zstd_frames (type, id, &max);
+        f.size[2] = NN_CODEC_HEADER_BYTES;
+        pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "not one whole zstd frame");
+        f = s_zstd_frames (type, id, &max);
+        f.data[2][NN_CODEC_HEADER_BYTES] ^= 0xFF;
+        pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "not one whole zstd frame");
+        f = s_zstd_frames (type, id, &max);
+        s_grow_payload (&f, f.size[2] + 3);
+        pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "not one whole zstd frame");
+        f = s_int8_frames (type, id);
+        f.data[2][1] |= NN_CODEC_FLAG_ZSTD;
+        pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "not one whole zstd frame");
+    }
+    //  A frame of one byte more than the shape needs (its own content
+    //  size right): the frame's declared size is checked.
+    float x[COUNT];
+    s_tensor (x);
+    size_t raw;
+    uint8_t *plain = s_payload (NN_CODEC_INT8, x, &raw);
+    size_t body = raw - NN_CODEC_HEADER_BYTES;
+    uint8_t *more = calloc (1, body + 1);
+    memcpy (more, plain + NN_CODEC_HEADER_BYTES, body);
+    uint8_t *z = malloc (NN_CODEC_HEADER_BYTES + ZSTD_compressBound (body + 1));
+    memcpy (z, plain, NN_CODEC_HEADER_BYTES);
+    z[1] |= NN_CODEC_FLAG_ZSTD;
+    size_t zn = ZSTD_compress (z + NN_CODEC_HEADER_BYTES, ZSTD_compressBound (body + 1), more,
+                               body + 1, 1);
+    cr_assert_not (ZSTD_isError (zn));
+    pltest_frames_t f = pltest_frames_of (s_msg (PROTO_MSG_ACTIVATIONS, plain, raw));
+    s_grow_payload (&f, NN_CODEC_HEADER_BYTES + zn);
+    memcpy (f.data[2], z, NN_CODEC_HEADER_BYTES + zn);
+    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "declares");
+    //  The codec's checks inside a valid frame: a NaN scale. A sender
+    //  refuses it as a receiver would.
+    pl_le_put_f32 (plain + NN_CODEC_HEADER_BYTES + 8 * 2, NAN);
+    zn = ZSTD_compress (z + NN_CODEC_HEADER_BYTES, ZSTD_compressBound (body + 1),
+                        plain + NN_CODEC_HEADER_BYTES, body, 1);
+    cr_assert_not (ZSTD_isError (zn));
+    proto_msg_t *m = s_msg (PROTO_MSG_ACTIVATIONS, z, NN_CODEC_HEADER_BYTES + zn);
+    char err[512] = "";
+    cr_assert_eq (proto_msg_check (m, err, sizeof err), PROTO_E_VALUE);
+    cr_assert_not_null (strstr (err, "channel 2: scale nan"), "%s", err);
+    proto_msg_destroy (&m);
+    pl_le_put_f32 (plain + NN_CODEC_HEADER_BYTES + 8 * 2, 1.0f);
+    f = pltest_frames_of (s_msg (PROTO_MSG_ACTIVATIONS, plain, raw));
+    s_grow_payload (&f, NN_CODEC_HEADER_BYTES + zn);
+    memcpy (f.data[2], z, NN_CODEC_HEADER_BYTES + zn);
+    pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "channel 2: scale nan");
+    free (plain); free (more); free (z);
+}
+
+//  A receiver's frame limit leaves room for a zstd payload at its bound,
+//  which exceeds the payload without zstd and, with one element per
+//  channel (int8), f32.
+Test (proto_codec, frame_limit_fits_zstd_payloads)
+{
+    const uint32_t shapes[][4] = { { 1, 1, 1, 4096 }, { 1, 1, 1, 65536 }, { 3, 1, 1, 1000 },
+                                   { 100, 7, 7, 64 }, { 1, 2, 2, 3 } };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        proto_limits_t l = { .max_batch = shapes[i][0], .h = shapes[i][1], .w = shapes[i][2],
+                             .c = shapes[i][3], .slab_count = 1, .max_events = 1,
+                             .max_json_bytes = 1 };
+        uint64_t count = (uint64_t) l.max_batch * l.h * l.w * l.c;
+        size_t bytes = proto_limits_frame_bytes (&l, true);
+        for (int id = NN_CODEC_FP16; id <= NN_CODEC_INT8; id++) {
+            uint64_t z = nn_codec_zstd_wire_bytes_max (nn_codec_wire_bytes ((nn_codec_id_t) id,
+                                                                            count, l.c, 0));
+            cr_assert_geq (bytes, z, "%u x %u x %u x %u, %s: limit %zu < bound %llu",
+                           l.max_batch, l.h, l.w, l.c, nn_codec_name ((nn_codec_id_t) id),
+                           bytes, (unsigned long long) z);
+        }
+    }
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "nn_codec.h"
 #include "proto_msg.h"
 #include "pl_le.h"
 #include "pltest_frames.h"
@@ -115,6 +116,19 @@ Test (proto_plan, plan_and_welcome_flag_round_trip)
     proto_msg_destroy (&got);
 }
 
+//  plan sent in a message of type (WELCOME or PLAN) and received back.
+static proto_msg_t *
+s_assign_round (int type, const proto_assign_t *plan)
+{
+    proto_msg_t *m = proto_msg_new (type);
+    if (type == PROTO_MSG_WELCOME) {
+        cr_assert_eq (proto_msg_set_config (m, "{}", 2), 0);
+        cr_assert_eq (proto_msg_set_frame_cap (m, 4096), 0);
+    }
+    proto_msg_set_assign (m, plan);
+    return s_round (m, NULL);
+}
+
 //  The codecs of what crosses the split travel in the plan (WELCOME and
 //  PLAN alike) and come back as sent.
 Test (proto_plan, plan_codecs_round_trip)
@@ -126,13 +140,7 @@ Test (proto_plan, plan_codecs_round_trip)
     plan.topk_fraction = 0.01f;
     for (int type = PROTO_MSG_WELCOME; type <= PROTO_MSG_PLAN; type += PROTO_MSG_PLAN
                                                                    - PROTO_MSG_WELCOME) {
-        proto_msg_t *m = proto_msg_new (type);
-        if (type == PROTO_MSG_WELCOME) {
-            cr_assert_eq (proto_msg_set_config (m, "{}", 2), 0);
-            cr_assert_eq (proto_msg_set_frame_cap (m, 4096), 0);
-        }
-        proto_msg_set_assign (m, &plan);
-        proto_msg_t *got = s_round (m, NULL);
+        proto_msg_t *got = s_assign_round (type, &plan);
         const proto_assign_t *g = proto_msg_assign (got);
         cr_assert_eq (g->codec_up, 2);
         cr_assert_eq (g->codec_down, 3);
@@ -190,6 +198,76 @@ Test (proto_plan, plan_with_unknown_or_misplaced_codec_refused)
     cr_assert_neq (proto_msg_check (m, err, sizeof err), 0);
     cr_assert_not_null (strstr (err, "codec_up topk"), "%s", err);
     proto_msg_destroy (&m);
+}
+
+//  zstd per direction (PROTO_ASSIGN_ZSTD_UP/DOWN): for any codec but none
+//  in that direction, beside int8's stochastic flags; kept by the round
+//  trip in PLAN and WELCOME.
+Test (proto_plan, plan_zstd_flags_follow_the_codecs)
+{
+    const struct { uint8_t up, down, flags; } ok[] = {
+        { NN_CODEC_INT8, NN_CODEC_NONE, PROTO_ASSIGN_ZSTD_UP },
+        { NN_CODEC_FP16, NN_CODEC_NONE, PROTO_ASSIGN_ZSTD_UP },
+        { NN_CODEC_NONE, NN_CODEC_TOPK, PROTO_ASSIGN_ZSTD_DOWN },
+        { NN_CODEC_NONE, NN_CODEC_FP16, PROTO_ASSIGN_ZSTD_DOWN },
+        { NN_CODEC_INT8, NN_CODEC_TOPK, PROTO_ASSIGN_ZSTD_UP | PROTO_ASSIGN_ZSTD_DOWN
+                                        | PROTO_ASSIGN_STOCHASTIC_UP },
+        { NN_CODEC_INT8, NN_CODEC_INT8, PROTO_ASSIGN_ZSTD_UP | PROTO_ASSIGN_ZSTD_DOWN
+                                        | PROTO_ASSIGN_STOCHASTIC_UP
+                                        | PROTO_ASSIGN_STOCHASTIC_DOWN },
+        { NN_CODEC_FP16, NN_CODEC_INT8, PROTO_ASSIGN_ZSTD_DOWN } };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        for (int type = PROTO_MSG_WELCOME; type <= PROTO_MSG_PLAN;
+             type += PROTO_MSG_PLAN - PROTO_MSG_WELCOME) {
+            proto_assign_t plan = s_plan ();
+            plan.codec_up = ok[i].up;
+            plan.codec_down = ok[i].down;
+            plan.codec_flags = ok[i].flags;
+            plan.topk_fraction = ok[i].down == NN_CODEC_TOPK ? 0.01f : 0.0f;
+            proto_msg_t *got = s_assign_round (type, &plan);
+            const proto_assign_t *g = proto_msg_assign (got);
+            cr_assert_eq (g->codec_up, ok[i].up, "case %zu", i);
+            cr_assert_eq (g->codec_down, ok[i].down, "case %zu", i);
+            cr_assert_eq (g->codec_flags, ok[i].flags, "case %zu: flags 0x%02x", i,
+                          g->codec_flags);
+            proto_msg_destroy (&got);
+        }
+
+    //  Refused by the receiver (byte 58 set on the wire) and by the sender.
+    const struct { uint8_t up, down, flags; const char *needle; } bad[] = {
+        { NN_CODEC_NONE, NN_CODEC_FP16, PROTO_ASSIGN_ZSTD_UP,
+          "codec_flags 0x04 not allowed with codecs none/fp16" },
+        { NN_CODEC_NONE, NN_CODEC_TOPK, PROTO_ASSIGN_ZSTD_UP | PROTO_ASSIGN_ZSTD_DOWN,
+          "codec_flags 0x0c not allowed with codecs none/topk" },
+        { NN_CODEC_FP16, NN_CODEC_NONE, PROTO_ASSIGN_ZSTD_DOWN,
+          "codec_flags 0x08 not allowed with codecs fp16/none" },
+        { NN_CODEC_INT8, NN_CODEC_NONE, PROTO_ASSIGN_ZSTD_UP | PROTO_ASSIGN_ZSTD_DOWN,
+          "codec_flags 0x0c not allowed with codecs int8/none" },
+        { NN_CODEC_NONE, NN_CODEC_NONE, PROTO_ASSIGN_ZSTD_UP,
+          "codec_flags 0x04 not allowed with codecs none/none" },
+        { NN_CODEC_INT8, NN_CODEC_TOPK, PROTO_ASSIGN_ZSTD_UP | 0x10,
+          "codec_flags 0x14 not allowed with codecs int8/topk" } };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        proto_assign_t plan = s_plan ();
+        plan.codec_up = bad[i].up;
+        plan.codec_down = bad[i].down;
+        plan.topk_fraction = bad[i].down == NN_CODEC_TOPK ? 0.01f : 0.0f;
+        s_plan_damaged (plan, 58, bad[i].flags, 0, PROTO_E_VALUE, bad[i].needle);
+        plan.codec_flags = bad[i].flags;
+        proto_msg_t *m = proto_msg_new (PROTO_MSG_PLAN);
+        proto_msg_set_assign (m, &plan);
+        char err[256] = "";
+        cr_assert_eq (proto_msg_check (m, err, sizeof err), PROTO_E_VALUE, "case %zu", i);
+        cr_assert_not_null (strstr (err, bad[i].needle), "%s", err);
+        proto_msg_destroy (&m);
+    }
+    //  fl: no codec, so no zstd either.
+    proto_assign_t plan = s_plan ();
+    plan.mode = PL_MODE_FL;
+    plan.split_point = 0;
+    plan.micro_batches = 1;
+    s_plan_damaged (plan, 58, PROTO_ASSIGN_ZSTD_UP, 0, PROTO_E_VALUE,
+                    "codec_flags 0x04 not allowed with codecs none/none");
 }
 
 Test (proto_plan, setters_refuse_bad_values)

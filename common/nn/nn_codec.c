@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <zstd.h>
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #   include <immintrin.h>
 #   define S_F16C 1
@@ -35,6 +37,9 @@ struct _nn_codec_encoder_t {
     uint32_t *index;        //  topk: k indices
     float *lo, *hi;         //  int8: per-channel range, c floats each
     double *inv;            //  int8: 1 / scale per channel
+    size_t last;            //  bytes of the last encoding
+    uint8_t *raw;           //  zstd: the uncompressed encoding
+    ZSTD_CCtx *zstd;        //  zstd: compression context
 };
 
 const char *
@@ -95,6 +100,17 @@ nn_codec_wire_bytes (nn_codec_id_t id, uint64_t count, uint32_t channels, uint32
         default: assert (!"unknown codec");
     }
     return NN_CODEC_HEADER_BYTES + body;
+}
+
+uint64_t
+nn_codec_zstd_wire_bytes_max (uint64_t raw_wire_bytes)
+{
+    if (raw_wire_bytes < NN_CODEC_HEADER_BYTES)
+        return NN_CODEC_HEADER_BYTES;
+    uint64_t body = raw_wire_bytes - NN_CODEC_HEADER_BYTES;
+    if (body >= ZSTD_MAX_INPUT_SIZE || body > SIZE_MAX / 2)
+        return UINT64_MAX;
+    return NN_CODEC_HEADER_BYTES + (uint64_t) ZSTD_compressBound ((size_t) body);
 }
 
 //  ---------------------------------------------------------------------
@@ -509,6 +525,10 @@ nn_codec_encoder_new (const nn_codec_params_t *params, const nn_codec_shape_t *s
                  params->topk_fraction);
         return NULL;
     }
+    if (params->zstd && params->id == NN_CODEC_NONE) {
+        nn_errf (err, err_size, "codec: none: zstd compresses codec payloads only");
+        return NULL;
+    }
     nn_codec_encoder_t *self = nn_calloc (1, sizeof *self);
     self->params = *params;
     self->shape = *shape;
@@ -526,6 +546,21 @@ nn_codec_encoder_new (const nn_codec_params_t *params, const nn_codec_shape_t *s
         self->inv = nn_malloc (sizeof (double) * shape->c);
     }
     self->bytes = (size_t) nn_codec_wire_bytes (params->id, count, shape->c, self->k);
+    if (params->zstd) {
+        uint64_t max = nn_codec_zstd_wire_bytes_max (self->bytes);
+        self->zstd = max == UINT64_MAX ? NULL : ZSTD_createCCtx ();
+        if (!self->zstd) {
+            nn_errf (err, err_size, "codec: %s: cannot compress %zu bytes with zstd", name,
+                     self->bytes);
+            nn_codec_encoder_destroy (&self);
+            return NULL;
+        }
+        ZSTD_CCtx_setParameter (self->zstd, ZSTD_c_compressionLevel, NN_CODEC_ZSTD_LEVEL);
+        ZSTD_CCtx_setParameter (self->zstd, ZSTD_c_contentSizeFlag, 1);
+        ZSTD_CCtx_setParameter (self->zstd, ZSTD_c_checksumFlag, 0);
+        self->raw = nn_malloc (self->bytes);
+        self->bytes = (size_t) max;
+    }
     return self;
 }
 
@@ -543,6 +578,8 @@ nn_codec_encoder_destroy (nn_codec_encoder_t **self_p)
     nn_free (self->lo);
     nn_free (self->hi);
     nn_free (self->inv);
+    nn_free (self->raw);
+    ZSTD_freeCCtx (self->zstd);
     nn_free (self);
     *self_p = NULL;
 }
@@ -551,6 +588,12 @@ size_t
 nn_codec_encoder_bytes (const nn_codec_encoder_t *self)
 {
     return self->bytes;
+}
+
+size_t
+nn_codec_encoder_last_bytes (const nn_codec_encoder_t *self)
+{
+    return self->last;
 }
 
 const float *
@@ -661,13 +704,11 @@ s_encode_topk (nn_codec_encoder_t *self, uint8_t *out, const float *in, char *er
     return 0;
 }
 
-int
-nn_codec_encode (nn_codec_encoder_t *self, uint8_t *out, size_t out_size,
-                 const float *in, nn_rng_t *rng, char *err, size_t err_size)
+//  The encoding without zstd into out (the codec's exact wire bytes).
+static int
+s_encode_raw (nn_codec_encoder_t *self, uint8_t *out, const float *in, nn_rng_t *rng,
+              char *err, size_t err_size)
 {
-    assert (self && out && in);
-    assert (out_size >= self->bytes);
-    assert (!(self->params.id == NN_CODEC_INT8 && self->params.stochastic) || rng);
     uint8_t *body = out + NN_CODEC_HEADER_BYTES;
     int rc = 0;
     switch (self->params.id) {
@@ -711,8 +752,80 @@ nn_codec_encode (nn_codec_encoder_t *self, uint8_t *out, size_t out_size,
     return rc;
 }
 
+int
+nn_codec_encode (nn_codec_encoder_t *self, uint8_t *out, size_t out_size,
+                 const float *in, nn_rng_t *rng, char *err, size_t err_size)
+{
+    assert (self && out && in);
+    assert (out_size >= self->bytes);
+    assert (!(self->params.id == NN_CODEC_INT8 && self->params.stochastic) || rng);
+    if (!self->zstd) {
+        int rc = s_encode_raw (self, out, in, rng, err, err_size);
+        self->last = rc ? self->last : self->bytes;
+        return rc;
+    }
+    if (s_encode_raw (self, self->raw, in, rng, err, err_size))
+        return -1;
+    size_t raw_body = (size_t) nn_codec_wire_bytes (self->params.id, self->count,
+                                                    self->shape.c, self->k)
+                      - NN_CODEC_HEADER_BYTES;
+    size_t z = ZSTD_compress2 (self->zstd, out + NN_CODEC_HEADER_BYTES,
+                               out_size - NN_CODEC_HEADER_BYTES,
+                               self->raw + NN_CODEC_HEADER_BYTES, raw_body);
+    if (ZSTD_isError (z))
+        return nn_errf (err, err_size, "codec: %s: zstd: %s",
+                        nn_codec_name (self->params.id), ZSTD_getErrorName (z));
+    memcpy (out, self->raw, NN_CODEC_HEADER_BYTES);
+    out[1] |= NN_CODEC_FLAG_ZSTD;
+    self->last = NN_CODEC_HEADER_BYTES + z;
+    return 0;
+}
+
 //  ---------------------------------------------------------------------
 //  Decoder
+
+//  A payload with the zstd flag (header checked by nn_codec_decode; want:
+//  the bytes of the same encoding without zstd): its body inflated into a
+//  buffer of exactly want bytes, then decoded as that encoding.
+static int
+s_decode_zstd (float *out, const uint8_t *p, size_t size, uint64_t want,
+               nn_codec_id_t id, const nn_codec_shape_t *expected, char *err,
+               size_t err_size)
+{
+    const char *name = nn_codec_name (id);
+    uint64_t max = nn_codec_zstd_wire_bytes_max (want);
+    if ((uint64_t) size > max)
+        return nn_errf (err, err_size, "codec: %s: zstd payload is %zu bytes, more than "
+                        "the %" PRIu64 " its shape allows", name, size, max);
+    const uint8_t *body = p + NN_CODEC_HEADER_BYTES;
+    size_t zsize = size - NN_CODEC_HEADER_BYTES, raw_body = (size_t) (want
+                                                                - NN_CODEC_HEADER_BYTES);
+    if (ZSTD_findFrameCompressedSize (body, zsize) != zsize)
+        return nn_errf (err, err_size, "codec: %s: the %zu-byte body is not one whole zstd "
+                        "frame", name, zsize);
+    unsigned long long content = ZSTD_getFrameContentSize (body, zsize);
+    if (content == ZSTD_CONTENTSIZE_UNKNOWN || content == ZSTD_CONTENTSIZE_ERROR)
+        return nn_errf (err, err_size, "codec: %s: the zstd frame declares no content size",
+                        name);
+    if (content != (unsigned long long) raw_body)
+        return nn_errf (err, err_size, "codec: %s: the zstd frame declares %llu bytes, the "
+                        "header and shape need %zu", name, content, raw_body);
+    uint8_t *raw = nn_malloc ((size_t) want);
+    memcpy (raw, p, NN_CODEC_HEADER_BYTES);
+    raw[1] &= (uint8_t) ~NN_CODEC_FLAG_ZSTD;
+    size_t got = ZSTD_decompress (raw + NN_CODEC_HEADER_BYTES, raw_body, body, zsize);
+    int rc = 0;
+    if (ZSTD_isError (got))
+        rc = nn_errf (err, err_size, "codec: %s: zstd: %s", name, ZSTD_getErrorName (got));
+    else
+    if (got != raw_body)
+        rc = nn_errf (err, err_size, "codec: %s: the zstd frame holds %zu bytes, the header "
+                      "and shape need %zu", name, got, raw_body);
+    else
+        rc = nn_codec_decode (out, raw, (size_t) want, id, expected, err, err_size);
+    nn_free (raw);
+    return rc;
+}
 
 int
 nn_codec_decode (float *out, const void *buf, size_t size, nn_codec_id_t expected_id,
@@ -730,7 +843,8 @@ nn_codec_decode (float *out, const void *buf, size_t size, nn_codec_id_t expecte
         return nn_errf (err, err_size, "codec: payload is %s, the plan says %s", name,
                         nn_codec_name (expected_id) ? nn_codec_name (expected_id) : "?");
     uint8_t flags = p[1];
-    uint8_t allowed = expected_id == NN_CODEC_INT8 ? NN_CODEC_FLAG_STOCHASTIC : 0;
+    uint8_t allowed = (expected_id == NN_CODEC_INT8 ? NN_CODEC_FLAG_STOCHASTIC : 0)
+                    | (expected_id != NN_CODEC_NONE ? NN_CODEC_FLAG_ZSTD : 0);
     if (flags & ~allowed)
         return nn_errf (err, err_size, "codec: %s: flags 0x%02x not allowed", name, flags);
     if (p[2] || p[3])
@@ -754,6 +868,8 @@ nn_codec_decode (float *out, const void *buf, size_t size, nn_codec_id_t expecte
         return nn_errf (err, err_size, "codec: topk: k %" PRIu32 " exceeds the %" PRIu64
                         " elements", k, count);
     uint64_t want = nn_codec_wire_bytes (expected_id, count, s.c, k);
+    if (flags & NN_CODEC_FLAG_ZSTD)
+        return s_decode_zstd (out, p, size, want, expected_id, expected, err, err_size);
     if ((uint64_t) size != want)
         return nn_errf (err, err_size, "codec: %s: payload is %zu bytes, the header says %"
                         PRIu64, name, size, want);

@@ -11,7 +11,10 @@
     did not send is added to the next step's gradient (error feedback), so
     over steps the sum of what was sent plus the final residual is the sum
     of the inputs. Every encoding of an encoder has the same size
-    (nn_codec_encoder_bytes): k is fixed by the shape and the fraction.
+    (nn_codec_encoder_bytes): k is fixed by the shape and the fraction;
+    with zstd (a lossless stage after the codec, params.zstd) the size of
+    each encoding is its own (nn_codec_encoder_last_bytes), at most
+    nn_codec_encoder_bytes.
 
     Receiver: nn_codec_decode is a pure function. It checks every field a
     peer controls before it writes a float (see nn_codec_decode) and fails
@@ -41,6 +44,14 @@ typedef enum {
 //  Header flag (int8 only): the sender rounded stochastically. Information
 //  for the receiver's log; decoding is the same.
 #define NN_CODEC_FLAG_STOCHASTIC 0x01u
+//  Header flag (fp16, int8, topk): the body (everything after the header)
+//  is one zstd frame that declares its content size; its content is the
+//  body the codec writes without this flag (PROTOCOL.md "Codecs").
+#define NN_CODEC_FLAG_ZSTD 0x02u
+//  The zstd level the encoders use: 1, the fastest of the standard levels
+//  (about 400 MB/s of int8 payload per core; levels 2-5 compress the
+//  split's activations no better, docs/codecs.md).
+#define NN_CODEC_ZSTD_LEVEL 1
 
 typedef struct {
     uint32_t n, h, w, c;        //  NHWC; a dense output is (n, 1, 1, units)
@@ -52,6 +63,7 @@ typedef struct {
                                 //  fraction (unbiased), from the rng passed to encode
     double topk_fraction;       //  topk: share of elements sent each step, (0, 1];
                                 //  k = ceil(fraction * count)
+    bool zstd;                  //  compress the body with zstd (not for none)
 } nn_codec_params_t;
 
 //  "none", "fp16", "int8", "topk"; NULL for anything else.
@@ -69,6 +81,10 @@ uint32_t nn_codec_topk_k (uint64_t count, double fraction);
 //  fp16 2 count, int8 8 channels + count, topk 8 k. For the planner too.
 uint64_t nn_codec_wire_bytes (nn_codec_id_t id, uint64_t count, uint32_t channels,
                               uint32_t k);
+//  The most bytes an encoding with the zstd flag may have for a body of
+//  nn_codec_wire_bytes - 24 bytes: the header plus zstd's compress bound
+//  (a receiver refuses more). A body beyond zstd's limits: UINT64_MAX.
+uint64_t nn_codec_zstd_wire_bytes_max (uint64_t raw_wire_bytes);
 
 //  ---------------------------------------------------------------------
 //  Sender
@@ -77,14 +93,18 @@ typedef struct _nn_codec_encoder_t nn_codec_encoder_t;
 
 //  An encoder for tensors of this shape. -1 cases (NULL with a message):
 //  unknown id, a dim of 0, more than 2^32 - 1 elements (topk's indices are
-//  u32), topk_fraction outside (0, 1] for topk.
+//  u32), topk_fraction outside (0, 1] for topk, zstd with none.
 nn_codec_encoder_t *nn_codec_encoder_new (const nn_codec_params_t *params,
                                           const nn_codec_shape_t *shape,
                                           char *err, size_t err_size);
 void nn_codec_encoder_destroy (nn_codec_encoder_t **self_p);
 
-//  Size of every encoding this encoder writes.
+//  Size of every encoding this encoder writes; with zstd, the most an
+//  encoding may take (the size out must have).
 size_t nn_codec_encoder_bytes (const nn_codec_encoder_t *self);
+//  Size of the last successful encoding (0 before the first): the bytes to
+//  send. Without zstd, nn_codec_encoder_bytes.
+size_t nn_codec_encoder_last_bytes (const nn_codec_encoder_t *self);
 
 //  Encode in (the shape's count floats) into out (out_size >= the
 //  encoder's bytes). rng is needed for int8 with stochastic rounding (may
@@ -110,7 +130,12 @@ void nn_codec_encoder_reset (nn_codec_encoder_t *self);
 //  - size >= 24, codec id known and == expected_id, reserved 0, flags
 //    allowed for the codec, dims == expected (each >= 1), count <= 2^32 - 1;
 //  - k: 0 for none/fp16/int8, <= count for topk;
-//  - size == nn_codec_wire_bytes exactly;
+//  - size == nn_codec_wire_bytes exactly; with the zstd flag (allowed for
+//    fp16, int8 and topk), size <= nn_codec_zstd_wire_bytes_max of that,
+//    and the body is exactly one zstd frame that declares a content size
+//    of nn_codec_wire_bytes - 24 and decodes to exactly that many bytes
+//    (never more is written: the output is bounded by the shape), which
+//    are then checked as below;
 //  - int8: every channel's scale finite and > 0, zero finite and
 //    zero + 255 scale finite in float;
 //  - topk: indices < count and strictly increasing.

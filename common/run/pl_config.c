@@ -263,6 +263,8 @@ static const s_field_t s_fields[] = {
       .expect = "a codec (docs/codecs.md)" },
     { .key = "int8_stochastic", .kind = S_BOOL, S_AT (int8_stochastic),
       .expect = "true or false" },
+    { .key = "codec_zstd", .kind = S_BOOL, S_AT (codec_zstd),
+      .expect = "true or false" },
     { .key = "topk_fraction", .kind = S_DOUBLE, S_AT (topk_fraction),
       .min = 1e-6, .max = 1,
       .expect = "a fraction >= 0.000001 and <= 1 (the share of a gradient topk sends; "

@@ -114,6 +114,7 @@ typedef struct {
     pl_codecs_t codecs[PL_SPLIT_POINTS_MAX];
     int codecs_count;           //  0: codec holds for every device
     bool int8_stochastic;       //  false: int8 rounds to nearest
+    bool codec_zstd;            //  false; true: fp16/int8/topk payloads also zstd-compressed
     double topk_fraction;       //  0.01: share of a gradient topk sends, (0, 1]
     //  "noise" on uploaded activations: every device's, or one per device.
     nn_noise_t noise;           //  kind none

@@ -2,7 +2,7 @@
     pl_config.c: "codec" (one value, {"up": .., "down": ..}, or a list with
     one per device) and "noise" ({"kind": .., "scale": ..}, "none", or a
     list with one per device). Their values live in pl_config_t
-    (pl_config.h); "int8_stochastic" and "topk_fraction" are plain table
+    (pl_config.h); "int8_stochastic", "codec_zstd" and "topk_fraction" are plain table
     keys. Internal to libpl.
 */
 #ifndef PL_CONFIG_WIRE_H_INCLUDED

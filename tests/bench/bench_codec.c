@@ -134,6 +134,10 @@ main (int argc, char **argv)
         { "int8", { .id = NN_CODEC_INT8 }, false, NULL, NULL, 0, { 0 }, { 0 } },
         { "int8 stochastic", { .id = NN_CODEC_INT8, .stochastic = true }, false, NULL, NULL,
           0, { 0 }, { 0 } },
+        { "int8 + zstd", { .id = NN_CODEC_INT8, .zstd = true }, false, NULL, NULL, 0, { 0 },
+          { 0 } },
+        { "fp16 + zstd", { .id = NN_CODEC_FP16, .zstd = true }, false, NULL, NULL, 0, { 0 },
+          { 0 } },
         { "topk 0.01", { .id = NN_CODEC_TOPK, .topk_fraction = 0.01 }, false, NULL, NULL,
           0, { 0 }, { 0 } },
         { "topk 0.1", { .id = NN_CODEC_TOPK, .topk_fraction = 0.1 }, false, NULL, NULL,
@@ -182,7 +186,8 @@ main (int argc, char **argv)
                 if (k->reference)
                     s_fp16_ref_decode (y, k->wire, count);
                 else
-                if (nn_codec_decode (y, k->wire, bytes, k->params.id, &shape, err, sizeof err))
+                if (nn_codec_decode (y, k->wire, nn_codec_encoder_last_bytes (k->enc),
+                                     k->params.id, &shape, err, sizeof err))
                     s_die (err);
             }
             k->dec_s[r] = (s_now () - start) / reps;
@@ -203,7 +208,9 @@ main (int argc, char **argv)
         }
         printf ("%-22s %12.0f %12.0f %10.2f %10.2f %10.0f %10.0f %12zu\n", k->label,
                 4.0 * count / e / 1e6, 4.0 * count / d / 1e6, none_enc / e, none_dec / d,
-                4.0 * count / eb / 1e6, 4.0 * count / db / 1e6, nn_codec_encoder_bytes (k->enc));
+                4.0 * count / eb / 1e6, 4.0 * count / db / 1e6,
+                k->reference ? nn_codec_encoder_bytes (k->enc)
+                             : nn_codec_encoder_last_bytes (k->enc));
     }
     for (int c = 0; c < ncases; c++) {
         nn_codec_encoder_destroy (&cases[c].enc);

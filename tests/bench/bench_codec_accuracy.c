@@ -82,9 +82,10 @@ s_through (nn_codec_encoder_t *enc, nn_codec_id_t id, const nn_codec_shape_t *sh
     char err[NN_ERR_SIZE];
     size_t bytes = nn_codec_encoder_bytes (enc);
     if (nn_codec_encode (enc, wire, bytes, in, rng, err, sizeof err)
-    ||  nn_codec_decode (out, wire, bytes, id, shape, err, sizeof err))
+    ||  nn_codec_decode (out, wire, nn_codec_encoder_last_bytes (enc), id, shape, err,
+                         sizeof err))
         s_die (err);
-    return (double) bytes;
+    return (double) nn_codec_encoder_last_bytes (enc);
 }
 
 static s_result_t
@@ -250,6 +251,8 @@ main (int argc, char **argv)
         { "none / none", { .id = NN_CODEC_NONE }, { .id = NN_CODEC_NONE }, { 0 }, false },
         { "fp16 / fp16", { .id = NN_CODEC_FP16 }, { .id = NN_CODEC_FP16 }, { 0 }, false },
         { "int8 / int8", { .id = NN_CODEC_INT8 }, { .id = NN_CODEC_INT8 }, { 0 }, false },
+        { "int8 + zstd / int8 + zstd", { .id = NN_CODEC_INT8, .zstd = true },
+          { .id = NN_CODEC_INT8, .zstd = true }, { 0 }, false },
         { "int8 stochastic / int8 stochastic", { .id = NN_CODEC_INT8, .stochastic = true },
           { .id = NN_CODEC_INT8, .stochastic = true }, { 0 }, false },
         { "int8 / topk 0.1", { .id = NN_CODEC_INT8 },

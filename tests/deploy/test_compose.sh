@@ -149,7 +149,7 @@ echo "# build stage: $(echo $build_pkgs)"
 echo "# runtime stage: $(echo $run_pkgs)"
 check "Dockerfile: packages found in both stages" test -n "$build_pkgs" -a -n "$run_pkgs"
 check "Dockerfile: no -dev package in the runtime stage" bash -c "! grep -q -- '-dev\$' <<< '$run_pkgs'"
-for want in libzmq5 libczmq4 libopenblas0 libcjson1 libsodium23 zlib1g libgomp1 dataset-fashion-mnist; do
+for want in libzmq5 libczmq4 libopenblas0 libcjson1 libsodium23 zlib1g libzstd1 libgomp1 dataset-fashion-mnist; do
     grep -qx "$want" <<< "$run_pkgs" || { not_ok "Dockerfile runtime stage installs $want"; }
 done
 if command -v apt-cache >/dev/null && [ "$(. /etc/os-release 2>/dev/null; echo "${VERSION_ID:-}")" = 12 ]; then

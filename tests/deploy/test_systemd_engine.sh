@@ -57,7 +57,7 @@ need_packages systemd-container debootstrap ||
 inside() { nsenter -t "$init_pid" -a "$@"; }
 
 # --- the tree and the install, as docs/deploy.md says ---------------------------
-tarball="$(debian_tarball minbase "systemd,systemd-sysv,dbus,procps,libzmq5,libczmq4,libopenblas0,libcjson1,libsodium23,zlib1g,libgomp1,libmicrohttpd12")" ||
+tarball="$(debian_tarball minbase "systemd,systemd-sysv,dbus,procps,libzmq5,libczmq4,libopenblas0,libcjson1,libsodium23,zlib1g,libzstd1,libgomp1,libmicrohttpd12")" ||
     bail "debootstrap of a Debian 12 tree with systemd failed"
 mkdir -p "$tree"
 tar -C "$tree" -xf "$tarball" || bail "cannot unpack $tarball"

@@ -331,20 +331,28 @@ s_checkpoint_seeds (void)
 }
 
 //  One valid payload per codec for two shapes (fuzz_codec's layout:
-//  dims stored as dim - 1, which the harness maps back with mod 8 + 1).
+//  dims stored as dim - 1, which the harness maps back with mod 8 + 1),
+//  and each codec but none with zstd (NN_CODEC_FLAG_ZSTD: the body one
+//  zstd frame, for the fuzzer to reach the frame checks and zstd's
+//  decoder).
 static void
 s_codec_seeds (void)
 {
     s_mkdir ("codec");
     nn_codec_shape_t shapes[2] = { { 2, 3, 3, 4 }, { 1, 1, 1, 8 } };
-    nn_codec_params_t params[5] = { { .id = NN_CODEC_NONE }, { .id = NN_CODEC_FP16 },
-                                    { .id = NN_CODEC_INT8 },
-                                    { .id = NN_CODEC_INT8, .stochastic = true },
-                                    { .id = NN_CODEC_TOPK, .topk_fraction = 0.25 } };
+    nn_codec_params_t params[] = { { .id = NN_CODEC_NONE }, { .id = NN_CODEC_FP16 },
+                                   { .id = NN_CODEC_INT8 },
+                                   { .id = NN_CODEC_INT8, .stochastic = true },
+                                   { .id = NN_CODEC_TOPK, .topk_fraction = 0.25 },
+                                   { .id = NN_CODEC_FP16, .zstd = true },
+                                   { .id = NN_CODEC_INT8, .zstd = true },
+                                   { .id = NN_CODEC_TOPK, .topk_fraction = 0.25,
+                                     .zstd = true } };
+    const int n_params = (int) (sizeof params / sizeof params[0]);
     nn_rng_t rng;
     nn_rng_seed (&rng, 3);
     for (int s = 0; s < 2; s++)
-        for (int p = 0; p < 5; p++) {
+        for (int p = 0; p < n_params; p++) {
             char err[NN_ERR_SIZE];
             nn_codec_encoder_t *enc = nn_codec_encoder_new (&params[p], &shapes[s], err,
                                                             sizeof err);
@@ -357,14 +365,16 @@ s_codec_seeds (void)
             if (nn_codec_encode (enc, buf, bytes, x, &rng, err, sizeof err))
                 fuzz_die ("codec seed: %s", err);
             char name[64];
-            snprintf (name, sizeof name, "%s%s-%d", nn_codec_name (params[p].id),
-                      params[p].stochastic ? "-stochastic" : "", s);
+            snprintf (name, sizeof name, "%s%s%s-%d", nn_codec_name (params[p].id),
+                      params[p].stochastic ? "-stochastic" : "",
+                      params[p].zstd ? "-zstd" : "", s);
             FILE *f = s_open ("codec", name);
             uint8_t prefix[FUZZ_CODEC_PREFIX] = {
                 (uint8_t) params[p].id, (uint8_t) (shapes[s].n - 1), (uint8_t) (shapes[s].h - 1),
                 (uint8_t) (shapes[s].w - 1), (uint8_t) (shapes[s].c - 1) };
             fwrite (prefix, 1, sizeof prefix, f);
-            fwrite (buf, 1, bytes, f);
+            //  With zstd, the encoding's own size (bytes is the capacity).
+            fwrite (buf, 1, nn_codec_encoder_last_bytes (enc), f);
             fclose (f);
             nn_free (buf);
             nn_free (x);
