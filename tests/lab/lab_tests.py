@@ -313,6 +313,14 @@ def lab_flags(t):
     r, _ = run([HEADLINE, "--out", "/tmp/hl", "--dry-run", "--bn-calibration", "0"])
     t.ok(r.returncode == 0 and "bn_calibration_batches=0" in r.stdout,
          "headline --bn-calibration 0 turns it off", r.stdout + r.stderr)
+    t.ok(lab_runs and all("--set codec_zstd=true " in c for c in lab_runs),
+         "headline: every lab run compresses its codec payloads (codec_zstd) by default",
+         lab_runs)
+    r, _ = run([HEADLINE, "--out", "/tmp/hl", "--dry-run", "--zstd", "off"])
+    runs_off = [l for l in r.stdout.splitlines() if l.startswith("$ ") and "pipelearn-lab" in l]
+    t.ok(r.returncode == 0 and runs_off
+         and all("--set codec_zstd=false " in c for c in runs_off),
+         "headline --zstd off turns it off", r.stdout + r.stderr)
 
 
 # ------------------------------------------------------------------ shaping
