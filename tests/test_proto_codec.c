@@ -77,6 +77,34 @@ s_decode (proto_msg_t **m, pltest_frames_t *f, char *err, size_t err_size)
                                    err, err_size);
 }
 
+//  A message of type carrying payload (size bytes, codec id), through
+//  proto's check, encoder and decoder: the data frame is the payload as it
+//  is, and the decoded floats are want (COUNT). what names the case.
+static void
+s_expect_round_trip (int type, nn_codec_id_t id, const uint8_t *payload, size_t size,
+                     const float *want, const char *what)
+{
+    char err[512] = "";
+    proto_msg_t *m = s_msg (type, payload, size);
+    cr_assert_eq (proto_msg_tensor_codec (m), id);
+    cr_assert_eq (proto_msg_tensor_wire_bytes (m), size);
+    cr_assert_eq (proto_msg_check (m, err, sizeof err), 0, "%s: %s", what, err);
+    pltest_frames_t f = pltest_frames_of (m);
+    cr_assert_eq (f.data[1][0], PROTO_DTYPE_CODEC, "descriptor dtype");
+    cr_assert_eq (f.size[2], size, "the data frame is the payload");
+    cr_assert (memcmp (f.data[2], payload, size) == 0);
+    proto_msg_t *got = NULL;
+    cr_assert_eq (s_decode (&got, &f, err, sizeof err), 0, "%s: %s", what, err);
+    cr_assert_eq (proto_msg_type (got), type);
+    cr_assert_eq (proto_msg_tensor_codec (got), id);
+    cr_assert_eq (proto_msg_tensor_wire_bytes (got), size);
+    cr_assert_eq (proto_msg_tensor_count (got), (size_t) COUNT);
+    cr_assert (memcmp (proto_msg_tensor_data (got), want, sizeof (float) * COUNT) == 0,
+               "%s: proto's floats are not those expected", what);
+    proto_msg_destroy (&got);
+    pltest_frames_free (&f);
+}
+
 Test (proto_codec, every_codec_round_trips_through_proto)
 {
     float x[COUNT], want[COUNT];
@@ -89,24 +117,9 @@ Test (proto_codec, every_codec_round_trips_through_proto)
         char err[512] = "";
         cr_assert_eq (nn_codec_decode (want, payload, size, (nn_codec_id_t) id, &shape, err,
                                        sizeof err), 0, "%s", err);
-        proto_msg_t *m = s_msg (type, payload, size);
-        cr_assert_eq (proto_msg_tensor_codec (m), id);
-        cr_assert_eq (proto_msg_tensor_wire_bytes (m), size);
-        pltest_frames_t f = pltest_frames_of (m);
-        cr_assert_eq (f.data[1][0], PROTO_DTYPE_CODEC, "descriptor dtype");
-        cr_assert_eq (f.size[2], size, "the data frame is the payload");
-        cr_assert (memcmp (f.data[2], payload, size) == 0);
-        proto_msg_t *got = NULL;
-        cr_assert_eq (s_decode (&got, &f, err, sizeof err), 0, "%s: %s",
-                      nn_codec_name ((nn_codec_id_t) id), err);
-        cr_assert_eq (proto_msg_tensor_codec (got), id);
-        cr_assert_eq (proto_msg_tensor_wire_bytes (got), size);
-        cr_assert_eq (proto_msg_tensor_count (got), (size_t) COUNT);
-        cr_assert (memcmp (proto_msg_tensor_data (got), want, sizeof want) == 0,
-                   "%s: proto's floats are not nn_codec_decode's",
-                   nn_codec_name ((nn_codec_id_t) id));
-        proto_msg_destroy (&got);
-        pltest_frames_free (&f);
+        //  want: nn_codec_decode's floats.
+        s_expect_round_trip (type, (nn_codec_id_t) id, payload, size, want,
+                             nn_codec_name ((nn_codec_id_t) id));
         free (payload);
     }
     //  f32 tensors say codec none and 4 bytes a float.
@@ -301,7 +314,6 @@ Test (proto_codec, zstd_payloads_round_trip_through_proto)
             if (id == NN_CODEC_TOPK && type != PROTO_MSG_GRADIENTS)
                 continue;
             for (int t = 0; t < 2; t++) {
-                const char *what = nn_codec_name ((nn_codec_id_t) id);
                 size_t raw, size;
                 uint8_t *plain = s_payload ((nn_codec_id_t) id, x[t], &raw);
                 uint8_t *payload = s_payload_zstd ((nn_codec_id_t) id, x[t], &size);
@@ -311,26 +323,11 @@ Test (proto_codec, zstd_payloads_round_trip_through_proto)
                 char err[512] = "";
                 cr_assert_eq (nn_codec_decode (want, plain, raw, (nn_codec_id_t) id, &shape,
                                                err, sizeof err), 0, "%s", err);
-                proto_msg_t *m = s_msg (type, payload, size);
-                cr_assert_eq (proto_msg_tensor_codec (m), id);
-                cr_assert_eq (proto_msg_tensor_wire_bytes (m), size);
-                cr_assert_eq (proto_msg_check (m, err, sizeof err), 0, "%s: %s", what, err);
-                pltest_frames_t f = pltest_frames_of (m);
-                cr_assert_eq (f.data[1][0], PROTO_DTYPE_CODEC, "descriptor dtype");
-                cr_assert_eq (f.size[2], size, "the data frame is the payload");
-                cr_assert (memcmp (f.data[2], payload, size) == 0);
-                proto_msg_t *got = NULL;
-                cr_assert_eq (s_decode (&got, &f, err, sizeof err), 0, "%s %s: %s",
-                              proto_type_name (type), what, err);
-                cr_assert_eq (proto_msg_type (got), type);
-                cr_assert_eq (proto_msg_tensor_codec (got), id);
-                cr_assert_eq (proto_msg_tensor_wire_bytes (got), size);
-                cr_assert_eq (proto_msg_tensor_count (got), (size_t) COUNT);
-                cr_assert (memcmp (proto_msg_tensor_data (got), want, sizeof want) == 0,
-                           "%s %s (tensor %d): floats are not those without zstd",
-                           proto_type_name (type), what, t);
-                proto_msg_destroy (&got);
-                pltest_frames_free (&f);
+                //  want: the floats of the payload without zstd.
+                char what[96];
+                snprintf (what, sizeof what, "%s %s + zstd (tensor %d)",
+                          proto_type_name (type), nn_codec_name ((nn_codec_id_t) id), t);
+                s_expect_round_trip (type, (nn_codec_id_t) id, payload, size, want, what);
                 free (payload);
                 free (plain);
             }
