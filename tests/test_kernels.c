@@ -204,6 +204,29 @@ Test (kernels, conv_kernels_strides_pads_bias_match_naive)
             }
 }
 
+//  Taps that read only padding are cut from the GEMMs (nn_kernels_conv.c
+//  s_live_shape): ResNet18's last stage on 1x1 and 2x2 images. Every
+//  path: one live tap (the input is the im2col), a 2x2 window of a 3x3
+//  kernel (the live weights in two runs per row), a 7x7/2 stem on a tiny
+//  image, groups, and enough pixels for our tile where the CPU has one
+//  (>= 256 rows); shapes where one pad cannot express the cut run uncut.
+Test (kernels, conv_dead_taps_match_naive)
+{
+    s_check_conv (3, 1, 1, 16, 24, 3, 1, 1);    //  1x1 image: the centre tap
+    s_check_conv (300, 1, 1, 64, 64, 3, 1, 1);  //  the same, 300 rows
+    s_check_conv (5, 2, 2, 8, 16, 3, 2, 1);     //  2x2 -> 1x1: taps (1..2, 1..2)
+    s_check_group_conv (5, 2, 8, 16, 3, 2, 1, 1, false);     //  the same, no bias
+    s_check_conv (300, 2, 2, 16, 64, 3, 2, 1);  //  the same, 300 rows
+    s_check_conv (4, 2, 2, 3, 16, 7, 2, 3);     //  7x7/2 on 2x2: 2x2 live
+    s_check_conv (2, 1, 1, 5, 7, 5, 1, 2);      //  5x5 on 1x1, odd widths
+    s_check_conv (3, 1, 3, 4, 8, 3, 1, 1);      //  1x3: rows cut, columns not
+    s_check_conv (2, 3, 1, 4, 8, 3, 1, 1);      //  3x1
+    s_check_group_conv (3, 1, 16, 32, 3, 1, 1, 2, true);     //  2 groups, 1x1 image
+    s_check_group_conv (300, 2, 16, 64, 3, 2, 1, 4, false);  //  4 groups, 2x2/2
+    s_check_conv_rows (7, 1, 32, 64, 3, 1, 1, 3);            //  by row pieces
+    s_check_conv_rows (9, 2, 16, 32, 3, 2, 1, 4);
+}
+
 //  1x1 stride-1 unpadded convolutions are one GEMM on the input (no
 //  im2col), forward and both backward halves; stride 2 or padding is not.
 Test (kernels, conv_1x1_matches_naive)
