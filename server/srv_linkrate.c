@@ -19,7 +19,10 @@
 //  by a pause or a few round trips; over six periods one such delay is a
 //  sixth of the time, not half of it.
 #define S_WINDOW_S 0.6
-#define S_REPEATS  8
+#define S_REPEATS  SRV_LINKRATE_REPEATS
+//  At least this many counted transfers, so that one slow one is outvoted
+//  (see srv_linkrate.h).
+#define S_COUNTED_MIN 3
 #define S_MAX_BPS  12.5e9           //  100 Gbit/s: loopback timing noise above it
 
 enum {
@@ -69,6 +72,29 @@ s_send (srv_linkrate_t *self, int id, int epoch)
     self->expect = pr.reply_bytes;
     self->sent = pl_monotonic ();
     return m;
+}
+
+static int
+s_cmp_double (const void *a_, const void *b_)
+{
+    double a = *(const double *) a_, b = *(const double *) b_;
+    return (a > b) - (a < b);
+}
+
+//  A direction's rate from its n counted transfers: their bytes over
+//  their time (summed), or their median rate when that is higher. A stall
+//  (a retransmission timeout, a quota pause that fell on one transfer)
+//  only slows what it hits: in the sum it weighs as its share of the
+//  time, the median ignores it while most transfers ran clean; pauses
+//  that hit every transfer (a device throttled throughout) move both.
+static double
+s_rate (double summed, const double *xfer_Bps, int n)
+{
+    double r[S_REPEATS];
+    memcpy (r, xfer_Bps, sizeof (double) * (size_t) n);
+    qsort (r, (size_t) n, sizeof r[0], s_cmp_double);
+    double median = n % 2 ? r[n / 2] : 0.5 * (r[n / 2 - 1] + r[n / 2]);
+    return median > summed ? median : summed;
 }
 
 proto_msg_t *
@@ -127,13 +153,16 @@ srv_linkrate_answer (srv_linkrate_t *self, const proto_msg_t *msg, int id, int e
         return 0;
     }
     double xfer = t - self->rtt_s;
+    xfer = xfer > 1e-6 ? xfer : 1e-6;
     self->sum_bytes += (double) self->size;
-    self->sum_s += xfer > 1e-6 ? xfer : 1e-6;
-    if (++self->repeats < S_REPEATS && self->sum_s < S_WINDOW_S) {
+    self->sum_s += xfer;
+    self->xfer_Bps[self->repeats] = (double) self->size / xfer;
+    if (++self->repeats < S_REPEATS
+    &&  (self->sum_s < S_WINDOW_S || self->repeats < S_COUNTED_MIN)) {
         *next = s_send (self, id, epoch);
         return 0;
     }
-    double rate = self->sum_bytes / self->sum_s;
+    double rate = s_rate (self->sum_bytes / self->sum_s, self->xfer_Bps, self->repeats);
     rate = rate < S_MAX_BPS ? rate : S_MAX_BPS;
     self->grown = false;
     self->xfers = 0;
@@ -183,13 +212,6 @@ srv_linkrate_on_activations (srv_linkrate_t *self, const proto_msg_t *msg)
     self->act_iter = h->iteration;
     self->act_mb = h->micro_batch;
     self->act_valid = true;
-}
-
-static int
-s_cmp_double (const void *a_, const void *b_)
-{
-    double a = *(const double *) a_, b = *(const double *) b_;
-    return (a > b) - (a < b);
 }
 
 double

@@ -1,7 +1,9 @@
 /*  test_srv_linkrate: the PROBE state machine (server/srv_linkrate.h) driven
     by a scripted device that answers at once, or after a sleep.
 
-    What it proves: the first timed transfer of a direction does not count.
+    What it proves: the first timed transfer of a direction does not count;
+    one stalled transfer among the counted ones is outvoted by the median,
+    stalls in most of them count.
     The cap holds every transfer at 256 KiB, so the first answer of each
     direction already ends the growth; the script delays that answer by
     S_STALL_S (the cost a fresh TCP direction can pay: slow start, a lost
@@ -85,28 +87,55 @@ Test (srv_linkrate, a_directions_first_transfer_does_not_count)
     cr_expect_gt (link.up_Bps, 10.0 * counted);
 }
 
-Test (srv_linkrate, a_stall_after_the_first_transfer_counts)
+//  Runs one measurement whose timed uploads after the first (the counted
+//  ones) listed in `stalls` (a bit per counted upload, 1 << 0 the first)
+//  are answered after stall_s. Returns the counted uploads.
+static int
+s_measure_up_stalls (srv_linkrate_t *link, unsigned stalls, double stall_s)
 {
-    //  The other side of the rule: a later transfer's stall is the link's
-    //  (or the device's) and is averaged in. Stall the second timed upload.
-    srv_linkrate_t link;
-    memset (&link, 0, sizeof link);
-    proto_msg_t *out = srv_linkrate_probe (&link, 0, 0);
+    proto_msg_t *out = srv_linkrate_probe (link, 0, 0);
     int ups = 0;
     while (out) {
-        if (proto_msg_probe (out)->reply_bytes > 0 && ++ups == 2)
-            s_sleep (S_STALL_S);
+        if (proto_msg_probe (out)->reply_bytes > 0 && ups++ > 0
+        &&  (stalls >> (ups - 2) & 1))
+            s_sleep (stall_s);
         proto_msg_t *in = s_answer (out);
         proto_msg_destroy (&out);
         char why[256] = "";
-        cr_assert_eq (srv_linkrate_answer (&link, in, 0, 0, S_SIZE, &out, why, sizeof why), 0,
+        cr_assert_eq (srv_linkrate_answer (link, in, 0, 0, S_SIZE, &out, why, sizeof why), 0,
                       "%s", why);
         proto_msg_destroy (&in);
     }
-    //  The stalled transfer ends the window (>= 0.6 s): one counted
-    //  transfer, 256 KiB over at least S_STALL_S.
-    cr_expect_leq (link.up_Bps, (double) S_SIZE / S_STALL_S);
-    cr_expect_gt (link.down_Bps, 10.0 * (double) S_SIZE / S_STALL_S);
+    cr_assert (srv_linkrate_done (link));
+    return ups - 1;
+}
+
+Test (srv_linkrate, one_stalled_transfer_is_outvoted)
+{
+    //  The first counted upload stalls for S_STALL_S: it alone spans the
+    //  window (>= 0.6 s), yet the probe goes on to three counted uploads
+    //  and the two prompt ones outvote it. Counted in a sum the rate would
+    //  be at most 3 x 256 KiB / S_STALL_S.
+    srv_linkrate_t link;
+    memset (&link, 0, sizeof link);
+    int counted = s_measure_up_stalls (&link, 1u, S_STALL_S);
+    cr_expect_eq (counted, 3);
+    cr_expect_gt (link.up_Bps, 10.0 * 3.0 * (double) S_SIZE / S_STALL_S);
+    cr_expect_gt (link.down_Bps, 10.0 * 3.0 * (double) S_SIZE / S_STALL_S);
+}
+
+Test (srv_linkrate, stalls_in_most_transfers_count)
+{
+    //  The other side of the rule: when most counted uploads stall (a
+    //  device paused throughout, a slow link), the rate is theirs. Stall
+    //  the first two of three by 0.35 s: the window is full after two, the
+    //  third comes at once; the median is a stalled one, and the rate the
+    //  sum's, 3 x 256 KiB over at least 0.7 s.
+    srv_linkrate_t link;
+    memset (&link, 0, sizeof link);
+    int counted = s_measure_up_stalls (&link, 3u, 0.35);
+    cr_expect_eq (counted, 3);
+    cr_expect_leq (link.up_Bps, 3.0 * (double) S_SIZE / 0.7);
 }
 
 Test (srv_linkrate, each_direction_sends_its_warm_up_and_up_to_eight_counted)
