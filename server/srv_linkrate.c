@@ -81,19 +81,29 @@ s_cmp_double (const void *a_, const void *b_)
     return (a > b) - (a < b);
 }
 
+//  The median of v[0..n) (the upper one for even n), 0 < n <=
+//  SRV_LINKRATE_SAMPLES; v is left as it is.
+static double
+s_median (const double *v, int n)
+{
+    double r[SRV_LINKRATE_SAMPLES];
+    memcpy (r, v, sizeof (double) * (size_t) n);
+    qsort (r, (size_t) n, sizeof r[0], s_cmp_double);
+    return r[n / 2];
+}
+_Static_assert (SRV_LINKRATE_REPEATS <= SRV_LINKRATE_SAMPLES, "s_median's buffer holds a probe's");
+
 //  A direction's rate from its n counted transfers: their bytes over
-//  their time (summed), or their median rate when that is higher. A stall
-//  (a retransmission timeout, a quota pause that fell on one transfer)
-//  only slows what it hits: in the sum it weighs as its share of the
-//  time, the median ignores it while most transfers ran clean; pauses
-//  that hit every transfer (a device throttled throughout) move both.
+//  their time (summed), or their median rate (the upper one of an even
+//  count) when that is higher. A stall (a retransmission timeout, a quota
+//  pause that fell on one transfer) only slows what it hits: in the sum
+//  it weighs as its share of the time, the median ignores it while most
+//  transfers ran clean; pauses that hit every transfer (a device
+//  throttled throughout) move both.
 static double
 s_rate (double summed, const double *xfer_Bps, int n)
 {
-    double r[S_REPEATS];
-    memcpy (r, xfer_Bps, sizeof (double) * (size_t) n);
-    qsort (r, (size_t) n, sizeof r[0], s_cmp_double);
-    double median = n % 2 ? r[n / 2] : 0.5 * (r[n / 2 - 1] + r[n / 2]);
+    double median = s_median (xfer_Bps, n);
     return median > summed ? median : summed;
 }
 
@@ -219,13 +229,7 @@ srv_linkrate_traffic (srv_linkrate_t *self)
 {
     int n = self->rates_count < SRV_LINKRATE_SAMPLES ? self->rates_count
                                                      : SRV_LINKRATE_SAMPLES;
-    double median = 0.0;
-    if (n >= 3) {
-        double r[SRV_LINKRATE_SAMPLES];
-        memcpy (r, self->rates, sizeof (double) * (size_t) n);
-        qsort (r, (size_t) n, sizeof r[0], s_cmp_double);
-        median = r[n / 2];
-    }
+    double median = n >= 3 ? s_median (self->rates, n) : 0.0;
     self->rates_count = 0;
     self->act_valid = false;
     return median;
