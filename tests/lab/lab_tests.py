@@ -316,18 +316,16 @@ def lab_flags(t):
     t.ok(lab_runs and all("--set codec_zstd=true " in c for c in lab_runs),
          "headline: every lab run compresses its codec payloads (codec_zstd) by default",
          lab_runs)
-    r, _ = run([HEADLINE, "--out", "/tmp/hl", "--dry-run", "--zstd", "off"])
-    runs_off = [l for l in r.stdout.splitlines() if l.startswith("$ ") and "pipelearn-lab" in l]
-    t.ok(r.returncode == 0 and runs_off
-         and all("--set codec_zstd=false " in c for c in runs_off),
-         "headline --zstd off turns it off", r.stdout + r.stderr)
     t.ok(lab_runs and all("--set int8_stochastic=true " in c for c in lab_runs),
          "headline: int8 rounds stochastically by default", lab_runs)
-    r, _ = run([HEADLINE, "--out", "/tmp/hl", "--dry-run", "--int8-rounding", "nearest"])
-    runs_near = [l for l in r.stdout.splitlines() if l.startswith("$ ") and "pipelearn-lab" in l]
-    t.ok(r.returncode == 0 and runs_near
-         and all("--set int8_stochastic=false " in c for c in runs_near),
-         "headline --int8-rounding nearest rounds to nearest", r.stdout + r.stderr)
+    # A flag that sets one key in every lab run.
+    for flags, key, what in ((["--zstd", "off"], "codec_zstd=false", "turns it off"),
+                             (["--int8-rounding", "nearest"], "int8_stochastic=false",
+                              "rounds to nearest")):
+        r, _ = run([HEADLINE, "--out", "/tmp/hl", "--dry-run"] + flags)
+        runs = [l for l in r.stdout.splitlines() if l.startswith("$ ") and "pipelearn-lab" in l]
+        t.ok(r.returncode == 0 and runs and all("--set %s " % key in c for c in runs),
+             "headline %s %s" % (" ".join(flags), what), r.stdout + r.stderr)
 
 
 # ------------------------------------------------------------------ shaping
