@@ -436,6 +436,54 @@ Test (kernels, maxpool_winner_bytes_route_the_gradient)
     cr_assert (nn_maxpool_fits (&big));
 }
 
+//  Max-pool backward against the winners' codes, by hand: windows that tile
+//  the image (2x2/2, 3x3/3), ones that leave a row and a column uncovered
+//  (5x7 under 2x2/2), overlapping and padded ones (3x3/2 pad 1), with and
+//  without dropped non-positive winners; din starts as NaN, so a pixel the
+//  kernel forgets to write fails.
+Test (kernels, maxpool_backward_matches_the_winners)
+{
+    static const int shapes[][5] = {    //  h, w, kernel, stride, pad
+        { 6, 8, 2, 2, 0 }, { 5, 7, 2, 2, 0 }, { 9, 6, 3, 3, 0 }, { 7, 7, 3, 2, 1 },
+        { 1, 1, 2, 2, 1 },
+    };
+    nn_rng_t rng;
+    nn_rng_seed (&rng, 77);
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int drop = 0; drop <= 1; drop++) {
+            nn_pool_shape_t s = { .n = 3, .h = shapes[i][0], .w = shapes[i][1], .c = 19,
+                                  .kernel = shapes[i][2], .stride = shapes[i][3],
+                                  .pad = shapes[i][4] };
+            cr_assert_eq (nn_pool_shape_finish (&s), 0);
+            size_t in_n = (size_t) s.n * s.h * s.w * s.c, out_n = (size_t) s.n * s.p * s.q * s.c;
+            float *in = s_random (in_n, &rng), *dout = s_random (out_n, &rng);
+            float *out = nn_malloc (sizeof (float) * out_n);
+            float *din = nn_malloc (sizeof (float) * in_n), *want = nn_calloc (in_n, sizeof (float));
+            uint8_t *win = nn_malloc (out_n);
+            nn_maxpool_forward (out, win, in, &s, drop);
+            for (int n = 0; n < s.n; n++)
+                for (int p = 0; p < s.p; p++)
+                    for (int q = 0; q < s.q; q++)
+                        for (int c = 0; c < s.c; c++) {
+                            size_t at = (((size_t) n * s.p + p) * s.q + q) * s.c + c;
+                            if (win[at] == NN_POOL_NO_WINNER)
+                                continue;
+                            int y = p * s.stride - s.pad + win[at] / s.kernel;
+                            int x = q * s.stride - s.pad + win[at] % s.kernel;
+                            cr_assert (y >= 0 && y < s.h && x >= 0 && x < s.w);
+                            want[(((size_t) n * s.h + y) * s.w + x) * s.c + c] += dout[at];
+                        }
+            for (size_t j = 0; j < in_n; j++)
+                din[j] = NAN;
+            nn_maxpool_backward (din, dout, win, &s);
+            for (size_t j = 0; j < in_n; j++)
+                cr_assert_float_eq (din[j], want[j], 1e-6f, "shape %zu drop %d pixel %zu: %g vs %g",
+                                    i, drop, j, (double) din[j], (double) want[j]);
+            nn_free (in), nn_free (dout), nn_free (out), nn_free (din), nn_free (want);
+            nn_free (win);
+        }
+}
+
 //  The kernel level: names, the cap a request puts on the CPU's level, and
 //  the level this process runs. meson registers this suite (and layers,
 //  model) once per level with PIPELEARN_ISA set, so every path the kernels

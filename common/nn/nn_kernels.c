@@ -379,13 +379,37 @@ nn_maxpool_backward_body (float *din, const float *dout, const uint8_t *win,
     size_t in_size = (size_t) s->h * s->w * s->c;
     size_t out_size = (size_t) s->p * s->q * s->c;
     int C = s->c;
-    memset (din, 0, sizeof (float) * in_size * s->n);
     //  Input offset of each code from the window's corner, channel 0.
     ptrdiff_t offset[NN_POOL_MAX_WINDOW];
     int width = s->kernel == 0 ? s->w : s->kernel;
     int cells = (int) s_pool_cells (s);
     for (int k = 0; k < cells; k++)
         offset[k] = ((ptrdiff_t) (k / width) * s->w + k % width) * C;
+    //  Windows that tile the image (VGG's 2x2/2): each input pixel is in
+    //  one window at most, so each cell is written once, its gradient or
+    //  zero, branch-free over channels (the scatter below, one add per
+    //  channel through a code, does not vectorise: 11% of a VGG5 step).
+    //  Only rows and columns no window covers need the memset.
+    if (s->kernel > 0 && s->stride == s->kernel && s->pad == 0) {
+        if (s->p * s->kernel != s->h || s->q * s->kernel != s->w)
+            memset (din, 0, sizeof (float) * in_size * s->n);
+        for (int n = 0; n < s->n; n++)
+            for (int p = 0; p < s->p; p++)
+                for (int q = 0; q < s->q; q++) {
+                    size_t at = n * out_size + ((size_t) p * s->q + q) * C;
+                    const float *dy = dout + at;
+                    const uint8_t *a = win + at;
+                    float *corner = din + n * in_size
+                                    + ((size_t) p * s->kernel * s->w + (size_t) q * s->kernel) * C;
+                    for (int k = 0; k < cells; k++) {
+                        float *restrict dx = corner + offset[k];
+                        for (int c = 0; c < C; c++)
+                            dx[c] = a[c] == k ? dy[c] : 0.0f;
+                    }
+                }
+        return;
+    }
+    memset (din, 0, sizeof (float) * in_size * s->n);
     for (int n = 0; n < s->n; n++) {
         float *dx = din + n * in_size;
         for (int p = 0; p < s->p; p++)

@@ -1,7 +1,8 @@
 /*  nn_kernels_conv.c: convolution (NHWC), dense and grouped: im2col and a
     GEMM per group (our register tile, nn_kernels_gemm.h, or OpenBLAS), a
-    direct loop for small patches, and depthwise convolutions by their own
-    direct kernels (nn_kernels_dwconv.c). */
+    direct loop for small patches, dense 3x3 stride-1 ones by Winograd's
+    F(2x2, 3x3) (nn_kernels_wino.c), and depthwise convolutions by their
+    own direct kernels (nn_kernels_dwconv.c). */
 #include "nn_kernels.h"
 
 #include "nn_kernels_conv.h"
@@ -72,7 +73,9 @@ nn_conv2d_scratch_count (const nn_conv_shape_t *s)
     size_t cols = s_gemm_scratch_count (s), live_cols = s_gemm_scratch_count (&live);
     cols = cols > live_cols ? cols : live_cols;
     size_t direct = (size_t) s->r * s->s * (s->c / s_groups (s)) * s->k + 2 * S_DIRECT_PATCH;
-    return cols > direct ? cols : direct;
+    cols = cols > direct ? cols : direct;
+    size_t wino = nn_wino_takes (s) ? nn_wino_scratch_count (s) : 0;
+    return cols > wino ? cols : wino;
 }
 
 //  Gather the (r, s, c) patch of output pixel (p, q) of one image.
@@ -439,6 +442,10 @@ nn_conv2d_forward_rows (float *out, const float *in, const float *w, const float
         s_conv_direct_forward (out, in, w, b, s, r0, r1, scratch);
         return;
     }
+    if (nn_wino_takes (s)) {
+        nn_wino_forward_rows (out, in, w, b, s, r0, r1, scratch);
+        return;
+    }
     s_gemm_shape_t gs = s_gemm_shape (s);
     int K = s->k, len = gs.len, kg = gs.kg;
     int chunk = s_chunk_rows ((size_t) len, (size_t) s->n * s->p * s->q);
@@ -494,6 +501,10 @@ nn_conv2d_backward_weights_rows (float *dw, float *db, const float *dout, const 
             for (int k = 0; k < s->k; k++)
                 db[k] += d[k];
         }
+    if (nn_wino_takes (s)) {
+        nn_wino_backward_weights_rows (dw, dout, in, s, r0, r1, scratch);
+        return;
+    }
     //  The dead taps' gradients are sums of zeros: dw keeps them.
     s_gemm_shape_t gs = s_gemm_shape (s);
     int K = s->k, len = gs.len, kg = gs.kg;
@@ -559,6 +570,10 @@ nn_conv2d_backward_input (float *din, const float *dout, const float *w,
 {
     if (s_depthwise (s)) {
         nn_dwconv_backward_input (din, dout, w, s, scratch);
+        return;
+    }
+    if (nn_wino_takes (s)) {
+        nn_wino_backward_input (din, dout, w, s, scratch);
         return;
     }
     s_gemm_shape_t gs = s_gemm_shape (s);

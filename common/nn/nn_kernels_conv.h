@@ -60,4 +60,19 @@ void nn_dwconv_backward_weights_rows (float *dw, float *db, const float *dout,
 void nn_dwconv_backward_input (float *din, const float *dout, const float *w,
                                const nn_conv_shape_t *s, float *scratch);
 
+//  Dense 3x3 stride-1 convolutions on images of at least 2x2 outputs, 8+
+//  channels each side: Winograd's F(2x2, 3x3) (nn_kernels_wino.c), the
+//  contracts of the nn_conv2d_*_rows kernels and nn_conv2d_backward_input
+//  (the weight gradient without db, which the caller adds), with scratch of
+//  nn_wino_scratch_count floats.
+bool nn_wino_takes (const nn_conv_shape_t *s);
+size_t nn_wino_scratch_count (const nn_conv_shape_t *s);
+void nn_wino_forward_rows (float *out, const float *in, const float *w, const float *b,
+                           const nn_conv_shape_t *s, int r0, int r1, float *scratch);
+void nn_wino_backward_weights_rows (float *dw, const float *dout, const float *in,
+                                    const nn_conv_shape_t *s, int r0, int r1,
+                                    float *scratch);
+void nn_wino_backward_input (float *din, const float *dout, const float *w,
+                             const nn_conv_shape_t *s, float *scratch);
+
 #endif
