@@ -229,6 +229,26 @@ Test (kernels, conv_dead_taps_match_naive)
 
 //  1x1 stride-1 unpadded convolutions are one GEMM on the input (no
 //  im2col), forward and both backward halves; stride 2 or padding is not.
+//  Dense 3x3 stride-1 convolutions with 8+ channels each side run by
+//  Winograd's F(2x2, 3x3) (nn_kernels_wino.c): the smallest image (2x2),
+//  odd sizes whose last tile is half outside, channel counts that are no
+//  vector width's multiple, pads 0 and 2, no bias, a batch of 128 tiles
+//  that takes two chunks (256 + 8 channels: 124 tiles a chunk), and row
+//  pieces cut mid-tile.
+Test (kernels, conv_winograd_matches_naive)
+{
+    s_check_conv (2, 2, 2, 8, 8, 3, 1, 1);
+    s_check_conv (3, 5, 7, 13, 19, 3, 1, 1);
+    s_check_conv (2, 6, 6, 9, 11, 3, 1, 0);
+    s_check_conv (1, 4, 3, 16, 8, 3, 1, 2);
+    s_check_conv (2, 16, 16, 256, 8, 3, 1, 1);
+    nn_conv_shape_t s = { .n = 3, .h = 7, .w = 7, .c = 24, .k = 40, .r = 3, .s = 3,
+                          .stride = 1, .pad = 1 };
+    s_check_conv_shape (s, false);
+    s_check_conv_rows (5, 7, 13, 19, 3, 1, 1, 6);
+    s_check_conv_rows (2, 9, 8, 16, 3, 1, 1, 7);
+}
+
 Test (kernels, conv_1x1_matches_naive)
 {
     s_check_conv (3, 5, 5, 16, 64, 1, 1, 0);    //  tile widths, 75 pixels: OpenBLAS
