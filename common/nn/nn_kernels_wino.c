@@ -19,10 +19,12 @@
     (forward: write them; weight gradient: zero dY elsewhere), so pieces
     cut mid-tile add up like the im2col kernels' pieces.
 
-    Layout of one chunk of T tiles in scratch: V (16, T, c), M (16, T, k),
-    U of one xi (k, c), then a zero row and a sink row (max (c, k) floats
-    each: the pixels outside the image read the one and write the other).
-    The transforms are vectorised over channels, one body per ISA level
+    Scratch: U (16, k, c), the weights transformed once per call (or dU,
+    the weight gradient's, summed over the chunks and folded into dw once
+    at the end), then one chunk of T tiles: V (16, T, c), M (16, T, k),
+    then a zero row and a sink row (max (c, k) floats each: the pixels
+    outside the image read the one and write the other). The transforms
+    are vectorised over channels, one body per ISA level
     (nn_kernels_simd.h). */
 #include "nn_kernels_conv.h"
 
@@ -32,7 +34,7 @@
 #include <string.h>
 
 //  V and M of one chunk: 2 MiB, about one core's L2 here; at least 64
-//  tiles so each xi's weights (recomputed per chunk) serve enough rows.
+//  tiles, so that each GEMM (which packs its U anew) has rows enough.
 #define S_CHUNK_BYTES (2 * 1024 * 1024)
 #define S_CHUNK_MIN 64
 
@@ -71,7 +73,7 @@ nn_wino_scratch_count (const nn_conv_shape_t *s)
     int total = s->n * s_tiles_down (s) * s_tiles_across (s);
     size_t T = (size_t) s_chunk_tiles (s, total), C = (size_t) s->c, K = (size_t) s->k;
     size_t row = C > K ? C : K;
-    return 16 * T * (C + K) + K * C + 2 * row;
+    return 16 * (T * (C + K) + K * C) + 2 * row;
 }
 
 //  Tile tg of the batch: image n, tile row ti, tile column tj.
@@ -274,74 +276,66 @@ S_DISPATCH (static, s_wino_din,
              float *sink),
             (din, dV, s, t0, T, sink))
 
-//  G's rows: U = G g G^T turns 3 taps into 4.
-static const float s_G[4][3] = {
-    { 1.0f, 0.0f, 0.0f }, { 0.5f, 0.5f, 0.5f }, { 0.5f, -0.5f, 0.5f }, { 0.0f, 0.0f, 1.0f }
-};
-
-//  The taps of w (k, 3, 3, c) that element xi of U sums, and their weights
-//  G[i][a] G[j][b]: at most 9.
-static int
-s_taps (int xi, int tap[9], float coef[9])
+//  U (16, k, c) = G g G^T of every (k, c) pair's 3x3 taps g, w (k, 3, 3, c):
+//  G's rows (1 0 0), (.5 .5 .5), (.5 -.5 .5), (0 0 1), down then across.
+S_BODY void
+s_wino_weights_body (float *U, const float *w, int K, int C)
 {
-    int i = xi / 4, j = xi % 4, count = 0;
-    for (int a = 0; a < 3; a++)
-        for (int b = 0; b < 3; b++) {
-            float g = s_G[i][a] * s_G[j][b];
-            if (g != 0.0f) {
-                tap[count] = a * 3 + b;
-                coef[count++] = g;
+    size_t plane = (size_t) K * C;
+    for (int k = 0; k < K; k++) {
+        const float *wk = w + (size_t) k * 9 * C;
+        float *u = U + (size_t) k * C;
+        S_IVDEP
+        for (int c = 0; c < C; c++) {
+            float t[4][3];
+            for (int b = 0; b < 3; b++) {
+                float g0 = wk[(size_t) b * C + c], g1 = wk[(size_t) (3 + b) * C + c];
+                float g2 = wk[(size_t) (6 + b) * C + c];
+                t[0][b] = g0;
+                t[1][b] = 0.5f * (g0 + g1 + g2);
+                t[2][b] = 0.5f * (g0 - g1 + g2);
+                t[3][b] = g2;
+            }
+            for (int i = 0; i < 4; i++) {
+                u[(size_t) (i * 4 + 0) * plane + c] = t[i][0];
+                u[(size_t) (i * 4 + 1) * plane + c] = 0.5f * (t[i][0] + t[i][1] + t[i][2]);
+                u[(size_t) (i * 4 + 2) * plane + c] = 0.5f * (t[i][0] - t[i][1] + t[i][2]);
+                u[(size_t) (i * 4 + 3) * plane + c] = t[i][2];
             }
         }
-    return count;
-}
-
-//  U (k, c) = element xi of G g G^T for every (k, c).
-S_BODY void
-s_wino_weights_body (float *U, const float *w, int K, int C, int xi)
-{
-    int tap[9];
-    float coef[9];
-    int count = s_taps (xi, tap, coef);
-    for (int k = 0; k < K; k++) {
-        float *u = U + (size_t) k * C;
-        const float *wk = w + (size_t) k * 9 * C;
-        S_IVDEP
-        for (int c = 0; c < C; c++)
-            u[c] = coef[0] * wk[(size_t) tap[0] * C + c];
-        for (int l = 1; l < count; l++) {
-            const float *wl = wk + (size_t) tap[l] * C;
-            float g = coef[l];
-            S_IVDEP
-            for (int c = 0; c < C; c++)
-                u[c] += g * wl[c];
-        }
     }
 }
 
-S_DISPATCH (static, s_wino_weights, (float *U, const float *w, int K, int C, int xi),
-            (U, w, K, C, xi))
+S_DISPATCH (static, s_wino_weights, (float *U, const float *w, int K, int C), (U, w, K, C))
 
-//  dw (k, 3, 3, c) += G^T dU G's share of element xi: dU (k, c).
+//  dw (k, 3, 3, c) += G^T dU G of every (k, c) pair, dU (16, k, c).
 S_BODY void
-s_wino_dweights_body (float *dw, const float *dU, int K, int C, int xi)
+s_wino_dweights_body (float *dw, const float *dU, int K, int C)
 {
-    int tap[9];
-    float coef[9];
-    int count = s_taps (xi, tap, coef);
+    size_t plane = (size_t) K * C;
     for (int k = 0; k < K; k++) {
         const float *u = dU + (size_t) k * C;
-        for (int l = 0; l < count; l++) {
-            float *d = dw + ((size_t) k * 9 + tap[l]) * C, g = coef[l];
-            S_IVDEP
-            for (int c = 0; c < C; c++)
-                d[c] += g * u[c];
+        float *d = dw + (size_t) k * 9 * C;
+        S_IVDEP
+        for (int c = 0; c < C; c++) {
+            float s[4][3];
+            for (int i = 0; i < 4; i++) {
+                float d0 = u[(size_t) (i * 4) * plane + c], d1 = u[(size_t) (i * 4 + 1) * plane + c];
+                float d2 = u[(size_t) (i * 4 + 2) * plane + c], d3 = u[(size_t) (i * 4 + 3) * plane + c];
+                s[i][0] = d0 + 0.5f * (d1 + d2);
+                s[i][1] = 0.5f * (d1 - d2);
+                s[i][2] = 0.5f * (d1 + d2) + d3;
+            }
+            for (int b = 0; b < 3; b++) {
+                d[(size_t) b * C + c] += s[0][b] + 0.5f * (s[1][b] + s[2][b]);
+                d[(size_t) (3 + b) * C + c] += 0.5f * (s[1][b] - s[2][b]);
+                d[(size_t) (6 + b) * C + c] += 0.5f * (s[1][b] + s[2][b]) + s[3][b];
+            }
         }
     }
 }
 
-S_DISPATCH (static, s_wino_dweights, (float *dw, const float *dU, int K, int C, int xi),
-            (dw, dU, K, C, xi))
+S_DISPATCH (static, s_wino_dweights, (float *dw, const float *dU, int K, int C), (dw, dU, K, C))
 
 //  Where each part of a chunk sits in scratch.
 typedef struct {
@@ -356,10 +350,10 @@ s_parts (float *scratch, const nn_conv_shape_t *s, int total)
     p.chunk = s_chunk_tiles (s, total);
     size_t T = (size_t) p.chunk, C = (size_t) s->c, K = (size_t) s->k;
     size_t row = C > K ? C : K;
-    p.V = scratch;
+    p.U = scratch;
+    p.V = p.U + 16 * K * C;
     p.M = p.V + 16 * T * C;
-    p.U = p.M + 16 * T * K;
-    p.zero = p.U + K * C;
+    p.zero = p.M + 16 * T * K;
     p.sink = p.zero + row;
     memset (p.zero, 0, sizeof (float) * row);
     return p;
@@ -372,16 +366,15 @@ nn_wino_forward_rows (float *out, const float *in, const float *w, const float *
     int t0, t1, C = s->c, K = s->k;
     s_tile_range (s, r0, r1, &t0, &t1);
     s_parts_t p = s_parts (scratch, s, t1 - t0);
+    s_wino_weights (p.U, w, K, C);
     for (int t = t0; t < t1; t += p.chunk) {
         int T = t1 - t < p.chunk ? t1 - t : p.chunk;
         s_wino_input (p.V, in, s, t, T, p.zero);
-        for (int xi = 0; xi < 16; xi++) {
+        for (int xi = 0; xi < 16; xi++)
             //  M_xi (T, k) = V_xi (T, c) . U_xi^T (c, k)
-            s_wino_weights (p.U, w, K, C, xi);
             cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, T, K, C, 1.0f,
-                         p.V + (size_t) xi * T * C, C, p.U, C, 0.0f,
+                         p.V + (size_t) xi * T * C, C, p.U + (size_t) xi * K * C, C, 0.0f,
                          p.M + (size_t) xi * T * K, K);
-        }
         //  The zero row doubles as a missing bias: K floats of zeros.
         s_wino_output (out, p.M, b ? b : p.zero, s, t, T, r0, r1, p.sink);
     }
@@ -398,14 +391,13 @@ nn_wino_backward_weights_rows (float *dw, const float *dout, const float *in,
         int T = t1 - t < p.chunk ? t1 - t : p.chunk;
         s_wino_input (p.V, in, s, t, T, p.zero);
         s_wino_dout (p.M, dout, s, t, T, r0, r1, p.zero);
-        for (int xi = 0; xi < 16; xi++) {
-            //  dU_xi (k, c) = dM_xi^T (k, T) . V_xi (T, c)
+        for (int xi = 0; xi < 16; xi++)
+            //  dU_xi (k, c) (+)= dM_xi^T (k, T) . V_xi (T, c)
             cblas_sgemm (CblasRowMajor, CblasTrans, CblasNoTrans, K, C, T, 1.0f,
-                         p.M + (size_t) xi * T * K, K, p.V + (size_t) xi * T * C, C, 0.0f,
-                         p.U, C);
-            s_wino_dweights (dw, p.U, K, C, xi);
-        }
+                         p.M + (size_t) xi * T * K, K, p.V + (size_t) xi * T * C, C,
+                         t > t0 ? 1.0f : 0.0f, p.U + (size_t) xi * K * C, C);
     }
+    s_wino_dweights (dw, p.U, K, C);
 }
 
 void
@@ -416,16 +408,15 @@ nn_wino_backward_input (float *din, const float *dout, const float *w,
     int rows = s->n * s->p * s->q;
     s_parts_t p = s_parts (scratch, s, total);
     memset (din, 0, sizeof (float) * s->n * s->h * s->w * C);
+    s_wino_weights (p.U, w, K, C);
     for (int t = 0; t < total; t += p.chunk) {
         int T = total - t < p.chunk ? total - t : p.chunk;
         s_wino_dout (p.M, dout, s, t, T, 0, rows, p.zero);
-        for (int xi = 0; xi < 16; xi++) {
+        for (int xi = 0; xi < 16; xi++)
             //  dV_xi (T, c) = dM_xi (T, k) . U_xi (k, c)
-            s_wino_weights (p.U, w, K, C, xi);
             cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, T, C, K, 1.0f,
-                         p.M + (size_t) xi * T * K, K, p.U, C, 0.0f,
+                         p.M + (size_t) xi * T * K, K, p.U + (size_t) xi * K * C, C, 0.0f,
                          p.V + (size_t) xi * T * C, C);
-        }
         s_wino_din (din, p.V, s, t, T, p.sink);
     }
 }
