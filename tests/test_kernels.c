@@ -4,6 +4,7 @@
 #include "nn_alloc.h"
 #include "nn_isa.h"
 #include "nn_kernels.h"
+#include "nn_kernels_conv.h"
 #include "nn_optim.h"
 #include "nn_rng.h"
 
@@ -229,24 +230,45 @@ Test (kernels, conv_dead_taps_match_naive)
 
 //  1x1 stride-1 unpadded convolutions are one GEMM on the input (no
 //  im2col), forward and both backward halves; stride 2 or padding is not.
-//  Dense 3x3 stride-1 convolutions with 8+ channels each side run by
-//  Winograd's F(2x2, 3x3) (nn_kernels_wino.c): the smallest image (2x2),
-//  odd sizes whose last tile is half outside, channel counts that are no
-//  vector width's multiple, pads 0 and 2, no bias, a batch of 128 tiles
-//  that takes two chunks (256 + 8 channels: 124 tiles a chunk), and row
-//  pieces cut mid-tile.
+//  Dense 3x3 stride-1 convolutions with 8+ channels each side, over 32
+//  tiles (2x2 output blocks) or more, run by Winograd's F(2x2, 3x3)
+//  (nn_kernels_wino.c): the smallest images (2x2), odd sizes whose last
+//  tile is half outside, channel counts that are no vector width's
+//  multiple, pads 0 and 2, no bias, 128 tiles that take two chunks (256 + 8
+//  channels: 64 tiles a chunk, the minimum), and row pieces cut mid-tile,
+//  some under 32 tiles (im2col) beside Winograd's.
+static bool
+s_wino (int n, int h, int w, int c, int k, int pad)
+{
+    nn_conv_shape_t s = { .n = n, .h = h, .w = w, .c = c, .k = k, .r = 3, .s = 3,
+                          .stride = 1, .pad = pad };
+    nn_conv_shape_finish (&s);
+    return nn_wino_pays (&s, 0, n * s.p * s.q);
+}
+
 Test (kernels, conv_winograd_matches_naive)
 {
-    s_check_conv (2, 2, 2, 8, 8, 3, 1, 1);
-    s_check_conv (3, 5, 7, 13, 19, 3, 1, 1);
-    s_check_conv (2, 6, 6, 9, 11, 3, 1, 0);
-    s_check_conv (1, 4, 3, 16, 8, 3, 1, 2);
-    s_check_conv (2, 16, 16, 256, 8, 3, 1, 1);
+    static const int shapes[][6] = {    //  n, h, w, c, k, pad
+        { 40, 2, 2, 8, 8, 1 }, { 3, 5, 7, 13, 19, 1 }, { 8, 6, 6, 9, 11, 0 },
+        { 4, 4, 3, 16, 8, 2 }, { 2, 16, 16, 256, 8, 1 },
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int *v = shapes[i];
+        cr_assert (s_wino (v[0], v[1], v[2], v[3], v[4], v[5]), "shape %zu takes Winograd", i);
+        s_check_conv (v[0], v[1], v[2], v[3], v[4], 3, 1, v[5]);
+    }
     nn_conv_shape_t s = { .n = 3, .h = 7, .w = 7, .c = 24, .k = 40, .r = 3, .s = 3,
                           .stride = 1, .pad = 1 };
     s_check_conv_shape (s, false);
     s_check_conv_rows (5, 7, 13, 19, 3, 1, 1, 6);
-    s_check_conv_rows (2, 9, 8, 16, 3, 1, 1, 7);
+    s_check_conv_rows (6, 9, 8, 16, 3, 1, 1, 3);
+    //  Not Winograd: under 32 tiles, 7 channels, stride 2, 5x5, groups.
+    cr_assert (!s_wino (2, 2, 2, 8, 8, 1));
+    cr_assert (!s_wino (40, 8, 8, 7, 8, 1));
+    nn_conv_shape_t g = { .n = 40, .h = 8, .w = 8, .c = 16, .k = 16, .r = 3, .s = 3,
+                          .stride = 1, .pad = 1, .groups = 2 };
+    nn_conv_shape_finish (&g);
+    cr_assert (!nn_wino_pays (&g, 0, 40 * 64));
 }
 
 Test (kernels, conv_1x1_matches_naive)

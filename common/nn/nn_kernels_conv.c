@@ -403,9 +403,9 @@ s_gemm_a (float *cols, const float *in, const s_gemm_shape_t *gs, int g, int row
 //  16 blocks: our tile reads w transposed, and makes dw transposed.
 //  Element by element down the columns, MobileNetV3's 576 x 1024 1x1
 //  weights took 3.2 ms, a cache miss each.
-static void
-s_transpose (float *dst, size_t ldd, const float *src, size_t lds, int rows, int cols,
-             bool add)
+void
+nn_conv_transpose (float *dst, size_t ldd, const float *src, size_t lds, int rows, int cols,
+                   bool add)
 {
     for (int i0 = 0; i0 < rows; i0 += 16)
         for (int j0 = 0; j0 < cols; j0 += 16) {
@@ -442,7 +442,7 @@ nn_conv2d_forward_rows (float *out, const float *in, const float *w, const float
         s_conv_direct_forward (out, in, w, b, s, r0, r1, scratch);
         return;
     }
-    if (nn_wino_takes (s)) {
+    if (nn_wino_pays (s, r0, r1)) {
         nn_wino_forward_rows (out, in, w, b, s, r0, r1, scratch);
         return;
     }
@@ -455,7 +455,7 @@ nn_conv2d_forward_rows (float *out, const float *in, const float *w, const float
     if (own)
         for (int i = 0; i < gs.groups; i++)
             for (int j = 0; j < gs.segs; j++)
-                s_transpose (wt + ((size_t) i * len + (size_t) j * gs.seg) * kg, (size_t) kg,
+                nn_conv_transpose (wt + ((size_t) i * len + (size_t) j * gs.seg) * kg, (size_t) kg,
                              s_gemm_w (w, &gs, i, j), (size_t) gs.ld, kg, gs.seg, false);
     for (int g = r0; g < r1; g += chunk) {
         int rows = r1 - g < chunk ? r1 - g : chunk;
@@ -501,7 +501,7 @@ nn_conv2d_backward_weights_rows (float *dw, float *db, const float *dout, const 
             for (int k = 0; k < s->k; k++)
                 db[k] += d[k];
         }
-    if (nn_wino_takes (s)) {
+    if (nn_wino_pays (s, r0, r1)) {
         nn_wino_backward_weights_rows (dw, dout, in, s, r0, r1, scratch);
         return;
     }
@@ -539,7 +539,7 @@ nn_conv2d_backward_weights_rows (float *dw, float *db, const float *dout, const 
     if (own)
         for (int i = 0; i < gs.groups; i++)
             for (int j = 0; j < gs.segs; j++)
-                s_transpose ((float *) s_gemm_w (dw, &gs, i, j), (size_t) gs.ld,
+                nn_conv_transpose ((float *) s_gemm_w (dw, &gs, i, j), (size_t) gs.ld,
                              dwt + ((size_t) i * len + (size_t) j * gs.seg) * kg, (size_t) kg,
                              gs.seg, kg, true);
 }
@@ -572,7 +572,7 @@ nn_conv2d_backward_input (float *din, const float *dout, const float *w,
         nn_dwconv_backward_input (din, dout, w, s, scratch);
         return;
     }
-    if (nn_wino_takes (s)) {
+    if (nn_wino_pays (s, 0, s->n * s->p * s->q)) {
         nn_wino_backward_input (din, dout, w, s, scratch);
         return;
     }

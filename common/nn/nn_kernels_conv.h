@@ -60,12 +60,20 @@ void nn_dwconv_backward_weights_rows (float *dw, float *db, const float *dout,
 void nn_dwconv_backward_input (float *din, const float *dout, const float *w,
                                const nn_conv_shape_t *s, float *scratch);
 
+//  dst[j * ldd + i] (+)= src[i * lds + j] for i < rows, j < cols, in 16 x
+//  16 blocks (add: accumulate, else overwrite).
+void nn_conv_transpose (float *dst, size_t ldd, const float *src, size_t lds, int rows,
+                        int cols, bool add);
+
 //  Dense 3x3 stride-1 convolutions on images of at least 2x2 outputs, 8+
 //  channels each side: Winograd's F(2x2, 3x3) (nn_kernels_wino.c), the
 //  contracts of the nn_conv2d_*_rows kernels and nn_conv2d_backward_input
 //  (the weight gradient without db, which the caller adds), with scratch of
 //  nn_wino_scratch_count floats.
 bool nn_wino_takes (const nn_conv_shape_t *s);
+//  Whether Winograd runs output pixels [r0, r1) of shape s: it takes the
+//  shape and the pixels hold enough tiles.
+bool nn_wino_pays (const nn_conv_shape_t *s, int r0, int r1);
 size_t nn_wino_scratch_count (const nn_conv_shape_t *s);
 void nn_wino_forward_rows (float *out, const float *in, const float *w, const float *b,
                            const nn_conv_shape_t *s, int r0, int r1, float *scratch);

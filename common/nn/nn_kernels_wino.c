@@ -33,10 +33,21 @@
 #include <cblas.h>
 #include <string.h>
 
-//  V and M of one chunk: 2 MiB, about one core's L2 here; at least 64
-//  tiles, so that each GEMM (which packs its U anew) has rows enough.
-#define S_CHUNK_BYTES (2 * 1024 * 1024)
+//  V and M of one chunk: 512 KiB, a quarter of one core's L2 here (2 MiB
+//  chunks ran VGG5's weight and input gradients 25-35% slower, 256 KiB
+//  ones its forward); at least 64 tiles, so that each GEMM (which packs
+//  its U anew) has rows enough.
+#define S_CHUNK_BYTES (512 * 1024)
 #define S_CHUNK_MIN 64
+
+//  Calls over fewer tiles take im2col: 16 small GEMMs lost to one over 4x
+//  the rows (VGG11's 512 -> 512 on 2x2 images, 13 images, 13 tiles: 3.2 ms
+//  forward against 2.1; 25 tiles about even, 50 tiles 5.2 against 8.2).
+#define S_TILES_MIN 32
+
+//  The forward transposes U when its 16 planes (k * c floats each) fit in
+//  1 MiB, half this core's L2.
+#define S_TRANSPOSE_MAX (1024 * 1024 / (16 * sizeof (float)))
 
 //  Tiles down and across.
 static int
@@ -67,13 +78,25 @@ nn_wino_takes (const nn_conv_shape_t *s)
            && s->k >= 8 && s->p >= 2 && s->q >= 2;
 }
 
+static void s_tile_range (const nn_conv_shape_t *s, int r0, int r1, int *t0, int *t1);
+
+bool
+nn_wino_pays (const nn_conv_shape_t *s, int r0, int r1)
+{
+    if (!nn_wino_takes (s) || r1 <= r0)
+        return false;
+    int t0, t1;
+    s_tile_range (s, r0, r1, &t0, &t1);
+    return t1 - t0 >= S_TILES_MIN;
+}
+
 size_t
 nn_wino_scratch_count (const nn_conv_shape_t *s)
 {
     int total = s->n * s_tiles_down (s) * s_tiles_across (s);
     size_t T = (size_t) s_chunk_tiles (s, total), C = (size_t) s->c, K = (size_t) s->k;
     size_t row = C > K ? C : K;
-    return 16 * (T * (C + K) + K * C) + 2 * row;
+    return 16 * T * (C + K) + 17 * K * C + 2 * row;
 }
 
 //  Tile tg of the batch: image n, tile row ti, tile column tj.
@@ -339,7 +362,7 @@ S_DISPATCH (static, s_wino_dweights, (float *dw, const float *dU, int K, int C),
 
 //  Where each part of a chunk sits in scratch.
 typedef struct {
-    float *V, *M, *U, *zero, *sink;
+    float *V, *M, *U, *temp, *zero, *sink;
     int chunk;
 } s_parts_t;
 
@@ -351,7 +374,8 @@ s_parts (float *scratch, const nn_conv_shape_t *s, int total)
     size_t T = (size_t) p.chunk, C = (size_t) s->c, K = (size_t) s->k;
     size_t row = C > K ? C : K;
     p.U = scratch;
-    p.V = p.U + 16 * K * C;
+    p.temp = p.U + 16 * K * C;
+    p.V = p.temp + K * C;
     p.M = p.V + 16 * T * C;
     p.zero = p.M + 16 * T * K;
     p.sink = p.zero + row;
@@ -366,14 +390,26 @@ nn_wino_forward_rows (float *out, const float *in, const float *w, const float *
     int t0, t1, C = s->c, K = s->k;
     s_tile_range (s, r0, r1, &t0, &t1);
     s_parts_t p = s_parts (scratch, s, t1 - t0);
+    //  U_xi^T (c, k) for each xi when the 16 planes fit in L2: OpenBLAS's
+    //  NN product ran these shapes faster than NT on U_xi (VGG5's 64 -> 64
+    //  at 7x7, batch 25: 0.43 ms against 0.59). VGG11's 512 x 512 planes
+    //  (16 MiB) cost more to transpose than NT loses (4x4 images, batch 50:
+    //  22.3 ms against 17.3).
     s_wino_weights (p.U, w, K, C);
+    bool nn = (size_t) K * C <= S_TRANSPOSE_MAX;
+    for (int xi = 0; nn && xi < 16; xi++) {
+        float *u = p.U + (size_t) xi * K * C;
+        nn_conv_transpose (p.temp, (size_t) K, u, (size_t) C, K, C, false);
+        memcpy (u, p.temp, sizeof (float) * K * C);
+    }
     for (int t = t0; t < t1; t += p.chunk) {
         int T = t1 - t < p.chunk ? t1 - t : p.chunk;
         s_wino_input (p.V, in, s, t, T, p.zero);
         for (int xi = 0; xi < 16; xi++)
             //  M_xi (T, k) = V_xi (T, c) . U_xi^T (c, k)
-            cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, T, K, C, 1.0f,
-                         p.V + (size_t) xi * T * C, C, p.U + (size_t) xi * K * C, C, 0.0f,
+            cblas_sgemm (CblasRowMajor, CblasNoTrans, nn ? CblasNoTrans : CblasTrans, T, K, C,
+                         1.0f, p.V + (size_t) xi * T * C, C, p.U + (size_t) xi * K * C,
+                         nn ? K : C, 0.0f,
                          p.M + (size_t) xi * T * K, K);
         //  The zero row doubles as a missing bias: K floats of zeros.
         s_wino_output (out, p.M, b ? b : p.zero, s, t, T, r0, r1, p.sink);
