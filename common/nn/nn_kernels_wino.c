@@ -28,6 +28,7 @@
     (nn_kernels_simd.h). */
 #include "nn_kernels_conv.h"
 
+#include "nn_kernels_gemm.h"
 #include "nn_kernels_simd.h"
 
 #include <cblas.h>
@@ -343,8 +344,8 @@ s_wino_dweights_body (float *dw, const float *dU, int K, int C)
         for (int c = 0; c < C; c++) {
             float s[4][3];
             for (int i = 0; i < 4; i++) {
-                float d0 = u[(size_t) (i * 4) * plane + c], d1 = u[(size_t) (i * 4 + 1) * plane + c];
-                float d2 = u[(size_t) (i * 4 + 2) * plane + c], d3 = u[(size_t) (i * 4 + 3) * plane + c];
+                const float *ui = u + (size_t) i * 4 * plane + c;
+                float d0 = ui[0], d1 = ui[plane], d2 = ui[2 * plane], d3 = ui[3 * plane];
                 s[i][0] = d0 + 0.5f * (d1 + d2);
                 s[i][1] = 0.5f * (d1 - d2);
                 s[i][2] = 0.5f * (d1 + d2) + d3;
@@ -359,6 +360,31 @@ s_wino_dweights_body (float *dw, const float *dU, int K, int C)
 }
 
 S_DISPATCH (static, s_wino_dweights, (float *dw, const float *dU, int K, int C), (dw, dU, K, C))
+
+//  c (m, n) = a (m, J) . b (J, n), rows lda, ldb and n apart: our tile
+//  where it beat OpenBLAS (which packs both operands of every product;
+//  these are small, J a channel count), else OpenBLAS. Measured per call
+//  on the Intel Xeon: the AVX-512 tile won at n 64-512 (VGG11's input
+//  gradient on 4x4 images: 14.2 ms against 19.4) and lost at n 32 (VGG5's
+//  conv2: 0.83 against 0.72); the AVX2 tile won at n 32-64 (VGG5's conv2
+//  and conv3 forward and input gradient: 20-25% less time) and lost at n
+//  128-512 (VGG11's 512 -> 512, 4x4: 25.5 against 21.3). NEON: not
+//  measured, OpenBLAS.
+static void
+s_product (float *c, const float *a, size_t lda, size_t as, const float *b, int ldb, int m,
+           int n, int J, bool beta)
+{
+    nn_isa_t isa = nn_isa_active ();
+    bool own = (isa == NN_ISA_AVX512 && n >= 64) || (isa == NN_ISA_AVX2 && n <= 64);
+    if (own && nn_tile_fits (n, J))
+        nn_tile_gemm (c, (size_t) n, a, lda, as, b, (size_t) ldb, m, n, J, beta);
+    else if (as == 1)
+        cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, J, 1.0f, a, (int) lda, b,
+                     ldb, beta ? 1.0f : 0.0f, c, n);
+    else
+        cblas_sgemm (CblasRowMajor, CblasTrans, CblasNoTrans, m, n, J, 1.0f, a, (int) as, b,
+                     ldb, beta ? 1.0f : 0.0f, c, n);
+}
 
 //  Where each part of a chunk sits in scratch.
 typedef struct {
@@ -405,12 +431,16 @@ nn_wino_forward_rows (float *out, const float *in, const float *w, const float *
     for (int t = t0; t < t1; t += p.chunk) {
         int T = t1 - t < p.chunk ? t1 - t : p.chunk;
         s_wino_input (p.V, in, s, t, T, p.zero);
-        for (int xi = 0; xi < 16; xi++)
+        for (int xi = 0; xi < 16; xi++) {
             //  M_xi (T, k) = V_xi (T, c) . U_xi^T (c, k)
-            cblas_sgemm (CblasRowMajor, CblasNoTrans, nn ? CblasNoTrans : CblasTrans, T, K, C,
-                         1.0f, p.V + (size_t) xi * T * C, C, p.U + (size_t) xi * K * C,
-                         nn ? K : C, 0.0f,
-                         p.M + (size_t) xi * T * K, K);
+            const float *v = p.V + (size_t) xi * T * C, *u = p.U + (size_t) xi * K * C;
+            float *m = p.M + (size_t) xi * T * K;
+            if (nn)
+                s_product (m, v, (size_t) C, 1, u, K, T, K, C, false);
+            else
+                cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, T, K, C, 1.0f, v, C, u, C,
+                             0.0f, m, K);
+        }
         //  The zero row doubles as a missing bias: K floats of zeros.
         s_wino_output (out, p.M, b ? b : p.zero, s, t, T, r0, r1, p.sink);
     }
@@ -429,9 +459,8 @@ nn_wino_backward_weights_rows (float *dw, const float *dout, const float *in,
         s_wino_dout (p.M, dout, s, t, T, r0, r1, p.zero);
         for (int xi = 0; xi < 16; xi++)
             //  dU_xi (k, c) (+)= dM_xi^T (k, T) . V_xi (T, c)
-            cblas_sgemm (CblasRowMajor, CblasTrans, CblasNoTrans, K, C, T, 1.0f,
-                         p.M + (size_t) xi * T * K, K, p.V + (size_t) xi * T * C, C,
-                         t > t0 ? 1.0f : 0.0f, p.U + (size_t) xi * K * C, C);
+            s_product (p.U + (size_t) xi * K * C, p.M + (size_t) xi * T * K, 1, (size_t) K,
+                       p.V + (size_t) xi * T * C, C, K, C, T, t > t0);
     }
     s_wino_dweights (dw, p.U, K, C);
 }
@@ -450,9 +479,8 @@ nn_wino_backward_input (float *din, const float *dout, const float *w,
         s_wino_dout (p.M, dout, s, t, T, 0, rows, p.zero);
         for (int xi = 0; xi < 16; xi++)
             //  dV_xi (T, c) = dM_xi (T, k) . U_xi (k, c)
-            cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, T, C, K, 1.0f,
-                         p.M + (size_t) xi * T * K, K, p.U + (size_t) xi * K * C, C, 0.0f,
-                         p.V + (size_t) xi * T * C, C);
+            s_product (p.V + (size_t) xi * T * C, p.M + (size_t) xi * T * K, (size_t) K, 1,
+                       p.U + (size_t) xi * K * C, C, T, C, K, false);
         s_wino_din (din, p.V, s, t, T, p.sink);
     }
 }
