@@ -279,7 +279,9 @@ s_usage (void)
 {
     fprintf (stderr, "usage: pipelearn-bench [--model NAME] [--input HxWxC[,HxWxC...]] "
              "[--batch B] [--micro M[,M...]] [--threads T] [--images N] [--repeats R] "
-             "[--warmup W] [--no-torch] [--json FILE] [--isa LEVEL] [--train-rss]\n");
+             "[--warmup W] [--no-torch] [--json FILE] [--isa LEVEL] [--train-rss]\n"
+             "       pipelearn-bench --conv-calls [--isa LEVEL] [--repeats R]: time each 3x3 "
+             "convolution shape of docs/performance.md's Winograd table per call\n");
     return 2;
 }
 
@@ -296,7 +298,7 @@ main (int argc, char **argv)
     const char *model_arg = "vgg5", *json_path = NULL;
     const char *inputs_arg = "28x28x1,32x32x3", *micro_arg = "25,10";
     int threads = 1, images = 500, repeats = 3, warmup = 2, batch = 100;
-    bool torch = true, train_rss = false;
+    bool torch = true, train_rss = false, conv_calls = false;
     static const struct option opts[] = {
         { "model", required_argument, NULL, 'M' }, { "input", required_argument, NULL, 'I' },
         { "batch", required_argument, NULL, 'b' }, { "micro", required_argument, NULL, 'm' },
@@ -304,7 +306,7 @@ main (int argc, char **argv)
         { "repeats", required_argument, NULL, 'r' }, { "warmup", required_argument, NULL, 'w' },
         { "no-torch", no_argument, NULL, 'T' }, { "json", required_argument, NULL, 'j' },
         { "isa", required_argument, NULL, 'i' }, { "train-rss", no_argument, NULL, 'R' },
-        { NULL, 0, NULL, 0 }
+        { "conv-calls", no_argument, NULL, 'C' }, { NULL, 0, NULL, 0 }
     };
     int opt;
     while ((opt = getopt_long (argc, argv, "", opts, NULL)) != -1)
@@ -321,6 +323,7 @@ main (int argc, char **argv)
             case 'j': json_path = optarg; break;
             case 'i': break;            //  taken by s_isa_env
             case 'R': train_rss = true; break;
+            case 'C': conv_calls = true; break;
             default: return s_usage ();
         }
     if (optind < argc)
@@ -366,6 +369,12 @@ main (int argc, char **argv)
 
     char cpu[256];
     s_cpu_name (cpu, sizeof cpu);
+    if (conv_calls) {
+        printf ("CPU: %s; kernels %s, OpenBLAS core %s; one thread\n", cpu,
+                nn_isa_name (nn_isa_active ()), pl_blas_corename ());
+        bench_conv_calls (repeats > 3 ? repeats : 20);
+        return 0;
+    }
     const char *aten = getenv ("ATEN_CPU_CAPABILITY");
     cJSON *out = cJSON_CreateObject ();
     cJSON_AddStringToObject (out, "cpu", cpu);

@@ -23,5 +23,9 @@ double bench_sgemm_peak (void);
 //  backward, the best of `repeats`, in GFLOP/s of the matrix work per
 //  second of thread CPU time.
 double bench_vgg5_conv_rate (int repeats);
+//  `pipelearn-bench --conv-calls`: prints, per 3x3 convolution shape of
+//  docs/performance.md's "Winograd" table, the path it takes (winograd or
+//  im2col) and its forward, weight and input gradient times per call.
+void bench_conv_calls (int repeats);
 
 #endif

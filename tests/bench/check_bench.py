@@ -9,7 +9,10 @@ the CPU and level lines, one table row per setting naming our kernel level
 and OpenBLAS core, and in --json every figure (images per second of wall
 and CPU time, peak RSS, ratios) positive and finite. Not a timing bar: the
 figures' size depends on the host. Without python3-torch the PyTorch side
-is left out (--no-torch) and only ours is checked.
+is left out (--no-torch) and only ours is checked. Then `--conv-calls
+--repeats 4`: one row per 3x3 shape, its path (the 13- and 25-tile calls
+im2col, the others winograd: the shapes decide, not the clock) and three
+positive times.
 """
 import json
 import math
@@ -86,7 +89,32 @@ def main():
             positive(r.get("ratio_cpu"), what + " ratio_cpu")
         elif "torch" in r:
             raise AssertionError("%s: PyTorch figures with --no-torch" % what)
-    print("ok: %d settings%s" % (len(rows), "" if torch else " (no python3-torch: ours only)"))
+    calls = check_conv_calls(exe)
+    print("ok: %d settings%s, %d convolution shapes"
+          % (len(rows), "" if torch else " (no python3-torch: ours only)", calls))
+
+
+def check_conv_calls(exe):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    run = subprocess.run([exe, "--conv-calls", "--repeats", "4"], capture_output=True,
+                         text=True, env=env, timeout=300)
+    sys.stdout.write(run.stdout)
+    if run.returncode != 0:
+        sys.stderr.write(run.stderr)
+        raise AssertionError("pipelearn-bench --conv-calls exited %d" % run.returncode)
+    rows = [l.split() for l in run.stdout.splitlines()
+            if l[:1].isdigit() and len(l.split()) == 7]
+    if len(rows) != 14:
+        raise AssertionError("--conv-calls: want 14 shape rows, got %d" % len(rows))
+    for r in rows:
+        tiles = int(r[0]) * ((int(r[1].split("x")[0]) + 1) // 2) ** 2
+        want = "winograd" if tiles >= 32 else "im2col"
+        if r[3] != want:
+            raise AssertionError("--conv-calls %s: path %s, want %s (%d tiles)"
+                                 % (" ".join(r[:3]), r[3], want, tiles))
+        for v in r[4:]:
+            positive(float(v), "--conv-calls %s time" % " ".join(r[:3]))
+    return len(rows)
 
 
 if __name__ == "__main__":
