@@ -60,7 +60,8 @@ s_time_conv (nn_conv_shape_t sh, int repeats, bool first, double best[3])
     size_t wn = (size_t) sh.k * sh.r * sh.s * sh.c;
     int rows = sh.n * sh.p * sh.q;
     float *x = nn_alloc_aligned (sizeof (float) * in), *dx = nn_alloc_aligned (sizeof (float) * in);
-    float *y = nn_alloc_aligned (sizeof (float) * out), *dy = nn_alloc_aligned (sizeof (float) * out);
+    float *y = nn_alloc_aligned (sizeof (float) * out);
+    float *dy = nn_alloc_aligned (sizeof (float) * out);
     float *w = nn_alloc_aligned (sizeof (float) * wn), *dw = nn_alloc_aligned (sizeof (float) * wn);
     float *scratch = nn_alloc_aligned (sizeof (float) * nn_conv2d_scratch_count (&sh));
     for (size_t i = 0; i < in; i++)
@@ -108,7 +109,8 @@ bench_vgg5_conv_rate (int repeats)
         nn_conv_shape_finish (&sh);
         double best[3];
         s_time_conv (sh, repeats, l == 0, best);
-        flops += (l == 0 ? 2.0 : 3.0) * 2.0 * sh.n * sh.p * sh.q * (double) sh.k * sh.r * sh.s * sh.c;
+        double macs = (double) sh.n * sh.p * sh.q * sh.k * sh.r * sh.s * sh.c;
+        flops += (l == 0 ? 2.0 : 3.0) * 2.0 * macs;
         secs += best[0] + best[1] + best[2];
     }
     return flops / secs / 1e9;
