@@ -5,7 +5,8 @@
     where im2col's GEMM costs 36, so VGG's and ResNet's 3x3 layers do 2.25x
     fewer (1.72x on 7x7 images, whose last tile row and column are half
     wasted). Forward, weight gradient and input gradient all run as 16
-    GEMMs (OpenBLAS) over planes of transformed tiles:
+    GEMMs (our register tile or OpenBLAS, s_product) over planes of
+    transformed tiles:
 
         forward    Y  = A^T [ sum_c U[k,c] . V[c] ] A          U = G g G^T,  V = B^T d B
         backward   dM = A dY A^T;  dV[c] = sum_k U[k,c] . dM[k];  dd = B dV B^T
@@ -79,18 +80,6 @@ nn_wino_takes (const nn_conv_shape_t *s)
            && s->k >= 8 && s->p >= 2 && s->q >= 2;
 }
 
-static void s_tile_range (const nn_conv_shape_t *s, int r0, int r1, int *t0, int *t1);
-
-bool
-nn_wino_pays (const nn_conv_shape_t *s, int r0, int r1)
-{
-    if (!nn_wino_takes (s) || r1 <= r0)
-        return false;
-    int t0, t1;
-    s_tile_range (s, r0, r1, &t0, &t1);
-    return t1 - t0 >= S_TILES_MIN;
-}
-
 size_t
 nn_wino_scratch_count (const nn_conv_shape_t *s)
 {
@@ -118,6 +107,16 @@ s_tile_range (const nn_conv_shape_t *s, int r0, int r1, int *t0, int *t1)
     int last = r1 - 1;
     *t0 = (r0 / pq * tp + r0 % pq / s->q / 2) * tq;
     *t1 = (last / pq * tp + last % pq / s->q / 2 + 1) * tq;
+}
+
+bool
+nn_wino_pays (const nn_conv_shape_t *s, int r0, int r1)
+{
+    if (!nn_wino_takes (s) || r1 <= r0)
+        return false;
+    int t0, t1;
+    s_tile_range (s, r0, r1, &t0, &t1);
+    return t1 - t0 >= S_TILES_MIN;
 }
 
 //  The 16 pixels of tile tg's input window: in's pixel, or zero outside.
