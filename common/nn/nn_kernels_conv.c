@@ -455,8 +455,9 @@ nn_conv2d_forward_rows (float *out, const float *in, const float *w, const float
     if (own)
         for (int i = 0; i < gs.groups; i++)
             for (int j = 0; j < gs.segs; j++)
-                nn_conv_transpose (wt + ((size_t) i * len + (size_t) j * gs.seg) * kg, (size_t) kg,
-                             s_gemm_w (w, &gs, i, j), (size_t) gs.ld, kg, gs.seg, false);
+                nn_conv_transpose (wt + ((size_t) i * len + (size_t) j * gs.seg) * kg,
+                                   (size_t) kg, s_gemm_w (w, &gs, i, j), (size_t) gs.ld, kg,
+                                   gs.seg, false);
     for (int g = r0; g < r1; g += chunk) {
         int rows = r1 - g < chunk ? r1 - g : chunk;
         float *o = out + (size_t) g * K;
@@ -540,8 +541,8 @@ nn_conv2d_backward_weights_rows (float *dw, float *db, const float *dout, const 
         for (int i = 0; i < gs.groups; i++)
             for (int j = 0; j < gs.segs; j++)
                 nn_conv_transpose ((float *) s_gemm_w (dw, &gs, i, j), (size_t) gs.ld,
-                             dwt + ((size_t) i * len + (size_t) j * gs.seg) * kg, (size_t) kg,
-                             gs.seg, kg, true);
+                                   dwt + ((size_t) i * len + (size_t) j * gs.seg) * kg,
+                                   (size_t) kg, gs.seg, kg, true);
 }
 
 //  din[:, group] (rows, cg; C apart) = dout[:, group] (rows, kg) . w_group
