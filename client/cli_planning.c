@@ -5,7 +5,8 @@
       model on its own hardware at the run's batch size (nn_profile, the
       same measurement pipelearn-plan makes) and sends the costs, so the
       server plans from what this device really does, not from its own
-      speed.
+      speed. With codec_zstd it adds zstd's ratios at every split point,
+      measured on a batch of its own samples (nn_squeeze).
     - PROBE: answered at once, with the payload size the server asked
       for; the server times the round trips.
     - PLAN: a new split point or micro-batch count from the next MODEL on;
@@ -17,8 +18,36 @@
 #include "cli_state.h"
 #include "nn_alloc.h"
 #include "nn_profile.h"
+#include "nn_squeeze.h"
 #include "pl_log.h"
 #include "pl_timeline.h"
+
+//  zstd's ratios at every split point (nn_squeeze) into p, on the first
+//  samples of this device's shard (a batch, no augmentation). -1 with a
+//  message.
+static int
+s_squeeze (cli_t *self, proto_profile_t *p, char *err, size_t err_size)
+{
+    int n = self->batch < self->shard_count ? self->batch : self->shard_count;
+    if (n < 1 || self->spec.units_count < 2)
+        return 0;
+    size_t sample = nn_shape_size (nn_model_spec_input (&self->spec));
+    float *x = nn_alloc_aligned (sizeof (float) * sample * (size_t) n);
+    int *y = nn_malloc (sizeof (int) * (size_t) n);
+    nn_dataset_batch (x, y, self->train, self->shard, n, NULL, NULL);
+    nn_squeeze_t q;
+    int rc = nn_squeeze_measure (&q, &self->spec, x, y, n, self->assign.seed,
+                                 self->cfg.int8_stochastic, self->args.threads, err, err_size);
+    nn_free (x);
+    nn_free (y);
+    if (rc)
+        return -1;
+    p->zstd_rows = (uint32_t) q.boundaries;
+    for (int b = 0; b < q.boundaries; b++)
+        for (int k = 0; k < NN_SQUEEZE_KINDS; k++)
+            p->zstd_ratio[b][k] = q.ratio[b][k];
+    return 0;
+}
 
 int
 cli_planning_profile (cli_t *self)
@@ -62,6 +91,13 @@ cli_planning_profile (cli_t *self)
         p.encode_Bps[c] = speed.encode_Bps[NN_CODEC_FP16 + c];
         p.decode_Bps[c] = speed.decode_Bps[NN_CODEC_FP16 + c];
     }
+    //  With zstd on the split's payloads, how much it saves at each split
+    //  point (the planner's bytes): measured on this device's samples.
+    if (self->cfg.codec_zstd && s_squeeze (self, &p, err, sizeof err)) {
+        pl_log_error ("client: measuring zstd's ratios: %s", err);
+        cli_send_error (self, PROTO_ERR_INTERNAL, err);
+        return -1;
+    }
     proto_msg_t *msg = proto_msg_new (PROTO_MSG_PROFILE);
     proto_msg_set_route (msg, (uint32_t) self->id, 0, 0, 0);
     if (proto_msg_set_profile (msg, &p)) {
@@ -69,6 +105,13 @@ cli_planning_profile (cli_t *self)
         pl_log_error ("client: profiling gave costs out of range");
         cli_send_error (self, PROTO_ERR_INTERNAL, "profile out of range");
         return -1;
+    }
+    if (p.zstd_rows) {
+        int at = split >= 1 && split <= (int) p.zstd_rows ? split - 1 : 0;
+        pl_log_info ("client: zstd's ratios at split point %d (of %u measured): int8 up "
+                     "%.3f, down %.3f; fp16 up %.3f, down %.3f", at + 1, p.zstd_rows,
+                     p.zstd_ratio[at][NN_SQUEEZE_INT8_UP], p.zstd_ratio[at][NN_SQUEEZE_INT8_DOWN],
+                     p.zstd_ratio[at][NN_SQUEEZE_FP16_UP], p.zstd_ratio[at][NN_SQUEEZE_FP16_DOWN]);
     }
     pl_log_info ("client: profiled %d units at batch %d in %.1f s: forward %.3f s, "
                  "backward %.3f s per batch (whole model); codecs on %ux%ux%ux%u (MB/s of "

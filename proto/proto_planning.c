@@ -59,7 +59,30 @@ s_profile_check (const proto_profile_t *p, char *err, size_t err_size)
             return proto_fail (err, err_size, PROTO_E_VALUE,
                                "PROFILE: unit %" PRIu32 ": a fixed part exceeds its total", u);
     }
+    if (p->zstd_rows != 0 && p->zstd_rows != p->units - 1)
+        return proto_fail (err, err_size, PROTO_E_VALUE,
+                           "PROFILE: %" PRIu32 " zstd ratio rows for %" PRIu32 " units, "
+                           "need %" PRIu32, p->zstd_rows, p->units, p->units - 1);
+    static const char *const kinds[PROTO_ZSTD_RATIOS] = { "fp16 up", "fp16 down", "int8 up",
+                                                          "int8 down" };
+    for (uint32_t r = 0; r < p->zstd_rows; r++)
+        for (int k = 0; k < PROTO_ZSTD_RATIOS; k++) {
+            double v = p->zstd_ratio[r][k];
+            if (!(isfinite (v) && v > 0 && v <= PROTO_ZSTD_RATIO_MAX))
+                return proto_fail (err, err_size, PROTO_E_VALUE,
+                                   "PROFILE: zstd ratio %s at split point %" PRIu32 " is %g, "
+                                   "must be in (0, %g]", kinds[k], r + 1, v,
+                                   PROTO_ZSTD_RATIO_MAX);
+        }
     return 0;
+}
+
+//  Bytes of PROFILE's optional zstd section for units (u32 rows, rows x
+//  PROTO_ZSTD_RATIOS f64).
+static size_t
+s_zstd_section_bytes (uint32_t units)
+{
+    return 4 + (size_t) (units - 1) * PROTO_ZSTD_RATIOS * 8;
 }
 
 static int
@@ -300,7 +323,9 @@ proto_msg_encode_planning (proto_msg_t *self, zmq_msg_t *frames)
         case PROTO_MSG_PROFILE: {
             const proto_profile_t *p = self->profile;
             b = proto_frame_alloc (&frames[1], PROTO_PROFILE_FIXED_SIZE
-                                               + p->units * PROTO_UNIT_COST_SIZE);
+                                               + p->units * PROTO_UNIT_COST_SIZE
+                                               + (p->zstd_rows
+                                                  ? s_zstd_section_bytes (p->units) : 0));
             pl_le_put_u32 (b, p->units);
             pl_le_put_u32 (b + 4, p->threads);
             for (int c = 0; c < PROTO_PROFILE_CODECS; c++) {
@@ -315,6 +340,13 @@ proto_msg_encode_planning (proto_msg_t *self, zmq_msg_t *frames)
                 pl_le_put_f64 (b + 16, c->fwd_fixed_s);
                 pl_le_put_f64 (b + 24, c->bwd_fixed_s);
                 pl_le_put_f64 (b + 32, c->upd_s);
+            }
+            if (p->zstd_rows) {
+                pl_le_put_u32 (b, p->zstd_rows);
+                b += 4;
+                for (uint32_t r = 0; r < p->zstd_rows; r++)
+                    for (int k = 0; k < PROTO_ZSTD_RATIOS; k++, b += 8)
+                        pl_le_put_f64 (b, p->zstd_ratio[r][k]);
             }
             break;
         }
@@ -350,10 +382,13 @@ proto_msg_decode_planning (proto_msg_t *self, zmq_msg_t *frames, const proto_lim
                                    "PROFILE: units %" PRIu32 " not in 1..%d", units,
                                    PROTO_PROFILE_UNITS_MAX);
             size_t need = PROTO_PROFILE_FIXED_SIZE + (size_t) units * PROTO_UNIT_COST_SIZE;
-            if (len != need)
+            size_t with_zstd = need + s_zstd_section_bytes (units);
+            //  One unit has no split point: no zstd section (one encoding).
+            if (len != need && (units < 2 || len != with_zstd))
                 return proto_fail (err, err_size, PROTO_E_SIZE,
-                                   "PROFILE: payload %zu bytes, %" PRIu32 " units need %zu",
-                                   len, units, need);
+                                   "PROFILE: payload %zu bytes, %" PRIu32 " units need %zu "
+                                   "(%zu with zstd ratios)", len, units, need,
+                                   units < 2 ? need : with_zstd);
             proto_profile_t *p = nn_calloc (1, sizeof *p);
             p->units = units;
             p->threads = pl_le_get_u32 (b + 4);
@@ -369,6 +404,21 @@ proto_msg_decode_planning (proto_msg_t *self, zmq_msg_t *frames, const proto_lim
                 c->fwd_fixed_s = pl_le_get_f64 (r + 16);
                 c->bwd_fixed_s = pl_le_get_f64 (r + 24);
                 c->upd_s = pl_le_get_f64 (r + 32);
+            }
+            if (len == with_zstd) {
+                //  The count is checked against units before a row is read.
+                p->zstd_rows = pl_le_get_u32 (r);
+                if (p->zstd_rows != units - 1) {
+                    nn_free (p);
+                    return proto_fail (err, err_size, PROTO_E_VALUE,
+                                       "PROFILE: %" PRIu32 " zstd ratio rows for %" PRIu32
+                                       " units, need %" PRIu32, pl_le_get_u32 (r), units,
+                                       units - 1);
+                }
+                r += 4;
+                for (uint32_t q = 0; q < p->zstd_rows; q++)
+                    for (int k = 0; k < PROTO_ZSTD_RATIOS; k++, r += 8)
+                        p->zstd_ratio[q][k] = pl_le_get_f64 (r);
             }
             int rc = s_profile_check (p, err, err_size);
             if (rc) {

@@ -48,6 +48,9 @@
 #define PROTO_PROFILE_CODECS   3            //  codec speeds in a PROFILE: fp16, int8, topk
 #define PROTO_PROFILE_FIXED_SIZE 56         //  units, threads, codec speeds;
                                             //  + units * PROTO_UNIT_COST_SIZE
+#define PROTO_ZSTD_RATIOS      4            //  PROFILE zstd ratios per split point: fp16
+                                            //  up, fp16 down, int8 up, int8 down
+#define PROTO_ZSTD_RATIO_MAX   2.0          //  zstd body / plain body, (0, 2]
 #define PROTO_CODEC_MAX_BPS    1e13         //  a codec speed beyond 10 TB/s is nonsense
 #define PROTO_PROBE_SIZE       8            //  PROBE frame 1
 #define PROTO_PROBE_MAX_BYTES  ((uint32_t) 16 << 20)  //  PROBE reply_bytes cap
@@ -260,6 +263,13 @@ typedef struct {
     double encode_Bps[PROTO_PROFILE_CODECS];
     double decode_Bps[PROTO_PROFILE_CODECS];
     proto_unit_cost_t unit[PROTO_PROFILE_UNITS_MAX];
+    //  Optional: zstd's ratio (zstd body / plain body) on the tensors that
+    //  cross each split point p = 1..units - 1 (row p - 1), measured on the
+    //  device's samples (nn_squeeze). 0 rows: not measured (the device does
+    //  not send the section); otherwise units - 1 rows, each ratio finite
+    //  in (0, PROTO_ZSTD_RATIO_MAX].
+    uint32_t zstd_rows;
+    double zstd_ratio[PROTO_PROFILE_UNITS_MAX - 1][PROTO_ZSTD_RATIOS];
 } proto_profile_t;
 
 //  PROBE frame 1. Frame 2 is probe payload: any bytes, only its length

@@ -172,6 +172,18 @@ s_plan_json (const srv_planner_t *self, const nn_estimate_t *plan, const srv_ass
         cJSON_AddNumberToObject (o, "rtt_ms", dv[i].rtt_s * 1000.0);
         cJSON_AddNumberToObject (o, "estimated_iteration_s", s->est_iteration_s);
         srv_planner_codecs_json (self->args.cfg, i, self->chosen[i], o);
+        //  zstd's ratios the estimate took at the device's split point (its
+        //  measurement; absent when none was measured or applies).
+        const nn_squeeze_t *q = &self->codecs[i].squeeze;
+        int at = a->split[i] - 1;
+        int ku = nn_squeeze_kind (self->chosen[i].up, true);
+        int kd = nn_squeeze_kind (self->chosen[i].down, false);
+        if (cfg->codec_zstd && at >= 0 && at < q->boundaries) {
+            if (ku >= 0)
+                cJSON_AddNumberToObject (o, "zstd_ratio_up", q->ratio[at][ku]);
+            if (kd >= 0)
+                cJSON_AddNumberToObject (o, "zstd_ratio_down", q->ratio[at][kd]);
+        }
         cJSON_AddItemToArray (devs, o);
     }
     cJSON *modes = cJSON_AddObjectToObject (pj, "modes");
@@ -195,7 +207,7 @@ s_codecs (srv_planner_t *self, const nn_profile_args_t *pa)
         self->codecs[i] = (nn_estimate_codec_t) {
             .up = c.auto_up ? NN_ESTIMATE_CODEC_AUTO : (int) c.up,
             .down = c.auto_down ? NN_ESTIMATE_CODEC_AUTO : (int) c.down,
-            .topk_fraction = cfg->topk_fraction };
+            .topk_fraction = cfg->topk_fraction, .zstd = cfg->codec_zstd };
         self->codecs_set |= c.up != NN_CODEC_NONE || c.down != NN_CODEC_NONE || c.auto_up
                          || c.auto_down;
     }
@@ -434,6 +446,26 @@ srv_planner_on_profile (srv_planner_t *self, int id, const proto_msg_t *msg, boo
         k->speed.encode_Bps[NN_CODEC_FP16 + c] = p->encode_Bps[c];
         k->speed.decode_Bps[NN_CODEC_FP16 + c] = p->decode_Bps[c];
     }
+    //  zstd's ratios (proto checked rows == units - 1 and each ratio):
+    //  the bytes the planner expects at every split point.
+    _Static_assert (PROTO_ZSTD_RATIOS == NN_SQUEEZE_KINDS, "one ratio per squeeze kind");
+    memset (&k->squeeze, 0, sizeof k->squeeze);
+    if (p->zstd_rows && (int) p->zstd_rows <= NN_MAX_UNITS) {
+        k->squeeze.boundaries = (int) p->zstd_rows;
+        for (uint32_t r = 0; r < p->zstd_rows; r++)
+            for (int q = 0; q < NN_SQUEEZE_KINDS; q++)
+                k->squeeze.ratio[r][q] = p->zstd_ratio[r][q];
+        char list[NN_MAX_UNITS * 24] = "";
+        size_t used = 0;
+        for (int r = 0; r < k->squeeze.boundaries && used < sizeof list; r++) {
+            int w = snprintf (list + used, sizeof list - used, "%s%d %.2f/%.2f", r ? ", " : "",
+                              r + 1, k->squeeze.ratio[r][NN_SQUEEZE_INT8_UP],
+                              k->squeeze.ratio[r][NN_SQUEEZE_INT8_DOWN]);
+            used += w > 0 ? (size_t) w : 0;
+        }
+        pl_log_info ("server: device %d zstd ratios (body after / before), int8 up/down by "
+                     "split point: %s", id, list);
+    }
     s->profiled = true;
     pl_log_info ("server: device %d profile: whole model forward %.3f s, backward %.3f s "
                  "per batch of %d (%u thread(s)); codecs (MB/s of float32, encode / decode): "
@@ -457,6 +489,7 @@ srv_planner_on_join (srv_planner_t *self, int id, bool started)
         s->link = link;
         srv_linkrate_reset (&s->link);
         self->codecs[id].speed = self->server_codec;
+        memset (&self->codecs[id].squeeze, 0, sizeof self->codecs[id].squeeze);
     }
     else
         srv_linkrate_abandon (&s->link);

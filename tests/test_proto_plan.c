@@ -343,6 +343,78 @@ Test (proto_plan, malformed_profile_refused)
     pltest_frames_free (&f);
 }
 
+//  A profile of units with zstd ratios for every split point.
+static proto_msg_t *
+s_profile_zstd_msg (uint32_t units)
+{
+    proto_msg_t *m = proto_msg_new (PROTO_MSG_PROFILE);
+    proto_profile_t p = s_profile (units);
+    p.zstd_rows = units - 1;
+    for (uint32_t r = 0; r < p.zstd_rows; r++)
+        for (int k = 0; k < PROTO_ZSTD_RATIOS; k++)
+            p.zstd_ratio[r][k] = 0.5 + 0.01 * r + 0.1 * k;
+    cr_assert_eq (proto_msg_set_profile (m, &p), 0);
+    return m;
+}
+
+Test (proto_plan, profile_zstd_ratios_round_trip)
+{
+    proto_msg_t *got = s_round (s_profile_zstd_msg (5), NULL);
+    const proto_profile_t *g = proto_msg_profile (got);
+    cr_assert_eq (g->zstd_rows, 4);
+    for (uint32_t r = 0; r < 4; r++)
+        for (int k = 0; k < PROTO_ZSTD_RATIOS; k++)
+            cr_assert_eq (g->zstd_ratio[r][k], 0.5 + 0.01 * r + 0.1 * k, "row %u kind %d", r,
+                          k);
+    proto_msg_destroy (&got);
+    //  Without the section: no rows (a device that measured none).
+    got = s_round (s_profile_msg (5), NULL);
+    cr_assert_eq (proto_msg_profile (got)->zstd_rows, 0);
+    proto_msg_destroy (&got);
+}
+
+Test (proto_plan, malformed_profile_zstd_ratios_refused)
+{
+    const size_t rows_at = PROTO_PROFILE_FIXED_SIZE + 3 * PROTO_UNIT_COST_SIZE;
+    //  A row count that is not units - 1.
+    const uint32_t bad_rows[3] = { 0, 1, 7 };
+    for (int k = 0; k < 3; k++) {
+        pltest_frames_t f = pltest_frames_of (s_profile_zstd_msg (3));
+        pl_le_put_u32 (f.data[1] + rows_at, bad_rows[k]);
+        pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "zstd ratio rows for 3 units");
+    }
+    //  A section cut short: neither size.
+    pltest_frames_t f = pltest_frames_of (s_profile_zstd_msg (3));
+    f.size[1] -= 8;
+    pltest_frames_refused (&f, NULL, PROTO_E_SIZE, "(244 with zstd ratios)");
+    //  A ratio that is 0, negative, NaN, infinite or above 2 (int8 down of
+    //  split point 2: row 1, kind 3).
+    const double bad[5] = { 0.0, -0.5, NAN, INFINITY, 2.5 };
+    for (int k = 0; k < 5; k++) {
+        f = pltest_frames_of (s_profile_zstd_msg (3));
+        pl_le_put_f64 (f.data[1] + rows_at + 4 + (1 * PROTO_ZSTD_RATIOS + 3) * 8, bad[k]);
+        pltest_frames_refused (&f, NULL, PROTO_E_VALUE, "zstd ratio int8 down at split point 2");
+    }
+    //  One unit has no split point: a section (of 4 bytes) is refused.
+    f = pltest_frames_of (s_profile_zstd_msg (2));
+    f.data[1][0] = 1;
+    f.size[1] = PROTO_PROFILE_FIXED_SIZE + PROTO_UNIT_COST_SIZE + 4;
+    pl_le_put_u32 (f.data[1] + PROTO_PROFILE_FIXED_SIZE + PROTO_UNIT_COST_SIZE, 0);
+    pltest_frames_refused (&f, NULL, PROTO_E_SIZE, "1 units need 96");
+    //  The setter refuses what the decoder refuses.
+    proto_msg_t *m = proto_msg_new (PROTO_MSG_PROFILE);
+    proto_profile_t p = s_profile (3);
+    p.zstd_rows = 3;
+    cr_assert_eq (proto_msg_set_profile (m, &p), -1);
+    p.zstd_rows = 2;
+    p.zstd_ratio[0][0] = p.zstd_ratio[0][1] = p.zstd_ratio[0][2] = p.zstd_ratio[0][3] = 0.5;
+    p.zstd_ratio[1][0] = p.zstd_ratio[1][1] = p.zstd_ratio[1][2] = 0.5;
+    cr_assert_eq (proto_msg_set_profile (m, &p), -1, "a ratio of 0 must be refused");
+    p.zstd_ratio[1][3] = 1.5;
+    cr_assert_eq (proto_msg_set_profile (m, &p), 0);
+    proto_msg_destroy (&m);
+}
+
 Test (proto_plan, malformed_probe_and_plan_refused)
 {
     proto_msg_t *m = proto_msg_new (PROTO_MSG_PROBE);

@@ -300,6 +300,19 @@ Test (wire, zstd_is_lossless_and_shrinks_the_bytes, .timeout = 600)
     pltest_rmtree (run.dir);
 }
 
+//  A planned pipelearn run of VGG5 in int8 (split point and micro-batches
+//  "auto", the configured link), with extra keys appended.
+static void
+s_planned_config (char *config, size_t size, const char *extra)
+{
+    snprintf (config, size,
+              "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 400, "
+              "\"test_samples\": 100, \"batch_size\": %d, \"epochs\": 1, \"seed\": 7, "
+              "\"split_point\": \"auto\", \"micro_batches\": \"auto\", \"threads\": 1, "
+              "\"devices\": 2, \"mode\": \"pipelearn\", \"measure_link\": false, "
+              "\"adaptive\": false, \"codec\": \"int8\"%s}", BATCH, extra);
+}
+
 //  A planned run: the devices profile, the server plans (its estimates
 //  with the codecs' bytes and its measured codec speeds) and sends each
 //  device a PLAN, which carries the codecs on. A PLAN that lost them would
@@ -310,12 +323,7 @@ Test (wire, a_planned_run_keeps_the_codecs, .timeout = 600)
     pltest_run_t run = { 0 };
     pltest_mkdtemp (run.dir, "wire");
     char config[1024];
-    snprintf (config, sizeof config,
-              "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 400, "
-              "\"test_samples\": 100, \"batch_size\": %d, \"epochs\": 1, \"seed\": 7, "
-              "\"split_point\": \"auto\", \"micro_batches\": \"auto\", \"threads\": 1, "
-              "\"devices\": 2, \"mode\": \"pipelearn\", \"measure_link\": false, "
-              "\"adaptive\": false, \"codec\": \"int8\"}", BATCH);
+    s_planned_config (config, sizeof config, "");
     pltest_run_daemons (&run, "planned", config, 2);
     cr_expect (pltest_log_has (&run, "server.log", "codec speeds of this host"),
                "the planner did not measure its codec speeds");
@@ -329,6 +337,35 @@ Test (wire, a_planned_run_keeps_the_codecs, .timeout = 600)
         cr_expect_str_eq (cJSON_GetStringValue (cJSON_GetObjectItemCaseSensitive (d,
                                                                           "codec_up")), "int8");
         cr_expect_eq (pltest_num (d, "samples"), 200.0, "device %d trained its shard", i);
+    }
+    cJSON_Delete (s);
+    pltest_kill_all (&run);
+    pltest_rmtree (run.dir);
+}
+
+//  A planned run with "codec_zstd": each device measures zstd's ratios at
+//  every split point on its own samples (PROFILE's zstd section), the
+//  server logs them and summary.json's plan says which ratios the estimate
+//  took at each device's split point: int8 up under 1 (a ReLU's zeros),
+//  down in (0, 2].
+Test (wire, a_planned_zstd_run_measures_the_ratios, .timeout = 600)
+{
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "wire");
+    char config[1024];
+    s_planned_config (config, sizeof config, ", \"codec_zstd\": true");
+    pltest_run_daemons (&run, "planned", config, 2);
+    cr_expect (pltest_log_has (&run, "server.log", "zstd ratios (body after / before)"),
+               "the server did not log the devices' zstd ratios");
+    cJSON *s = pltest_summary (run.dir, "planned");
+    const cJSON *plan = cJSON_GetObjectItemCaseSensitive (s, "plan");
+    const cJSON *devs = cJSON_GetObjectItemCaseSensitive (plan, "devices");
+    cr_assert_eq (cJSON_GetArraySize (devs), 2);
+    for (int i = 0; i < 2; i++) {
+        const cJSON *d = cJSON_GetArrayItem (devs, i);
+        double up = pltest_num (d, "zstd_ratio_up"), down = pltest_num (d, "zstd_ratio_down");
+        cr_expect (up > 0.0 && up < 1.0, "device %d: zstd_ratio_up %g", i, up);
+        cr_expect (down > 0.0 && down <= 2.0, "device %d: zstd_ratio_down %g", i, down);
     }
     cJSON_Delete (s);
     pltest_kill_all (&run);

@@ -17,6 +17,12 @@
 //  Two estimates this close (relative) are equal (floating-point noise):
 //  the smaller P wins.
 #define S_TIE 1e-9
+//  codec auto keeps a less lossy pair only where it stays near the best
+//  with either link at this share of its measured rate too: a probe's
+//  short transfers can read a lossy link faster than a stream of training
+//  messages gets through it (the lab's 4g downlink: 22 Mbit/s probed,
+//  about 10 sustained by TCP at 0.1% loss; docs/codecs.md "auto").
+#define S_LINK_MARGIN 0.5
 
 struct _nn_estimate_t {
     nn_estimate_input_t in;                             //  devices points at our copy
@@ -80,6 +86,26 @@ s_check_auto_speeds (const nn_estimate_codec_speed_t *sp, const char *who, char 
     return 0;
 }
 
+//  zstd's ratios: none measured, or one row per boundary, each in
+//  (0, NN_SQUEEZE_RATIO_MAX].
+static int
+s_check_squeeze (const nn_squeeze_t *q, int units, const char *who, char *err,
+                 size_t err_size)
+{
+    if (q->boundaries == 0)
+        return 0;
+    if (q->boundaries != units - 1)
+        return nn_errf (err, err_size, "plan: %s: zstd ratios for %d split points, the model "
+                        "has %d", who, q->boundaries, units - 1);
+    for (int b = 0; b < q->boundaries; b++)
+        for (int k = 0; k < NN_SQUEEZE_KINDS; k++)
+            if (!(q->ratio[b][k] > 0.0 && q->ratio[b][k] <= NN_SQUEEZE_RATIO_MAX))
+                return nn_errf (err, err_size, "plan: %s: zstd ratio %g at split point %d, "
+                                "must be in (0, %g]", who, q->ratio[b][k], b + 1,
+                                NN_SQUEEZE_RATIO_MAX);
+    return 0;
+}
+
 static int
 s_check_codecs (const nn_estimate_input_t *in, char *err, size_t err_size)
 {
@@ -103,6 +129,8 @@ s_check_codecs (const nn_estimate_input_t *in, char *err, size_t err_size)
             return nn_errf (err, err_size, "plan: %s: topk fraction must be in (0, 1], got %g",
                             who, k->topk_fraction);
         if (s_check_speed (&k->speed, who, err, err_size))
+            return -1;
+        if (s_check_squeeze (&k->squeeze, in->model.units_count, who, err, err_size))
             return -1;
         if (k->up == NN_ESTIMATE_CODEC_AUTO || k->down == NN_ESTIMATE_CODEC_AUTO) {
             if (s_check_auto_speeds (&k->speed, who, err, err_size))
@@ -262,10 +290,13 @@ s_pinned (const nn_estimate_input_t *in, int device, int *up, int *down)
     }
 }
 
-//  Wire bytes of f32 tensor bytes under a codec: none is the f32 tensor
-//  itself (proto's data frame, no codec header).
+//  Wire bytes of f32 tensor bytes under a codec at split point p, up or
+//  down: none is the f32 tensor itself (proto's data frame, no codec
+//  header); with zstd the body shrinks by the ratio the device measured
+//  there (1 when it measured none).
 static double
-s_wire (const nn_estimate_input_t *in, int device, int codec, double f32_bytes, int channels)
+s_wire (const nn_estimate_input_t *in, int device, int codec, double f32_bytes, int channels,
+        int p, bool up)
 {
     if (codec == NN_CODEC_NONE)
         return f32_bytes;
@@ -274,10 +305,15 @@ s_wire (const nn_estimate_input_t *in, int device, int codec, double f32_bytes, 
         count = 1;
     uint32_t c = channels > 0 ? (uint32_t) channels : 1;
     uint32_t k = 0;
+    const nn_estimate_codec_t *dc = &in->codecs[device];
     if (codec == NN_CODEC_TOPK)
-        k = nn_codec_topk_k (count > UINT32_MAX ? UINT32_MAX : count,
-                             in->codecs[device].topk_fraction);
-    return (double) nn_codec_wire_bytes ((nn_codec_id_t) codec, count, c, k);
+        k = nn_codec_topk_k (count > UINT32_MAX ? UINT32_MAX : count, dc->topk_fraction);
+    double bytes = (double) nn_codec_wire_bytes ((nn_codec_id_t) codec, count, c, k);
+    int kind = nn_squeeze_kind (codec, up);
+    if (dc->zstd && kind >= 0 && p - 1 < dc->squeeze.boundaries)
+        bytes = NN_CODEC_HEADER_BYTES
+              + (bytes - NN_CODEC_HEADER_BYTES) * dc->squeeze.ratio[p - 1][kind];
+    return bytes;
 }
 
 //  Seconds to encode or decode f32_bytes at a speed (0: not measured, free).
@@ -287,9 +323,11 @@ s_codec_s (int codec, double f32_bytes, double Bps)
     return codec == NN_CODEC_NONE || Bps <= 0.0 ? 0.0 : f32_bytes / Bps;
 }
 
+//  up_scale, down_scale: the share of each link's measured rate it
+//  delivers (1 but for codec auto's margin).
 static void
 s_micro (const nn_estimate_input_t *in, int device, int p, int n, double share, int up,
-         int down, s_micro_t *m)
+         int down, double up_scale, double down_scale, s_micro_t *m)
 {
     const nn_estimate_device_t *dv = &in->devices[device];
     int units = in->model.units_count;
@@ -324,10 +362,11 @@ s_micro (const nn_estimate_input_t *in, int device, int p, int n, double share, 
     }
     m->srv *= share;
     m->srv_upd *= share;
-    m->bytes_up = s_wire (in, device, up, f32, channels) + in->model.label_bytes / (double) n;
-    m->bytes_down = s_wire (in, device, down, f32, channels);
-    m->up_tx = m->bytes_up / dv->uplink_Bps;
-    m->down_tx = m->bytes_down / dv->downlink_Bps;
+    m->bytes_up = s_wire (in, device, up, f32, channels, p, true)
+                + in->model.label_bytes / (double) n;
+    m->bytes_down = s_wire (in, device, down, f32, channels, p, false);
+    m->up_tx = m->bytes_up / (dv->uplink_Bps * up_scale);
+    m->down_tx = m->bytes_down / (dv->downlink_Bps * down_scale);
     m->lat = dv->rtt_s / 2.0;
 }
 
@@ -345,15 +384,30 @@ nn_estimate_iteration (const nn_estimate_input_t *in, int device, int split_poin
                                     up, down, stages);
 }
 
+static double
+s_iteration (const nn_estimate_input_t *in, int device, int split_point, int micro_batches,
+             double server_share, int codec_up, int codec_down, double up_scale,
+             double down_scale, nn_estimate_stages_t *stages);
+
 double
 nn_estimate_iteration_codecs (const nn_estimate_input_t *in, int device, int split_point,
                          int micro_batches, double server_share, int codec_up,
                          int codec_down, nn_estimate_stages_t *stages)
 {
     assert (in && device >= 0 && device < in->devices_count);
+    return s_iteration (in, device, split_point, micro_batches, server_share, codec_up,
+                        codec_down, 1.0, 1.0, stages);
+}
+
+static double
+s_iteration (const nn_estimate_input_t *in, int device, int split_point, int micro_batches,
+             double server_share, int codec_up, int codec_down, double up_scale,
+             double down_scale, nn_estimate_stages_t *stages)
+{
     int n = micro_batches;
     s_micro_t m;
-    s_micro (in, device, split_point, n, server_share, codec_up, codec_down, &m);
+    s_micro (in, device, split_point, n, server_share, codec_up, codec_down, up_scale,
+             down_scale, &m);
     //  Every chain after the device is FIFO and starts in index order, so
     //  gradients come back in index order and micro-batch i's arrival is
     //  known as soon as its forward ends: a running max per resource.
@@ -446,7 +500,7 @@ s_host_floor (const nn_estimate_input_t *in, int split_point, int micro_batches,
         if (in->codecs && in->codecs[d].down == NN_ESTIMATE_CODEC_AUTO && down >= 0)
             w = down;
         s_micro_t m;
-        s_micro (in, d, split_point, n, 1.0, u, w, &m);
+        s_micro (in, d, split_point, n, 1.0, u, w, 1.0, 1.0, &m);
         work += n * (m.fwd + m.bwd) + m.dev_upd + n * m.srv + m.srv_upd;
         if (in->host_copy_Bps > 0.0)
             work += n * (m.bytes_up + m.bytes_down) / in->host_copy_Bps;
@@ -719,7 +773,7 @@ s_simulate (const nn_estimate_input_t *in, const int *dev_index, int devs, int w
         v->n = micro_batches[d];
         int up, down;
         s_pinned (in, d, &up, &down);
-        s_micro (in, d, split_points[d], v->n, share, up, down, &v->m);
+        s_micro (in, d, split_points[d], v->n, share, up, down, 1.0, 1.0, &v->m);
         v->grad_here = nn_calloc ((size_t) v->n, sizeof (bool));
         v->up.items = nn_calloc ((size_t) v->n, sizeof (int));
         v->down.items = nn_calloc ((size_t) v->n, sizeof (int));
@@ -838,7 +892,11 @@ s_fill (const nn_estimate_input_t *in, int device, int p, int n, double share, b
         s_fill_pair (in, device, p, n, share, up, down, with_floor, c);
         return;
     }
-    nn_estimate_candidate_t pairs[(NN_CODEC_INT8 + 1) * (NN_CODEC_INT8 + 1)];
+    enum { S_PAIRS = (NN_CODEC_INT8 + 1) * (NN_CODEC_INT8 + 1) };
+    nn_estimate_candidate_t pairs[S_PAIRS];
+    //  Each pair's iteration with the uplink, then the downlink, at
+    //  S_LINK_MARGIN of its rate.
+    double slow[2][S_PAIRS];
     int count = 0;
     double fastest = INFINITY;
     for (int u = auto_up ? NN_CODEC_NONE : up; u <= (auto_up ? NN_CODEC_INT8 : up); u++)
@@ -847,12 +905,30 @@ s_fill (const nn_estimate_input_t *in, int device, int p, int n, double share, b
             s_fill_pair (in, device, p, n, share, u, w, with_floor, &pairs[count]);
             if (pairs[count].epoch_s < fastest)
                 fastest = pairs[count].epoch_s;
+            slow[0][count] = s_iteration (in, device, p, n, share, u, w, S_LINK_MARGIN, 1.0,
+                                          NULL);
+            slow[1][count] = s_iteration (in, device, p, n, share, u, w, 1.0, S_LINK_MARGIN,
+                                          NULL);
             count++;
         }
+    //  The pairs near the fastest; of those, the ones whose worse slowdown
+    //  (against the best of them with that link slow) is near the
+    //  smallest; of those, the least lossy.
     double near = in->near_best > 0.0 ? in->near_best : S_DEFAULT_NEAR_BEST;
+    double slow_best[2] = { INFINITY, INFINITY };
+    for (int i = 0; i < count; i++)
+        for (int k = 0; k < 2; k++)
+            if (pairs[i].epoch_s <= fastest * (1.0 + near) && slow[k][i] < slow_best[k])
+                slow_best[k] = slow[k][i];
+    double score[S_PAIRS], score_best = INFINITY;
+    for (int i = 0; i < count; i++) {
+        score[i] = fmax (slow[0][i] / slow_best[0], slow[1][i] / slow_best[1]);
+        if (pairs[i].epoch_s <= fastest * (1.0 + near) && score[i] < score_best)
+            score_best = score[i];
+    }
     int best = -1;
     for (int i = 0; i < count; i++) {
-        if (pairs[i].epoch_s > fastest * (1.0 + near))
+        if (pairs[i].epoch_s > fastest * (1.0 + near) || score[i] > score_best * (1.0 + near))
             continue;
         if (best < 0 || s_lossiness (&pairs[i]) < s_lossiness (&pairs[best]))
             best = i;

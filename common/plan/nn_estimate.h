@@ -67,6 +67,7 @@
 #include <stddef.h>
 
 #include "nn_codec.h"
+#include "nn_squeeze.h"
 #include "pl_mode.h"
 #include "nn_model.h"
 
@@ -127,6 +128,10 @@ typedef struct {
     int down;                           //  gradients: the same or NN_CODEC_TOPK
     double topk_fraction;               //  down = topk: share of elements sent, (0, 1]
     nn_estimate_codec_speed_t speed;    //  the device's own codec speeds
+    bool zstd;                          //  fp16/int8/topk bodies also go through zstd
+    nn_squeeze_t squeeze;               //  zstd's ratios at each split point, measured
+                                        //  on the device's samples (nn_squeeze.h);
+                                        //  boundaries 0 (or topk): taken as 1
 } nn_estimate_codec_t;
 
 typedef struct {

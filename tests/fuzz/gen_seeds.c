@@ -211,6 +211,15 @@ s_proto_seeds (void)
     if (proto_msg_set_profile (msg, &profile))
         fuzz_die ("profile");
     s_proto_seed ("profile-server", FUZZ_PATH_SERVER, FUZZ_PROFILE_SERVER, NULL, msg);
+    //  With zstd's ratios at the 4 split points.
+    msg = proto_msg_new (PROTO_MSG_PROFILE);
+    profile.zstd_rows = 4;
+    for (int r = 0; r < 4; r++)
+        for (int k = 0; k < PROTO_ZSTD_RATIOS; k++)
+            profile.zstd_ratio[r][k] = 0.55 + 0.1 * k;
+    if (proto_msg_set_profile (msg, &profile))
+        fuzz_die ("profile with zstd ratios");
+    s_proto_seed ("profile-zstd-server", FUZZ_PATH_SERVER, FUZZ_PROFILE_SERVER, NULL, msg);
     msg = proto_msg_new (PROTO_MSG_PROBE);
     proto_probe_t probe = { .probe_id = 3, .reply_bytes = 0 };
     proto_msg_set_probe (msg, &probe, 64);
