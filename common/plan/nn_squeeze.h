@@ -9,9 +9,10 @@
     planner cannot guess it from a shape, and on a slow uplink it decides
     the split point (VGG5 at split 2 on 4g: int8 alone 31.4 MB per epoch
     and device, with zstd 25.0 MB). nn_squeeze_measure runs the model once
-    forward and backward on a batch of the caller's real samples, at the
-    run's initial weights (nn_model_init from the seed, as every unit
-    profile draws them), and encodes the tensor crossing every boundary
+    forward and backward on a batch of the caller's real samples, at
+    freshly initialised weights (nn_model_init from the caller's seed, as
+    the unit profiles draw them: the run's initial distribution, not its
+    very draw), and encodes the tensor crossing every boundary
     both ways with and without zstd: the ratio of the two bodies.
 
     Pure: the caller passes the samples and the seed; nothing is timed.
