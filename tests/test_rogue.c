@@ -892,6 +892,24 @@ Test (rogue, profile_codec_speeds_that_are_wrong_get_the_peer_dropped, .timeout 
         cr_assert_geq (zmq_msg_send (&frames[i], b, i + 1 < n ? ZMQ_SNDMORE : 0), 0);
     s_expect_error (b, PROTO_ERR_MALFORMED, "PROFILE with a NaN codec speed");
     zmq_close (b);
+
+    //  zstd's ratios with int8 down at split point 2 of 0, written into the
+    //  frame's optional zstd section (rows at 56 + 40 x 5).
+    void *z = s_planning_peer (ctx, endpoint, "zero-zstd-ratio");
+    msg = proto_msg_new (PROTO_MSG_PROFILE);
+    p.zstd_rows = 4;
+    for (int r = 0; r < 4; r++)
+        for (int k = 0; k < PROTO_ZSTD_RATIOS; k++)
+            p.zstd_ratio[r][k] = 0.8;
+    cr_assert_eq (proto_msg_set_profile (msg, &p), 0);
+    n = proto_msg_encode (msg, frames, err, sizeof err);
+    cr_assert_gt (n, 1, "%s", err);
+    proto_msg_destroy (&msg);
+    pl_le_put_f64 ((uint8_t *) zmq_msg_data (&frames[1]) + 256 + 4 + (1 * 4 + 3) * 8, 0.0);
+    for (int i = 0; i < n; i++)
+        cr_assert_geq (zmq_msg_send (&frames[i], z, i + 1 < n ? ZMQ_SNDMORE : 0), 0);
+    s_expect_error (z, PROTO_ERR_MALFORMED, "PROFILE with a zstd ratio of 0");
+    zmq_close (z);
     zmq_ctx_term (ctx);
 
     pid_t client = pltest_start_client (&run, 0, endpoint);
@@ -901,6 +919,9 @@ Test (rogue, profile_codec_speeds_that_are_wrong_get_the_peer_dropped, .timeout 
                "the blind profile's reason is not in the log");
     cr_expect (pltest_log_has (&run, "server.log", "PROFILE: int8 encode speed is nan"),
                "the malformed profile's reason is not in the log");
+    cr_expect (pltest_log_has (&run, "server.log",
+                               "PROFILE: zstd ratio int8 down at split point 2 is 0"),
+               "the zero zstd ratio's reason is not in the log");
     cr_expect (pltest_log_has (&run, "server.log", "device 0: codecs up"),
                "the real device's codecs were not chosen");
     pltest_kill_all (&run);
