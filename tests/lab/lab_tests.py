@@ -291,6 +291,22 @@ def lab_flags(t):
                     "--mode-set", bad])
         t.ok(r.returncode == 2 and "--mode-set" in r.stderr,
              "pipelearn-lab refuses --mode-set %s" % bad, r.stderr)
+    # --cpu-period-ms: the quotas' period, in lab.json; a quota under 1 ms a
+    # period is refused.
+    a = lab.parse_args(["--config", cfg, "--profile", "4g", "--modes", "fl", "--out", "/tmp/x",
+                        "--device-cpu", "5,50", "--cpu-period-ms", "20"])
+    t.ok(a.cpu_period_ms == 20 and lab.cpu_max(5, 20000) == (1000, 20000)
+         and lab.cpu_max(50, 20000) == (10000, 20000)
+         and lab.parse_args(["--config", cfg, "--profile", "4g", "--modes", "fl", "--out",
+                             "/tmp/x"]).cpu_period_ms == 100,
+         "--cpu-period-ms 20: 5% is 1 ms of every 20, 50% 10 ms; the default period 100 ms")
+    for bad, why in ((["--device-cpu", "5", "--cpu-period-ms", "10"], "below the cgroup's"),
+                     (["--cpu-period-ms", "0.5"], "expected 1..1000"),
+                     (["--cpu-period-ms", "2000"], "expected 1..1000")):
+        r, _ = run([LAB, "--config", cfg, "--profile", "4g", "--modes", "fl", "--out", "/tmp/x"]
+                   + bad)
+        t.ok(r.returncode == 2 and why in r.stderr,
+             "pipelearn-lab refuses %s" % " ".join(bad), r.stderr)
     cmds = {}
     for codec in ("int8", "auto"):
         r, _ = run([HEADLINE, "--out", "/tmp/hl", "--dry-run", "--codec", codec])
@@ -489,16 +505,20 @@ def test_cpu(t):
     # wifi profile keeps the model exchange short. 100% against 10% rather
     # than 25%: on a machine busy with other work a device "at 100%" may get
     # a third of a core, and the test must still tell the quotas apart.
+    # The low quota runs at a 20 ms period (--cpu-period-ms): 2 ms of every
+    # 20, which the cgroup's period count must show.
     res = {}
     low = 10
     for pct in (100, low):
         prefix = "tc" + secrets.token_hex(3)
+        period = ["--cpu-period-ms", "20"] if pct == low else []
         with tempfile.TemporaryDirectory() as out:
             r, secs = run(lab_argv(prefix, out, "--config", os.path.join(SRC, "configs",
                                                                          "fl.json"),
                                    "--devices", "2", "--profile", "wifi", "--modes", "fl",
                                    "--device-cpu", str(pct), "--no-report",
-                                   "--set", "samples=1000", "--set", "test_samples=100"),
+                                   "--set", "samples=1000", "--set", "test_samples=100",
+                                   *period),
                           timeout=600)
             t.note(r.stdout)
             d = os.path.join(out, "runs", "fl-wifi-r1")
@@ -531,6 +551,13 @@ def test_cpu(t):
         t.ok(all(cpu.get("dev%d" % k, {}).get("cpu_s", 0) <= low / 100.0 * wall + 0.05
                  for k in range(2)), "a %d%% device used at most %d%% of a core over the "
              "run (%.2f s wall)" % (low, low, wall), cpu)
+        # A 100 ms period allows at most wall / 0.1 + 1 periods; a busy
+        # device at 20 ms has about five times that.
+        t.ok(res[low][1].get("cpu_period_ms") == 20
+             and all(cpu.get("dev%d" % k, {}).get("nr_periods", 0) > 1.5 * (wall / 0.1 + 1)
+                     for k in range(2)),
+             "--cpu-period-ms 20: lab.json says so and the devices' cgroups counted more "
+             "periods than 100 ms ones allow in %.2f s" % wall, cpu)
 
 
 # ------------------------------------------------------------------ cleanup
