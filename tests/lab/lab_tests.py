@@ -301,8 +301,8 @@ def lab_flags(t):
                              "/tmp/x"]).cpu_period_ms == 100,
          "--cpu-period-ms 20: 5% is 1 ms of every 20, 50% 10 ms; the default period 100 ms")
     for bad, why in ((["--device-cpu", "5", "--cpu-period-ms", "10"], "below the cgroup's"),
-                     (["--cpu-period-ms", "0.5"], "expected 1..1000"),
-                     (["--cpu-period-ms", "2000"], "expected 1..1000")):
+                     (["--cpu-period-ms", "1"], "expected 2..1000"),
+                     (["--cpu-period-ms", "2000"], "expected 2..1000")):
         r, _ = run([LAB, "--config", cfg, "--profile", "4g", "--modes", "fl", "--out", "/tmp/x"]
                    + bad)
         t.ok(r.returncode == 2 and why in r.stderr,
