@@ -133,6 +133,25 @@ Test (kernels, direct_small_patch_conv_matches_naive)
     s_check_conv (2, 6, 6, 3, 64, 3, 1, 0);     //  3 channels, no padding
 }
 
+static void s_check_conv_rows (int n, int h, int c, int k, int r, int stride, int pad,
+                               int pieces);
+
+Test (kernels, direct_conv_every_width_matches_naive)
+{
+    //  nn_kernels_direct.c compiles one body per K / 8 (1..8) and per
+    //  level, with its own pixel and patch blocks: every width, a patch of
+    //  27 (3 channels) at stride 2 on odd sizes, a 5x5 on 5x5 images with
+    //  a pad of 2 (every window crosses the edge), a window as wide as the
+    //  image, and one wider (im2col's).
+    for (int k = 8; k <= 64; k += 8) {
+        s_check_conv (3, 9, 7, 3, k, 3, 2, 1);
+        s_check_conv (2, 5, 5, 1, k, 5, 1, 2);
+        s_check_conv_rows (3, 11, 1, k, 3, 1, 1, 5);
+    }
+    s_check_conv (2, 3, 3, 2, 16, 3, 1, 0);
+    s_check_conv (2, 2, 2, 1, 8, 3, 1, 1);
+}
+
 //  The row-range kernels, run over pieces cut anywhere (mid-image, mid-row),
 //  add up to the naive whole-batch result.
 static void

@@ -1,8 +1,9 @@
 /*  nn_kernels_conv.c: convolution (NHWC), dense and grouped: im2col and a
-    GEMM per group (our register tile, nn_kernels_gemm.h, or OpenBLAS), a
-    direct loop for small patches, dense 3x3 stride-1 ones by Winograd's
-    F(2x2, 3x3) (nn_kernels_wino.c), and depthwise convolutions by their
-    own direct kernels (nn_kernels_dwconv.c). */
+    GEMM per group (our register tile, nn_kernels_gemm.h, or OpenBLAS),
+    small patches by direct loops (nn_kernels_direct.c), dense 3x3
+    stride-1 ones by Winograd's F(2x2, 3x3) (nn_kernels_wino.c), and
+    depthwise convolutions by their own direct kernels
+    (nn_kernels_dwconv.c). */
 #include "nn_kernels.h"
 
 #include "nn_kernels_conv.h"
@@ -17,11 +18,6 @@
 //  Scratch for one chunk of im2col rows: big enough to feed sgemm well,
 //  small enough to stay in L2 (2 MiB per core here).
 #define S_COLS_TARGET (384 * 1024)
-
-//  Convolutions whose patch (r*s*c) is at most this run as a direct loop:
-//  sgemm with an inner dimension of 9 (a 3x3 kernel on one channel) spends
-//  its time packing, not multiplying (6.5 GFLOP/s against 55 for conv2).
-#define S_DIRECT_PATCH 32
 
 int
 nn_conv_shape_finish (nn_conv_shape_t *s)
@@ -72,154 +68,11 @@ nn_conv2d_scratch_count (const nn_conv_shape_t *s)
     nn_conv_shape_t live = s_live_shape (s);
     size_t cols = s_gemm_scratch_count (s), live_cols = s_gemm_scratch_count (&live);
     cols = cols > live_cols ? cols : live_cols;
-    size_t direct = (size_t) s->r * s->s * (s->c / s_groups (s)) * s->k + 2 * S_DIRECT_PATCH;
+    size_t direct = nn_direct_takes (s) ? nn_direct_scratch_count (s) : 0;
     cols = cols > direct ? cols : direct;
     size_t wino = nn_wino_takes (s) ? nn_wino_scratch_count (s) : 0;
     return cols > wino ? cols : wino;
 }
-
-//  Gather the (r, s, c) patch of output pixel (p, q) of one image.
-static inline void
-s_patch (float *patch, const float *in, const nn_conv_shape_t *s, int p, int q)
-{
-    int j = 0;
-    for (int r = 0; r < s->r; r++) {
-        int ih = p * s->stride - s->pad + r;
-        for (int t = 0; t < s->s; t++) {
-            int iw = q * s->stride - s->pad + t;
-            bool inside = ih >= 0 && ih < s->h && iw >= 0 && iw < s->w;
-            const float *src = in + ((size_t) ih * s->w + iw) * s->c;
-            for (int c = 0; c < s->c; c++)
-                patch[j++] = inside ? src[c] : 0.0f;
-        }
-    }
-}
-
-//  s_patch, with the common case (the whole window inside the image)
-//  copied row by row without bounds checks.
-static inline void
-s_patch_fast (float *patch, const float *in, const nn_conv_shape_t *s, int p, int q)
-{
-    int ih0 = p * s->stride - s->pad, iw0 = q * s->stride - s->pad;
-    if (ih0 < 0 || iw0 < 0 || ih0 + s->r > s->h || iw0 + s->s > s->w) {
-        s_patch (patch, in, s, p, q);
-        return;
-    }
-    size_t run = (size_t) s->s * s->c;
-    for (int r = 0; r < s->r; r++) {
-        const float *src = in + ((size_t) (ih0 + r) * s->w + iw0) * s->c;
-        for (size_t i = 0; i < run; i++)
-            patch[r * run + i] = src[i];
-    }
-}
-
-//  Direct convolution for small patches: per output pixel, out[k] =
-//  b[k] + sum_j patch[j] * wt[j][k], with the K outputs held in 8-wide
-//  vector registers (GCC vector extensions: AVX in the x86-64-v3 clone).
-//  wt (scratch) is w transposed to (r*s*c, k). Needs k % 8 == 0 and
-//  k <= S_DIRECT_KMAX.
-#define S_DIRECT_KMAX 64
-
-static bool
-s_conv_direct (const nn_conv_shape_t *s)
-{
-    return s_groups (s) == 1 && s->r * s->s * s->c <= S_DIRECT_PATCH && s->k % 8 == 0
-           && s->k <= S_DIRECT_KMAX;
-}
-
-S_BODY void
-s_conv_direct_forward_body (float *out, const float *in, const float *w, const float *b,
-                       const nn_conv_shape_t *s, int r0, int r1, float *scratch)
-{
-    int K = s->k, J = s->r * s->s * s->c, V = K / 8;
-    float *wt = scratch, *patch = scratch + (size_t) J * K;
-    for (int k = 0; k < K; k++)
-        for (int j = 0; j < J; j++)
-            wt[(size_t) j * K + k] = w[(size_t) k * J + j];
-    s_v8 bias[S_DIRECT_KMAX / 8];
-    for (int v = 0; v < V; v++)
-        bias[v] = b ? s_v8_load (b + 8 * v) : (s_v8) { 0 };
-    size_t in_size = (size_t) s->h * s->w * s->c;
-    float *patch2 = patch + S_DIRECT_PATCH;
-    int n, p, q;
-    s_pixel (s, r0, &n, &p, &q);
-    //  Two output pixels at a time: two independent accumulation chains
-    //  hide the add latency.
-    for (int g = r0; g < r1; g += 2) {
-        bool pair = g + 1 < r1;
-        s_patch_fast (patch, in + n * in_size, s, p, q);
-        s_pixel_next (s, &n, &p, &q);
-        if (pair) {
-            s_patch_fast (patch2, in + n * in_size, s, p, q);
-            s_pixel_next (s, &n, &p, &q);
-        }
-        s_v8 a0[S_DIRECT_KMAX / 8], a1[S_DIRECT_KMAX / 8];
-        for (int v = 0; v < V; v++)
-            a0[v] = a1[v] = bias[v];
-        for (int j = 0; j < J; j++) {
-            s_v8 x0 = (s_v8) { 0 } + patch[j];
-            s_v8 x1 = (s_v8) { 0 } + (pair ? patch2[j] : 0.0f);
-            const float *wr = wt + (size_t) j * K;
-            for (int v = 0; v < V; v++) {
-                s_v8 wv = s_v8_load (wr + 8 * v);
-                a0[v] += x0 * wv;
-                a1[v] += x1 * wv;
-            }
-        }
-        float *o = out + (size_t) g * K;
-        for (int v = 0; v < V; v++)
-            s_v8_store (o + 8 * v, a0[v]);
-        if (pair)
-            for (int v = 0; v < V; v++)
-                s_v8_store (o + K + 8 * v, a1[v]);
-    }
-}
-S_DISPATCH (static, s_conv_direct_forward,
-            (float *out, const float *in, const float *w, const float *b,
-             const nn_conv_shape_t *s, int r0, int r1, float *scratch),
-            (out, in, w, b, s, r0, r1, scratch))
-
-S_BODY void
-s_conv_direct_backward_weights_body (float *dw, float *db, const float *dout, const float *in,
-                                const nn_conv_shape_t *s, int r0, int r1, float *scratch)
-{
-    int K = s->k, J = s->r * s->s * s->c, V = K / 8;
-    float *dwt = scratch, *patch = scratch + (size_t) J * K;
-    memset (dwt, 0, sizeof (float) * (size_t) J * K);
-    s_v8 dbias[S_DIRECT_KMAX / 8];
-    for (int v = 0; v < V; v++)
-        dbias[v] = (s_v8) { 0 };
-    size_t in_size = (size_t) s->h * s->w * s->c;
-    int n, p, q;
-    s_pixel (s, r0, &n, &p, &q);
-    for (int g = r0; g < r1; g++) {
-        const float *d = dout + (size_t) g * K;
-        s_v8 gv[S_DIRECT_KMAX / 8];
-        for (int v = 0; v < V; v++) {
-            gv[v] = s_v8_load (d + 8 * v);
-            dbias[v] += gv[v];
-        }
-        s_patch_fast (patch, in + n * in_size, s, p, q);
-        s_pixel_next (s, &n, &p, &q);
-        for (int j = 0; j < J; j++) {
-            s_v8 x = (s_v8) { 0 } + patch[j];
-            float *dr = dwt + (size_t) j * K;
-            for (int v = 0; v < V; v++)
-                s_v8_store (dr + 8 * v, s_v8_load (dr + 8 * v) + x * gv[v]);
-        }
-    }
-    if (db)
-        for (int v = 0; v < V; v++)
-            for (int i = 0; i < 8; i++)
-                db[8 * v + i] += dbias[v][i];
-    for (int k = 0; k < K; k++)
-        for (int j = 0; j < J; j++)
-            dw[(size_t) k * J + j] += dwt[(size_t) j * K + k];
-}
-S_DISPATCH (static, s_conv_direct_backward_weights,
-            (float *dw, float *db, const float *dout, const float *in,
-             const nn_conv_shape_t *s, int r0, int r1, float *scratch),
-            (dw, db, dout, in, s, r0, r1, scratch))
 
 //  Output rows [g0, g0 + rows) of the batch -> cols (rows, r*s*cg), each
 //  row laid out (r, s, cg) like a weight row of a group: the input
@@ -438,8 +291,8 @@ nn_conv2d_forward_rows (float *out, const float *in, const float *w, const float
         nn_dwconv_forward_rows (out, in, w, b, s, r0, r1, scratch);
         return;
     }
-    if (s_conv_direct (s)) {
-        s_conv_direct_forward (out, in, w, b, s, r0, r1, scratch);
+    if (nn_direct_takes (s)) {
+        nn_direct_forward_rows (out, in, w, b, s, r0, r1, scratch);
         return;
     }
     if (nn_wino_pays (s, r0, r1)) {
@@ -492,8 +345,8 @@ nn_conv2d_backward_weights_rows (float *dw, float *db, const float *dout, const 
         nn_dwconv_backward_weights_rows (dw, db, dout, in, s, r0, r1, scratch);
         return;
     }
-    if (s_conv_direct (s)) {
-        s_conv_direct_backward_weights (dw, db, dout, in, s, r0, r1, scratch);
+    if (nn_direct_takes (s)) {
+        nn_direct_backward_weights_rows (dw, db, dout, in, s, r0, r1, scratch);
         return;
     }
     if (db)

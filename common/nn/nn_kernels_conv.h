@@ -60,6 +60,19 @@ void nn_dwconv_backward_weights_rows (float *dw, float *db, const float *dout,
 void nn_dwconv_backward_input (float *din, const float *dout, const float *w,
                                const nn_conv_shape_t *s, float *scratch);
 
+//  Dense convolutions with a small patch (r*s*c <= 32; K a multiple of 8
+//  up to 64; s <= w): direct loops (nn_kernels_direct.c), the contracts
+//  of nn_conv2d_forward_rows and nn_conv2d_backward_weights_rows (db
+//  included), with scratch of nn_direct_scratch_count floats. The input
+//  gradient is im2col's (a first layer has none).
+bool nn_direct_takes (const nn_conv_shape_t *s);
+size_t nn_direct_scratch_count (const nn_conv_shape_t *s);
+void nn_direct_forward_rows (float *out, const float *in, const float *w, const float *b,
+                             const nn_conv_shape_t *s, int r0, int r1, float *scratch);
+void nn_direct_backward_weights_rows (float *dw, float *db, const float *dout,
+                                      const float *in, const nn_conv_shape_t *s, int r0,
+                                      int r1, float *scratch);
+
 //  dst[j * ldd + i] (+)= src[i * lds + j] for i < rows, j < cols, in 16 x
 //  16 blocks (add: accumulate, else overwrite).
 void nn_conv_transpose (float *dst, size_t ldd, const float *src, size_t lds, int rows,

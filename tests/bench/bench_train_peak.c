@@ -118,7 +118,8 @@ bench_vgg5_conv_rate (int repeats)
 
 //  The 3x3 stride-1 convolutions of docs/performance.md's "Winograd"
 //  table: (images, side, c, k) as one thread of a batch or micro-batch sees
-//  them in VGG5, VGG11 and ResNet18.
+//  them in VGG5, VGG11 and ResNet18, then VGG5's first convolution (a
+//  direct loop: its patch is 9 floats; no input gradient, as in a model).
 void
 bench_conv_calls (int repeats)
 {
@@ -126,7 +127,7 @@ bench_conv_calls (int repeats)
         { 25, 14, 32, 64 }, { 25, 7, 64, 64 }, { 100, 14, 32, 64 }, { 100, 7, 64, 64 },
         { 50, 4, 512, 512 }, { 13, 2, 512, 512 }, { 50, 8, 128, 256 }, { 50, 2, 512, 512 },
         { 13, 4, 512, 512 }, { 13, 4, 256, 256 }, { 25, 4, 128, 128 }, { 13, 7, 64, 64 },
-        { 6, 7, 64, 64 }, { 25, 2, 256, 256 },
+        { 6, 7, 64, 64 }, { 25, 2, 256, 256 }, { 25, 28, 1, 32 }, { 100, 28, 1, 32 },
     };
     printf ("%-6s %-6s %-10s %-9s %9s %9s %9s  (ms of thread CPU time, best of %d)\n",
             "images", "image", "channels", "path", "forward", "weights", "input", repeats);
@@ -136,11 +137,13 @@ bench_conv_calls (int repeats)
                                .stride = 1, .pad = 1 };
         nn_conv_shape_finish (&sh);
         double best[3];
-        s_time_conv (sh, repeats, false, best);
+        bool first = sh.c == 1;
+        s_time_conv (sh, repeats, first, best);
         char side[16], ch[24];
         snprintf (side, sizeof side, "%dx%d", sh.h, sh.w);
         snprintf (ch, sizeof ch, "%d->%d", sh.c, sh.k);
-        const char *path = nn_wino_pays (&sh, 0, sh.n * sh.p * sh.q) ? "winograd" : "im2col";
+        const char *path = first ? "direct"
+                           : nn_wino_pays (&sh, 0, sh.n * sh.p * sh.q) ? "winograd" : "im2col";
         printf ("%-6d %-6s %-10s %-9s %9.3f %9.3f %9.3f\n", sh.n, side, ch, path,
                 1e3 * best[0], 1e3 * best[1], 1e3 * best[2]);
     }
