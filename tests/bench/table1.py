@@ -4,6 +4,7 @@
     tests/bench/table1.py [--models vgg5,resnet18,mobilenetv3-small]
                           [--modes fl,sfl,pipelearn] [--epochs 5]
                           [--samples 0] [--test-samples 0] [--no-torch]
+                          [--augment]
                           [--build build] [--out docs/table1.md] [--work DIR]
 
 Run from the repository root after a build. For each model it trains, on
@@ -18,8 +19,11 @@ the first unit, aggregation once per epoch; PipeLearn with 4 micro-batches):
   * PyTorch (tests/torch_models.py, channels_last, --torch-threads threads),
     centralised SGD on the same images, same normalisation, same epochs.
 
-Augmentation follows the config's default for Fashion-MNIST (none). It
-writes the test accuracy after the last epoch, in the paper's layout (rows
+Augmentation follows the config's default for Fashion-MNIST (none) unless
+`--augment` gives the reference's training transform: a random crop with
+4-pixel padding (padding is pixel value 0) and a random horizontal flip,
+drawn per image, in the daemons (`augment` and `flip` true) and in the
+PyTorch twin alike. It writes the test accuracy after the last epoch, in the paper's layout (rows
 techniques, columns models), plus wall times, to --out, and prints it.
 
 The full table takes hours on a 2-core host (mobilenetv3-small and resnet18
@@ -64,6 +68,8 @@ def run_daemons(args, work, model, mode):
             "batch_size=100", "learning_rate=0.01", "momentum=0.9", "devices=%d" % DEVICES,
             "split_point=1", "aggregation_frequency=-1", "seed=%d" % args.seed,
             "micro_batches=%d" % (4 if mode == "pipelearn" else 1)]
+    sets += ["augment=%s" % ("true" if args.augment else "false"),
+             "flip=%s" % ("true" if args.augment else "false")]
     t0 = time.monotonic()
     res = launch(args.build, work, tag, "configs/%s.json" % mode, sets,
                  args.client_threads, args.timeout, timed=False)
@@ -104,7 +110,7 @@ def run_torch(args, model_name):
     cmd = [sys.executable, os.path.abspath(__file__), "--torch-child", model_name,
            "--samples", str(args.samples), "--test-samples", str(args.test_samples),
            "--epochs", str(args.epochs), "--seed", str(args.seed),
-           "--torch-threads", str(args.torch_threads)]
+           "--torch-threads", str(args.torch_threads)] + (["--augment"] if args.augment else [])
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
     if out.returncode != 0:
@@ -128,6 +134,20 @@ def torch_child(args):
     ytr, yte = torch.tensor(ytr, dtype=torch.long), torch.tensor(yte, dtype=torch.long)
     model = torch_models.build(args.torch_child, 1, 28, 10)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    pad = 4
+    # pixel value 0, normalised: what the daemons' crop pads with
+    xpad = F.pad(xtr, (pad, pad, pad, pad), value=-MEAN / STD) if args.augment else None
+
+    def batch(idx):
+        if not args.augment:
+            return xtr[idx]
+        dy = torch.randint(0, 2 * pad + 1, (len(idx),))
+        dx = torch.randint(0, 2 * pad + 1, (len(idx),))
+        flip = torch.rand(len(idx)) < 0.5
+        out = torch.stack([xpad[i, :, y:y + 28, x:x + 28]
+                           for i, y, x in zip(idx.tolist(), dy.tolist(), dx.tolist())])
+        out[flip] = out[flip].flip(3)
+        return out.contiguous(memory_format=torch.channels_last)
     t0 = time.monotonic()
     for _ in range(args.epochs):
         model.train()
@@ -135,7 +155,7 @@ def torch_child(args):
         for b in range(0, len(ytr) - 99, 100):
             idx = order[b:b + 100]
             opt.zero_grad()
-            F.cross_entropy(model(xtr[idx]), ytr[idx]).backward()
+            F.cross_entropy(model(batch(idx)), ytr[idx]).backward()
             opt.step()
     train_s = time.monotonic() - t0
     model.eval()
@@ -186,10 +206,12 @@ def render(args, models, rows, results):
              "Test accuracy (%%) after %d epoch(s); %s training images over %d devices "
              "(contiguous shards), %s test images; SGD lr 0.01, momentum 0.9, batch 100; "
              "split after unit 1, PipeLearn with 4 micro-batches; aggregation once per "
-             "epoch; seed %d; no augmentation. PyTorch: centralised, same recipe, "
+             "epoch; seed %d; %s. PyTorch: centralised, same recipe, "
              "channels_last, %d thread(s)."
              % (args.epochs, args.samples or "all 60,000", DEVICES,
-                args.test_samples or "all 10,000", args.seed, args.torch_threads), "",
+                args.test_samples or "all 10,000", args.seed,
+                "training transform: random crop with 4-pixel padding and horizontal flip"
+                if args.augment else "no augmentation", args.torch_threads), "",
              "| technique | " + " | ".join(TITLES.get(m, m) for m in models) + " |",
              "|---|" + "---|" * len(models)]
     for row in rows:
@@ -222,6 +244,8 @@ def main():
     ap.add_argument("--test-samples", type=int, default=0, help="test images (0: all)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch row")
+    ap.add_argument("--augment", action="store_true",
+                    help="the reference's transform: crop with 4-pixel padding + flip")
     ap.add_argument("--torch-threads", type=int, default=2)
     ap.add_argument("--client-threads", type=int, default=1)
     ap.add_argument("--build", default=os.environ.get("PIPELEARN_BUILD_DIR", "build"))
