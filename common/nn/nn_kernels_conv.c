@@ -1,7 +1,8 @@
 /*  nn_kernels_conv.c: convolution (NHWC), dense and grouped: im2col and a
     GEMM per group (our register tile, nn_kernels_gemm.h, or OpenBLAS),
     small patches by direct loops (nn_kernels_direct.c), dense 3x3
-    stride-1 ones by Winograd's F(2x2, 3x3) (nn_kernels_wino.c), and
+    stride-1 ones by Winograd's F(2x2, 3x3) or F(4x4, 3x3)
+    (nn_kernels_wino.c), and
     depthwise convolutions by their own direct kernels
     (nn_kernels_dwconv.c). */
 #include "nn_kernels.h"

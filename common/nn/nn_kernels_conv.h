@@ -79,13 +79,18 @@ void nn_conv_transpose (float *dst, size_t ldd, const float *src, size_t lds, in
                         int cols, bool add);
 
 //  Dense 3x3 stride-1 convolutions on images of at least 2x2 outputs, 8+
-//  channels each side: Winograd's F(2x2, 3x3) (nn_kernels_wino.c), the
-//  contracts of the nn_conv2d_*_rows kernels and nn_conv2d_backward_input
-//  (the weight gradient without db, which the caller adds), with scratch of
-//  nn_wino_scratch_count floats.
+//  channels each side: Winograd's F(2x2, 3x3) or F(4x4, 3x3)
+//  (nn_kernels_wino.c), the contracts of the nn_conv2d_*_rows kernels and
+//  nn_conv2d_backward_input (the weight gradient without db, which the
+//  caller adds), with scratch of nn_wino_scratch_count floats.
 bool nn_wino_takes (const nn_conv_shape_t *s);
-//  Whether Winograd runs output pixels [r0, r1) of shape s: it takes the
-//  shape and the pixels hold enough tiles.
+//  The output tile side Winograd runs output pixels [r0, r1) of shape s
+//  with: 4 (F(4x4)) where that does fewer multiply-adds over the image's
+//  tiles and the pixels hold enough of its tiles, else 2 (F(2x2)) where
+//  they hold enough of those, else 0 (not Winograd: im2col).
+int nn_wino_tile (const nn_conv_shape_t *s, int r0, int r1);
+//  Whether Winograd runs output pixels [r0, r1) of shape s (nn_wino_tile
+//  is not 0).
 bool nn_wino_pays (const nn_conv_shape_t *s, int r0, int r1);
 size_t nn_wino_scratch_count (const nn_conv_shape_t *s);
 void nn_wino_forward_rows (float *out, const float *in, const float *w, const float *b,

@@ -397,7 +397,7 @@ main (int argc, char **argv)
         cJSON_AddNumberToObject (out, "conv_gflops", conv);
         printf ("; VGG5's convolutions at batch 100 (forward + backward) %.1f GFLOP/s = "
                 "%.0f%% of it (counted as im2col's multiply-adds: conv2 and conv3 run "
-                "Winograd's, 1.7-2.25x fewer)", conv, 100.0 * conv / peak);
+                "Winograd's F(4x4), 3.1x fewer)", conv, 100.0 * conv / peak);
     }
     printf ("\nimages/s of wall time and of each side's CPU time (img/CPU-s); ratio = ours / "
             "PyTorch's; peak RSS in MiB (+ beyond the process before the model)\n");

@@ -24,8 +24,9 @@ double bench_sgemm_peak (void);
 //  second of thread CPU time.
 double bench_vgg5_conv_rate (int repeats);
 //  `pipelearn-bench --conv-calls`: prints, per 3x3 convolution shape of
-//  docs/performance.md's "Winograd" table, the path it takes (winograd or
-//  im2col) and its forward, weight and input gradient times per call.
+//  docs/performance.md's "Winograd" tables, the path it takes (wino4:
+//  F(4x4, 3x3), winograd: F(2x2, 3x3), im2col or direct) and its forward,
+//  weight and input gradient times per call.
 void bench_conv_calls (int repeats);
 
 #endif

@@ -92,9 +92,9 @@ s_time_conv (nn_conv_shape_t sh, int repeats, bool first, double best[3])
 //  VGG5's three convolutions at batch 100 on one thread: forward and
 //  backward (weights, and input but for the first), the best of 5 in thread
 //  CPU time, in GFLOP/s of the matrix work as im2col does it (2 * pixels *
-//  k * r*s*c per product): conv2 and conv3 run Winograd's F(2x2, 3x3),
-//  which does 2.25x (conv3's 7x7 images: 1.72x) fewer, so the rate can
-//  pass the sgemm peak.
+//  k * r*s*c per product): conv2 and conv3 run Winograd's F(4x4, 3x3),
+//  which does 3.1x fewer on their 14x14 and 7x7 images (16 and 4 tiles of
+//  36 against 196 and 49 pixels of 9), so the rate can pass the sgemm peak.
 double
 bench_vgg5_conv_rate (int repeats)
 {
@@ -142,8 +142,8 @@ bench_conv_calls (int repeats)
         char side[16], ch[24];
         snprintf (side, sizeof side, "%dx%d", sh.h, sh.w);
         snprintf (ch, sizeof ch, "%d->%d", sh.c, sh.k);
-        const char *path = first ? "direct"
-                           : nn_wino_pays (&sh, 0, sh.n * sh.p * sh.q) ? "winograd" : "im2col";
+        int m = first ? 0 : nn_wino_tile (&sh, 0, sh.n * sh.p * sh.q);
+        const char *path = first ? "direct" : m == 4 ? "wino4" : m == 2 ? "winograd" : "im2col";
         printf ("%-6d %-6s %-10s %-9s %9.3f %9.3f %9.3f\n", sh.n, side, ch, path,
                 1e3 * best[0], 1e3 * best[1], 1e3 * best[2]);
     }

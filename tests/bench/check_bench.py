@@ -96,12 +96,17 @@ def main():
 def wino_path(images, side, c, k):
     """The path a padded 3x3 convolution on images x side x side, c -> k,
     takes: direct loops for 1 input channel (nn_direct_takes), im2col under
-    32 tiles of 2x2, else F(2x2) ("winograd")."""
-    t2 = (side + 1) // 2
+    32 tiles of 2x2, F(4x4) ("wino4") up to 64 channels each side where its
+    36 multiply-adds per 4x4 tile beat F(2x2)'s 16 per 2x2 over the image
+    and the call holds 32 of its tiles, else F(2x2) ("winograd")."""
+    t2, t4 = (side + 1) // 2, (side + 3) // 4
     if c == 1:
         return "direct"
     if images * t2 * t2 < 32:
         return "im2col"
+    if (c <= 64 and k <= 64 and t4 * t4 * 36 < t2 * t2 * 16
+            and images * t4 * t4 >= 32):
+        return "wino4"
     return "winograd"
 
 
