@@ -123,6 +123,57 @@ srv_planner_epoch_of (const nn_estimate_t *plan, int devices, int split_point, c
 }
 
 //  summary.json "plan": what was chosen (a) from what.
+//  The device's best candidate at each split point the estimate weighed
+//  (fastest N there), or NULL where it weighed none: what the choice was
+//  made against, for the log and summary.json (a plan that measures slower
+//  than estimated says which split point to try instead).
+static const nn_estimate_candidate_t *
+s_best_at (const nn_estimate_t *plan, int device, int split_point)
+{
+    const nn_estimate_candidate_t *best = NULL;
+    int count = nn_estimate_candidates_count (plan, device);
+    for (int k = 0; k < count; k++) {
+        const nn_estimate_candidate_t *c = nn_estimate_candidate (plan, device, k);
+        if (c->split_point == split_point && (!best || c->iteration_s < best->iteration_s))
+            best = c;
+    }
+    return best;
+}
+
+static void
+s_best_by_split_json (const nn_estimate_t *plan, int device, cJSON *o)
+{
+    cJSON *arr = cJSON_AddArrayToObject (o, "best_by_split");
+    for (int p = 1; p < NN_MAX_UNITS; p++) {
+        const nn_estimate_candidate_t *c = s_best_at (plan, device, p);
+        if (!c)
+            continue;
+        cJSON *e = cJSON_CreateObject ();
+        cJSON_AddNumberToObject (e, "split_point", p);
+        cJSON_AddNumberToObject (e, "micro_batches", c->micro_batches);
+        cJSON_AddNumberToObject (e, "estimated_iteration_s", c->iteration_s);
+        cJSON_AddItemToArray (arr, e);
+    }
+}
+
+//  One log line per device: its best candidate at each split point.
+static void
+s_best_by_split_log (const nn_estimate_t *plan, int device)
+{
+    char line[512];
+    size_t at = 0;
+    line[0] = '\0';
+    for (int p = 1; p < NN_MAX_UNITS && at < sizeof line; p++) {
+        const nn_estimate_candidate_t *c = s_best_at (plan, device, p);
+        if (c)
+            at += (size_t) snprintf (line + at, sizeof line - at, "%sP %d N %d %.3f s",
+                                     at ? ", " : "", p, c->micro_batches, c->iteration_s);
+    }
+    if (at)
+        pl_log_info ("server: planner: device %d: best iteration by split point: %s", device,
+                     line);
+}
+
 static void
 s_plan_json (const srv_planner_t *self, const nn_estimate_t *plan, const srv_assign_t *a,
              double epoch_s, cJSON *root)
@@ -184,6 +235,7 @@ s_plan_json (const srv_planner_t *self, const nn_estimate_t *plan, const srv_ass
             if (kd >= 0)
                 cJSON_AddNumberToObject (o, "zstd_ratio_down", q->ratio[at][kd]);
         }
+        s_best_by_split_json (plan, i, o);
         cJSON_AddItemToArray (devs, o);
     }
     cJSON *modes = cJSON_AddObjectToObject (pj, "modes");
@@ -599,6 +651,8 @@ s_start_each (srv_planner_t *self, const srv_assign_t *cur, bool keep, cJSON *su
                      "ms; %s)", i, out->next.split[i], out->next.micro[i], est,
                      srv_planner_mbps (dv[i].uplink_Bps), srv_planner_mbps (dv[i].downlink_Bps),
                      dv[i].rtt_s * 1000.0, keep ? "as configured" : "its own choice");
+        if (!keep)
+            s_best_by_split_log (plan, i);
     }
     for (int i = devices; i < SRV_MAX_DEVICES; i++)
         out->tell[i] = false;
