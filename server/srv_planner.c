@@ -124,9 +124,11 @@ srv_planner_epoch_of (const nn_estimate_t *plan, int devices, int split_point, c
 
 //  summary.json "plan": what was chosen (a) from what.
 //  The device's best candidate at each split point the estimate weighed
-//  (fastest N there), or NULL where it weighed none: what the choice was
-//  made against, for the log and summary.json (a plan that measures slower
-//  than estimated says which split point to try instead).
+//  (the N with the shortest estimated epoch there, the chooser's measure:
+//  iterations plus the epoch's aggregation, which grows with the device's
+//  part), or NULL where it weighed none: what the choice was made against,
+//  for the log and summary.json (a plan that measures slower than
+//  estimated says which split point to try instead).
 static const nn_estimate_candidate_t *
 s_best_at (const nn_estimate_t *plan, int device, int split_point)
 {
@@ -134,7 +136,7 @@ s_best_at (const nn_estimate_t *plan, int device, int split_point)
     int count = nn_estimate_candidates_count (plan, device);
     for (int k = 0; k < count; k++) {
         const nn_estimate_candidate_t *c = nn_estimate_candidate (plan, device, k);
-        if (c->split_point == split_point && (!best || c->iteration_s < best->iteration_s))
+        if (c->split_point == split_point && (!best || c->epoch_s < best->epoch_s))
             best = c;
     }
     return best;
@@ -152,6 +154,7 @@ s_best_by_split_json (const nn_estimate_t *plan, int device, cJSON *o)
         cJSON_AddNumberToObject (e, "split_point", p);
         cJSON_AddNumberToObject (e, "micro_batches", c->micro_batches);
         cJSON_AddNumberToObject (e, "estimated_iteration_s", c->iteration_s);
+        cJSON_AddNumberToObject (e, "estimated_epoch_s", c->epoch_s);
         cJSON_AddItemToArray (arr, e);
     }
 }
@@ -166,12 +169,13 @@ s_best_by_split_log (const nn_estimate_t *plan, int device)
     for (int p = 1; p < NN_MAX_UNITS && at < sizeof line; p++) {
         const nn_estimate_candidate_t *c = s_best_at (plan, device, p);
         if (c)
-            at += (size_t) snprintf (line + at, sizeof line - at, "%sP %d N %d %.3f s",
-                                     at ? ", " : "", p, c->micro_batches, c->iteration_s);
+            at += (size_t) snprintf (line + at, sizeof line - at,
+                                     "%sP %d N %d %.3f s (epoch %.1f s)", at ? ", " : "", p,
+                                     c->micro_batches, c->iteration_s, c->epoch_s);
     }
     if (at)
-        pl_log_info ("server: planner: device %d: best iteration by split point: %s", device,
-                     line);
+        pl_log_info ("server: planner: device %d: best by split point (iteration, epoch): %s",
+                     device, line);
 }
 
 static void
