@@ -122,13 +122,12 @@ srv_planner_epoch_of (const nn_estimate_t *plan, int devices, int split_point, c
     return s_epoch_each (plan, devices, p, n);
 }
 
-//  summary.json "plan": what was chosen (a) from what.
 //  The device's best candidate at each split point the estimate weighed
 //  (the N with the shortest estimated epoch there, the chooser's measure:
 //  iterations plus the epoch's aggregation, which grows with the device's
-//  part), or NULL where it weighed none: what the choice was made against,
-//  for the log and summary.json (a plan that measures slower than
-//  estimated says which split point to try instead).
+//  part) among those the pins allow, or NULL where it weighed none: what
+//  the choice was made against, for the log and summary.json (a plan that
+//  measures slower than estimated says which split point to try instead).
 static const nn_estimate_candidate_t *
 s_best_at (const nn_estimate_t *plan, int device, int split_point)
 {
@@ -136,7 +135,8 @@ s_best_at (const nn_estimate_t *plan, int device, int split_point)
     int count = nn_estimate_candidates_count (plan, device);
     for (int k = 0; k < count; k++) {
         const nn_estimate_candidate_t *c = nn_estimate_candidate (plan, device, k);
-        if (c->split_point == split_point && (!best || c->epoch_s < best->epoch_s))
+        if (c->split_point == split_point && nn_estimate_allowed (plan, c)
+        &&  (!best || c->epoch_s < best->epoch_s))
             best = c;
     }
     return best;
@@ -178,6 +178,7 @@ s_best_by_split_log (const nn_estimate_t *plan, int device)
                      device, line);
 }
 
+//  summary.json "plan": what was chosen (a) from what.
 static void
 s_plan_json (const srv_planner_t *self, const nn_estimate_t *plan, const srv_assign_t *a,
              double epoch_s, cJSON *root)

@@ -1173,6 +1173,13 @@ nn_estimate_find (const nn_estimate_t *self, int device, int split_point, int mi
     return NULL;
 }
 
+bool
+nn_estimate_allowed (const nn_estimate_t *self, const nn_estimate_candidate_t *c)
+{
+    assert (self && c);
+    return s_allowed (&self->in, c);
+}
+
 double
 nn_estimate_common (const nn_estimate_t *self, int *split_point, int *micro_batches)
 {

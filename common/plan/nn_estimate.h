@@ -227,6 +227,9 @@ const nn_estimate_candidate_t *nn_estimate_chosen (const nn_estimate_t *self, in
 //  plan's estimate under new costs with the new choice.
 const nn_estimate_candidate_t *nn_estimate_find (const nn_estimate_t *self, int device,
                                          int split_point, int micro_batches);
+//  Whether the input's pins (split point, micro-batches) allow c: the
+//  candidates the chooser picked among.
+bool nn_estimate_allowed (const nn_estimate_t *self, const nn_estimate_candidate_t *c);
 //  One (P, N) for every device, for a server that cannot run different
 //  plans per device: the allowed (P, N) with the smallest parallel epoch
 //  (rounds as barriers, the slowest device per round), by the same
