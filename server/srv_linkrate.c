@@ -202,10 +202,24 @@ srv_linkrate_overdue (const srv_linkrate_t *self, double timeout, char *why, siz
 }
 
 void
-srv_linkrate_on_activations (srv_linkrate_t *self, const proto_msg_t *msg)
+srv_linkrate_on_activations (srv_linkrate_t *self, const proto_msg_t *msg, double now)
 {
     const proto_header_t *h = proto_msg_header (msg);
-    double now = pl_monotonic ();
+    if (h->micro_batch == 0) {
+        if (!self->period_valid || h->epoch != self->period_epoch
+        ||  h->iteration < self->period_iter1) {
+            //  A new epoch (or a device that started over): a new span.
+            self->period_valid = true;
+            self->period_epoch = h->epoch;
+            self->period_iter0 = self->period_iter1 = h->iteration;
+            self->period_t0 = self->period_t1 = now;
+        }
+        else
+        if (h->iteration > self->period_iter1) {
+            self->period_iter1 = h->iteration;
+            self->period_t1 = now;
+        }
+    }
     //  Back-to-back micro-batches of one iteration: when the uplink is the
     //  bottleneck their spacing is its transfer time; otherwise it is
     //  longer, so the rate is a floor for the link's.
@@ -233,4 +247,14 @@ srv_linkrate_traffic (srv_linkrate_t *self)
     self->rates_count = 0;
     self->act_valid = false;
     return median;
+}
+
+double
+srv_linkrate_period (srv_linkrate_t *self)
+{
+    uint32_t span = self->period_iter1 - self->period_iter0;
+    double period = self->period_valid && span >= 2 && self->period_t1 > self->period_t0
+                  ? (self->period_t1 - self->period_t0) / span : 0.0;
+    self->period_valid = false;
+    return period;
 }

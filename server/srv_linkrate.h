@@ -55,6 +55,11 @@ typedef struct {
     bool act_valid;
     double rates[SRV_LINKRATE_SAMPLES];    //  bytes/s samples this epoch (ring)
     int rates_count;
+    //  The iteration period: arrivals of the first micro-batch of the
+    //  epoch's first and latest iterations.
+    bool period_valid;
+    uint32_t period_epoch, period_iter0, period_iter1;
+    double period_t0, period_t1;
 } srv_linkrate_t;
 
 //  A new device: forget the last one's figures (the probe id goes on).
@@ -75,10 +80,16 @@ int srv_linkrate_answer (srv_linkrate_t *self, const proto_msg_t *msg, int id, i
 //  The probe out has waited more than timeout seconds (why filled).
 bool srv_linkrate_overdue (const srv_linkrate_t *self, double timeout, char *why,
                            size_t why_size);
-//  One ACTIVATIONS of the device arrived now.
-void srv_linkrate_on_activations (srv_linkrate_t *self, const proto_msg_t *msg);
+//  One ACTIVATIONS of the device arrived at now (pl_monotonic seconds).
+void srv_linkrate_on_activations (srv_linkrate_t *self, const proto_msg_t *msg, double now);
 //  The epoch's traffic estimate of the uplink in bytes/s (the median of
 //  its samples; 0 with fewer than 3), and the samples are reset.
 double srv_linkrate_traffic (srv_linkrate_t *self);
+//  The epoch's iteration period in seconds: the time between the arrivals
+//  of the first micro-batches of its first and latest iterations over the
+//  iterations between them (0 with fewer than 3 iterations seen); then
+//  forgotten. What a device's iteration takes as the server sees it, its
+//  pipeline's fill and drain included once an iteration.
+double srv_linkrate_period (srv_linkrate_t *self);
 
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "nn_alloc.h"
+#include "nn_calibrate.h"
 #include "nn_estimate.h"
 #include "nn_profile.h"
 #include "pl_hostcopy.h"
@@ -69,6 +70,8 @@ srv_planner_input (const srv_planner_t *self, nn_estimate_input_t *in,
     for (int i = 0; i < self->args.devices; i++) {
         const srv_planner_slot_t *s = &self->slot[i];
         devs[i].costs = s->profiled ? s->costs : self->server;
+        if (s->compute_scale > 0.0 && s->compute_scale != 1.0)
+            nn_calibrate_scale (&devs[i].costs, s->compute_scale);
         if (s->measured) {
             double up = s->up_Bps > s->traffic_up_Bps ? s->up_Bps : s->traffic_up_Bps;
             devs[i].uplink_Bps = up;
@@ -524,6 +527,7 @@ srv_planner_on_profile (srv_planner_t *self, int id, const proto_msg_t *msg, boo
                      "split point: %s", id, list);
     }
     s->profiled = true;
+    s->compute_scale = 1.0;     //  a new profile: no calibration yet
     pl_log_info ("server: device %d profile: whole model forward %.3f s, backward %.3f s "
                  "per batch of %d (%u thread(s)); codecs (MB/s of float32, encode / decode): "
                  "fp16 %.0f / %.0f, int8 %.0f / %.0f, topk %.0f / %.0f", id, fwd, bwd,
@@ -577,7 +581,7 @@ srv_planner_probing (const srv_planner_t *self)
 void
 srv_planner_on_activations (srv_planner_t *self, int id, const proto_msg_t *msg)
 {
-    srv_linkrate_on_activations (&self->slot[id].link, msg);
+    srv_linkrate_on_activations (&self->slot[id].link, msg, pl_monotonic ());
 }
 
 void
@@ -589,6 +593,15 @@ srv_planner_epoch_json (srv_planner_t *self, int id, int micro, cJSON *device)
         s->traffic_up_Bps = traffic;
         cJSON_AddNumberToObject (device, "uplink_mbps_traffic", srv_planner_mbps (traffic));
     }
+    //  The iteration period the server saw, beside the plan's estimate
+    //  and the calibration in force (docs/planner.md, "Calibration").
+    s->period_s = srv_linkrate_period (&s->link);
+    if (s->period_s > 0.0)
+        cJSON_AddNumberToObject (device, "iteration_s_measured", s->period_s);
+    if (s->est_iteration_s > 0.0)
+        cJSON_AddNumberToObject (device, "iteration_s_estimated", s->est_iteration_s);
+    if (s->compute_scale > 0.0 && s->compute_scale != 1.0)
+        cJSON_AddNumberToObject (device, "compute_scale", s->compute_scale);
     if (s->measured) {
         cJSON_AddNumberToObject (device, "uplink_mbps_probe", srv_planner_mbps (s->up_Bps));
         cJSON_AddNumberToObject (device, "downlink_mbps_probe", srv_planner_mbps (s->down_Bps));

@@ -20,6 +20,9 @@ typedef struct {
     double plan_up_Bps, plan_down_Bps;  //  the link its current plan assumed
     double est_iteration_s;     //  the current plan's estimate for it
     double traffic_up_Bps;      //  last epoch's estimate (0: none)
+    double compute_scale;       //  its profile's compute costs times this (0 = 1):
+                                //  the calibration to measured periods (srv_replan.c)
+    double period_s;            //  last epoch's measured iteration period (0: none)
 } srv_planner_slot_t;
 
 struct _srv_planner_t {

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "nn_alloc.h"
+#include "nn_calibrate.h"
 #include "nn_estimate.h"
 #include "pl_log.h"
 #include "srv_planner_internal.h"
@@ -151,6 +153,90 @@ s_replan_each (srv_planner_t *self, const srv_assign_t *cur, const bool *drifted
     return 1;
 }
 
+//  The estimate's iteration period for device i at (p, n) under in (its
+//  codecs as given), or 0 when the estimate has none.
+static double
+s_estimated_period (const nn_estimate_input_t *in, int i, int p, int n)
+{
+    nn_estimate_input_t pinned = *in;
+    pinned.split_point = p;
+    pinned.micro_batches = n;
+    char err[NN_ERR_SIZE];
+    nn_estimate_t *plan = nn_estimate_new (&pinned, err, sizeof err);
+    if (!plan) {
+        pl_log_error ("server: calibration: %s", err);
+        return 0.0;
+    }
+    const nn_estimate_candidate_t *c = nn_estimate_find (plan, i, p, n);
+    double period = c ? nn_calibrate_period (&pinned, c) : 0.0;
+    nn_estimate_destroy (&plan);
+    return period;
+}
+
+//  Compute drift: each device's iteration period as the server measured
+//  it against the estimate of the plan it ran (under the links just
+//  probed, its codecs as they ran). Beyond replan_compute_drift its
+//  compute costs are scaled to what it measured (nn_calibrate_compute)
+//  and it is re-planned like a device whose link drifted; a period that
+//  no compute factor explains (its link, the server) leaves it as it was.
+static void
+s_calibrate (srv_planner_t *self, const srv_assign_t *cur, const bool *active, bool *drifted,
+             char (*reason)[200], bool *any)
+{
+    const pl_config_t *cfg = self->args.cfg;
+    if (!(cfg->replan_compute_drift > 0.0))
+        return;
+    int devices = self->args.devices;
+    nn_estimate_input_t in;
+    nn_estimate_device_t dv[SRV_MAX_DEVICES];
+    srv_planner_input (self, &in, dv);
+    nn_estimate_codec_t codecs[SRV_MAX_DEVICES];
+    if (in.codecs) {
+        memcpy (codecs, in.codecs, sizeof codecs[0] * (size_t) devices);
+        for (int i = 0; i < devices; i++) {
+            codecs[i].up = self->chosen[i].up;
+            codecs[i].down = self->chosen[i].down;
+        }
+        in.codecs = codecs;
+    }
+    for (int i = 0; i < devices; i++) {
+        srv_planner_slot_t *s = &self->slot[i];
+        if (!active[i] || !s->profiled || !(s->period_s > 0.0))
+            continue;
+        int p = cur->split[i], n = cur->micro[i];
+        double est = s_estimated_period (&in, i, p, n);
+        if (!(est > 0.0))
+            continue;
+        double drift = s->period_s / est - 1.0;
+        if (fabs (drift) <= cfg->replan_compute_drift)
+            continue;
+        double f = 0.0;
+        char err[NN_ERR_SIZE] = "";
+        int rc = nn_calibrate_compute (&in, i, p, n, s->period_s, &f, err, sizeof err);
+        if (rc < 0) {
+            pl_log_error ("server: calibration: device %d: %s", i, err);
+            continue;
+        }
+        if (rc == 1) {
+            pl_log_info ("server: calibration: device %d: iteration measured %.3f s against "
+                         "the estimate's %.3f s (%+.0f%%), which no compute factor in "
+                         "[1/%g, %g] explains (its link or the server bound it); its costs "
+                         "stay", i, s->period_s, est, 100.0 * drift,
+                         1.0 / NN_CALIBRATE_MIN_FACTOR, NN_CALIBRATE_MAX_FACTOR);
+            continue;
+        }
+        double scale = (s->compute_scale > 0.0 ? s->compute_scale : 1.0) * f;
+        size_t used = drifted[i] ? strlen (reason[i]) : 0;
+        snprintf (reason[i] + used, sizeof reason[i] - used, "%siteration measured %.3f s "
+                  "against the estimate's %.3f s (%+.0f%%), beyond replan_compute_drift "
+                  "%.0f%%: compute %.2fx its profile", used ? "; " : "", s->period_s, est,
+                  100.0 * drift, 100.0 * cfg->replan_compute_drift, scale);
+        s->compute_scale = scale;
+        drifted[i] = *any = true;
+        self->drifted[i] = true;
+    }
+}
+
 //  The probes of an epoch end are in: 1 with *out the new assignment
 //  (the changed devices told), 0 when nothing changes (out->next unset).
 static int
@@ -183,6 +269,7 @@ s_replan_probed (srv_planner_t *self, const srv_assign_t *cur, const bool *activ
                   100.0 * du, srv_planner_mbps (s->plan_down_Bps),
                   srv_planner_mbps (dv[i].downlink_Bps), 100.0 * dd, 100.0 * cfg->replan_drift);
     }
+    s_calibrate (self, cur, active, drifted, reason, &any);
     if (!any)
         return 0;
     if (!self->replans)

@@ -443,6 +443,61 @@ Test (daemons, auto_plan_measures_links, .timeout = 600)
     pltest_rmtree (run.dir);
 }
 
+//  replan_compute_drift: the server measures each device's iteration
+//  period, reports it beside the plan's estimate, and at the epoch end
+//  scales the compute of a device whose period is more than 1% off the
+//  estimate to match it (or says why no factor does) and re-plans it.
+Test (daemons, a_measured_period_calibrates_the_plan, .timeout = 600)
+{
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "daemons");
+    const char *config =
+        "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 800, "
+        "\"test_samples\": 200, \"batch_size\": 40, \"epochs\": 2, \"seed\": 2, "
+        "\"threads\": 1, \"devices\": 2, \"mode\": \"pipelearn\", \"split_point\": \"auto\", "
+        "\"micro_batches\": \"auto\", \"host_cores\": 2, \"replan_compute_drift\": 0.01}";
+    pltest_run_daemons (&run, "run", config, 2);
+    cJSON *s = pltest_summary (run.dir, "run");
+    const cJSON *epochs = cJSON_GetObjectItemCaseSensitive (s, "epochs");
+    cr_assert_eq (cJSON_GetArraySize (epochs), 2);
+    const cJSON *e1 = cJSON_GetArrayItem (epochs, 0), *e2 = cJSON_GetArrayItem (epochs, 1);
+    const cJSON *replans = cJSON_GetObjectItemCaseSensitive (e2, "replanned_before");
+    for (int i = 0; i < 2; i++) {
+        const cJSON *d1 = cJSON_GetArrayItem (cJSON_GetObjectItemCaseSensitive (e1, "devices"), i);
+        const cJSON *d2 = cJSON_GetArrayItem (cJSON_GetObjectItemCaseSensitive (e2, "devices"), i);
+        double measured = pltest_num (d1, "iteration_s_measured");
+        double estimated = pltest_num (d1, "iteration_s_estimated");
+        cr_assert (measured > 0.0 && estimated > 0.0, "device %d: %g / %g", i, measured,
+                   estimated);
+        //  Calibrated: its compute_scale from epoch 2 on, a re-plan record
+        //  with the reason; or the log says no factor explains the period.
+        char line[128];
+        snprintf (line, sizeof line, "calibration: device %d: iteration measured", i);
+        bool unexplained = pltest_log_has (&run, "server.log", line);
+        const cJSON *scale = cJSON_GetObjectItemCaseSensitive (d2, "compute_scale");
+        bool recorded = false;
+        const cJSON *r;
+        cJSON_ArrayForEach (r, replans) {
+            const cJSON *why = cJSON_GetObjectItemCaseSensitive (r, "reason");
+            if ((int) pltest_num (r, "device") == i && cJSON_IsString (why)
+            &&  strstr (why->valuestring, "beyond replan_compute_drift 1%: compute"))
+                recorded = true;
+        }
+        cr_log_info ("device %d: measured %.4f s, estimated %.4f s, scale %g%s", i, measured,
+                     estimated, scale ? scale->valuedouble : 1.0,
+                     unexplained ? " (no factor explains it)" : "");
+        if (unexplained)
+            cr_expect (!recorded && !scale, "device %d: calibrated and unexplained", i);
+        else {
+            cr_expect (recorded, "device %d: no calibration recorded", i);
+            cr_expect (cJSON_IsNumber (scale) && scale->valuedouble > 0.0,
+                       "device %d: no compute_scale in epoch 2", i);
+        }
+    }
+    cJSON_Delete (s);
+    pltest_rmtree (run.dir);
+}
+
 //  A stand-in server on a ROUTER answers the client's HELLO with ERROR
 //  `code`; returns the client's exit status.
 static int

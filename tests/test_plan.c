@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 
 #include "nn_alloc.h"
+#include "nn_calibrate.h"
 #include "nn_model.h"
 #include "nn_estimate.h"
 #include "nn_profile.h"
@@ -1088,6 +1089,125 @@ s_run_json (const char *flags, char *out, size_t size)
     cJSON *j = cJSON_Parse (out);
     cr_assert_not_null (j, "not JSON: %s", out);
     return j;
+}
+
+
+//  The estimate's period of device d at (P, N) with its compute times f.
+static double
+s_period (s_case_t *c, int d, int p, int n, double f)
+{
+    nn_estimate_costs_t keep = c->dev[d].costs;
+    nn_calibrate_scale (&c->dev[d].costs, f);
+    nn_estimate_t *plan = s_plan (c);
+    const nn_estimate_candidate_t *cand = nn_estimate_find (plan, d, p, n);
+    cr_assert_not_null (cand);
+    double period = nn_calibrate_period (&c->in, cand);
+    nn_estimate_destroy (&plan);
+    c->dev[d].costs = keep;
+    return period;
+}
+
+Test (plan, calibration_recovers_the_factor_a_device_ran_at)
+{
+    s_case_t c;
+    //  Two devices on a fast link, so compute bounds the iteration; unit
+    //  costs with per-call parts and updates, which the factor scales too.
+    s_case (&c, 5, 0.01, 0.02, 4.0, s_outs, 1.25e7, 3.125e7, 0.01, 2);
+    s_fixed_fraction (&c, 0.1);
+    for (int u = 0; u < 5; u++)
+        c.dev[1].costs.unit[u].upd_s = 0.001;
+    char err[NN_ERR_SIZE];
+    const double truth[] = { 0.3, 1.0, 1.7, 5.0 };
+    for (int freq = 0; freq < 2; freq++) {
+        //  Once an epoch, then every 10 iterations (rounds inside the
+        //  period the server measures).
+        c.in.aggregation_frequency = freq ? 10 : -1;
+        for (size_t k = 0; k < sizeof truth / sizeof truth[0]; k++) {
+            double measured = s_period (&c, 1, 2, 4, truth[k]);
+            double f = -1.0;
+            int rc = nn_calibrate_compute (&c.in, 1, 2, 4, measured, &f, err, sizeof err);
+            cr_assert_eq (rc, 0, "factor %g, aggregation %d: rc %d (%s)", truth[k],
+                          c.in.aggregation_frequency, rc, err);
+            cr_assert (fabs (f - truth[k]) <= 0.01 * truth[k], "fitted %g for %g", f,
+                       truth[k]);
+        }
+    }
+    //  The rounds inside the period are counted: every 10 iterations adds
+    //  9 of 10 rounds' aggregation over 100 iterations.
+    c.in.aggregation_frequency = 10;
+    for (int u = 0; u < 5; u++)
+        c.in.model.param_bytes[u] = 1e6;
+    nn_estimate_t *plan = s_plan (&c);
+    const nn_estimate_candidate_t *cand = nn_estimate_find (plan, 0, 2, 4);
+    cr_assert_float_eq (nn_calibrate_period (&c.in, cand),
+                        cand->iteration_s + 9.0 * cand->aggregation_s / 100.0, 1e-12);
+    nn_estimate_destroy (&plan);
+}
+
+Test (plan, calibration_refuses_what_compute_cannot_explain)
+{
+    s_case_t c;
+    //  A slow uplink bounds the iteration: no compute factor in range
+    //  makes it 20x longer, and none makes it shorter than the link.
+    s_case (&c, 5, 0.001, 0.002, 1.0, s_outs, 1e5, 1e6, 0.05, 1);
+    char err[NN_ERR_SIZE];
+    double at1 = s_period (&c, 0, 1, 4, 1.0);
+    double f = -1.0;
+    cr_assert_eq (nn_calibrate_compute (&c.in, 0, 1, 4, 20.0 * at1, &f, err, sizeof err), 1);
+    cr_assert_eq (f, 0.0);
+    cr_assert_eq (nn_calibrate_compute (&c.in, 0, 1, 4, 0.5 * at1, &f, err, sizeof err), 1);
+    //  The link-bound period itself is explained by every small factor:
+    //  the fit returns one whose estimate matches it.
+    cr_assert_eq (nn_calibrate_compute (&c.in, 0, 1, 4, at1, &f, err, sizeof err), 0);
+    cr_assert (fabs (s_period (&c, 0, 1, 4, f) - at1) <= 1e-3 * at1);
+    //  Bad input.
+    cr_assert_eq (nn_calibrate_compute (&c.in, 0, 1, 4, 0.0, &f, err, sizeof err), -1);
+    cr_assert (strstr (err, "positive"), "%s", err);
+    cr_assert_eq (nn_calibrate_compute (&c.in, 0, 1, 4, NAN, &f, err, sizeof err), -1);
+    cr_assert_eq (nn_calibrate_compute (&c.in, 1, 1, 4, at1, &f, err, sizeof err), -1);
+    cr_assert (strstr (err, "device 1 of 1"), "%s", err);
+}
+
+Test (plan, a_calibrated_slow_device_moves_the_split_earlier)
+{
+    //  The lab's case in miniature: the device just fast enough for its
+    //  split point (2% slower and the estimate picks an earlier one); the
+    //  run measures the chosen plan 35% slower than estimated; the device's
+    //  compute fitted to that makes the earlier split point the choice.
+    const double outs[5] = { 8e5, 4e5, 1e5, 4e3, 4e3 };
+    s_case_t c;
+    double slow = 1.0;
+    int p = 0, n = 0;
+    for (;;) {
+        s_case (&c, 5, 0.01, 0.02, slow * 1.02, outs, 1.25e6, 3.125e6, 0.06, 1);
+        nn_estimate_t *plan = s_plan (&c);
+        int next = nn_estimate_chosen (plan, 0)->split_point;
+        nn_estimate_destroy (&plan);
+        s_case (&c, 5, 0.01, 0.02, slow, outs, 1.25e6, 3.125e6, 0.06, 1);
+        plan = s_plan (&c);
+        p = nn_estimate_chosen (plan, 0)->split_point;
+        n = nn_estimate_chosen (plan, 0)->micro_batches;
+        nn_estimate_destroy (&plan);
+        if (next < p)
+            break;
+        slow *= 1.02;
+        cr_assert_lt (slow, 256.0, "the split point never moved");
+    }
+    nn_estimate_t *plan = s_plan (&c);
+    double period = 1.35 * nn_calibrate_period (&c.in, nn_estimate_find (plan, 0, p, n));
+    nn_estimate_destroy (&plan);
+    char err[NN_ERR_SIZE];
+    double f = 0.0;
+    int rc = nn_calibrate_compute (&c.in, 0, p, n, period, &f, err, sizeof err);
+    cr_assert_eq (rc, 0, "rc %d (%s), P %d N %d, slow %g, period %g, at 1/16 %g, at 16 %g", rc,
+                  err, p, n, slow, period, s_period (&c, 0, p, n, 1.0 / 16),
+                  s_period (&c, 0, p, n, 16.0));
+    cr_assert_gt (f, 1.02, "factor %g", f);
+    nn_calibrate_scale (&c.dev[0].costs, f);
+    plan = s_plan (&c);
+    cr_assert_lt (nn_estimate_chosen (plan, 0)->split_point, p,
+                  "P %d stayed after a %gx calibration", p, f);
+    nn_estimate_destroy (&plan);
 }
 
 TestSuite (plan_cli, .init = s_setup, .fini = s_teardown, .timeout = 240);

@@ -148,3 +148,49 @@ Test (srv_linkrate, each_direction_sends_its_warm_up_and_up_to_eight_counted)
     cr_expect_eq (n, 3 + 2 * (1 + 8));
     cr_expect (isfinite (link.rtt_s) && link.rtt_s >= 0.0);
 }
+
+//  An ACTIVATIONS header of (epoch, iteration, micro-batch); the period
+//  reads only the route.
+static proto_msg_t *
+s_activations (uint32_t epoch, uint32_t iteration, uint32_t micro)
+{
+    proto_msg_t *m = proto_msg_new (PROTO_MSG_ACTIVATIONS);
+    proto_msg_set_route (m, 0, epoch, iteration, micro);
+    return m;
+}
+
+Test (srv_linkrate, the_period_spans_the_first_micro_batches_of_an_epoch)
+{
+    srv_linkrate_t link;
+    memset (&link, 0, sizeof link);
+    //  Epoch 1: iterations 0..4 every 0.5 s, four micro-batches each 0.1 s
+    //  apart (only the first of each counts), then a period.
+    for (uint32_t it = 0; it < 5; it++)
+        for (uint32_t mb = 0; mb < 4; mb++) {
+            proto_msg_t *m = s_activations (1, it, mb);
+            srv_linkrate_on_activations (&link, m, 100.0 + 0.5 * it + 0.1 * mb);
+            proto_msg_destroy (&m);
+        }
+    cr_assert_float_eq (srv_linkrate_period (&link), 0.5, 1e-12);
+    //  Read once: then forgotten.
+    cr_assert_eq (srv_linkrate_period (&link), 0.0);
+    //  Epoch 2 starts a new span (the gap to epoch 1 does not count); a
+    //  repeated iteration does not stretch it; an older one (the device
+    //  started over) starts a new span.
+    const struct { uint32_t epoch, it; double t; } seq[] = {
+        { 1, 4, 200.0 }, { 2, 0, 300.0 }, { 2, 1, 300.25 }, { 2, 1, 309.0 }, { 2, 0, 310.0 },
+    };
+    for (size_t k = 0; k < sizeof seq / sizeof seq[0]; k++) {
+        proto_msg_t *m = s_activations (seq[k].epoch, seq[k].it, 0);
+        srv_linkrate_on_activations (&link, m, seq[k].t);
+        proto_msg_destroy (&m);
+    }
+    //  The span since the restart at t 310 holds one iteration: too few.
+    cr_assert_eq (srv_linkrate_period (&link), 0.0);
+    for (uint32_t it = 0; it < 4; it++) {
+        proto_msg_t *m = s_activations (3, it, 0);
+        srv_linkrate_on_activations (&link, m, 400.0 + 0.25 * it);
+        proto_msg_destroy (&m);
+    }
+    cr_assert_float_eq (srv_linkrate_period (&link), 0.25, 1e-12);
+}

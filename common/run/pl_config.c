@@ -248,6 +248,9 @@ static const s_field_t s_fields[] = {
       .min = 0, .max = 100, .min_open = true, .expect = "a fraction > 0 (0.25 = 25%)" },
     { .key = "replan_gain", .kind = S_DOUBLE, S_AT (replan_gain),
       .min = 0, .max = 1, .max_open = true, .expect = "a fraction >= 0 and < 1" },
+    { .key = "replan_compute_drift", .kind = S_DOUBLE, S_AT (replan_compute_drift),
+      .min = 0, .max = 100,
+      .expect = "a fraction >= 0 (0.2 = 20%; 0 = never calibrate)" },
     { .key = "host_cores", .kind = S_INT, S_AT (host_cores), .min = 0, .max = 4096,
       .expect = "an integer >= 0 (0 = the devices run on their own hardware)" },
     { .key = "host_copy_mbps", .kind = S_DOUBLE, S_AT (host_copy_mbps),
@@ -824,6 +827,7 @@ pl_config_defaults (pl_config_t *self)
     self->adaptive = true;
     self->replan_drift = 0.5;
     self->replan_gain = 0.10;
+    self->replan_compute_drift = 0.0;
     self->host_cores = 0;
     self->host_copy_mbps = 0.0;
     s_store_string (self->bind, sizeof self->bind, "tcp://*:5555");

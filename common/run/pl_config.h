@@ -103,6 +103,9 @@ typedef struct {
     bool adaptive;              //  true: re-plan at epoch ends when links drift
     double replan_drift;        //  0.5: link change (fraction) that triggers a re-plan
     double replan_gain;         //  0.10: estimated gain a new split point must bring
+    double replan_compute_drift;    //  0 = never: measured iteration against the
+                                    //  plan's (fraction) that calibrates a device's
+                                    //  compute (docs/planner.md, "Calibration")
     int host_cores;             //  0; > 0: server and devices share one host's cores
     double host_copy_mbps;      //  0 = measure: CPU cost of loopback transfers
     char bind[128];             //  "tcp://*:5555"
