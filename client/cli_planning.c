@@ -63,7 +63,9 @@ cli_planning_profile (cli_t *self)
 {
     char err[NN_ERR_SIZE];
     nn_profile_args_t args = { .batch_size = self->batch, .threads = self->args.threads,
-                               .seed = self->assign.seed, .now = pl_monotonic_clock };
+                               .seed = self->assign.seed, .now = pl_monotonic_clock,
+                               .int8_stochastic = self->cfg.int8_stochastic,
+                               .zstd = self->cfg.codec_zstd };
     nn_estimate_costs_t costs;
     double t0 = pl_monotonic ();
     if (nn_profile_run (&self->spec, &args, &costs, NULL, NULL, err, sizeof err)) {

@@ -78,7 +78,8 @@ s_codecs (const pl_config_t *cfg, const nn_model_spec_t *spec, double slowdown,
     nn_codec_shape_t shape = { (uint32_t) cfg->batch_size, (uint32_t) s.h, (uint32_t) s.w,
                                (uint32_t) s.c };
     nn_profile_args_t pa = { .batch_size = cfg->batch_size, .seed = cfg->seed,
-                             .now = pl_monotonic_clock };
+                             .now = pl_monotonic_clock,
+                             .int8_stochastic = cfg->int8_stochastic, .zstd = cfg->codec_zstd };
     if (nn_profile_codecs (&shape, &pa, &in->server_codec, err, sizeof err)) {
         pl_log_error ("codec speeds: %s", err);
         return -1;

@@ -304,7 +304,8 @@ s_provisional (srv_planner_t *self, srv_assign_t *assign, cJSON *summary_root)
     int batch = self->args.batch;
     char err[NN_ERR_SIZE];
     nn_profile_args_t pa = { .batch_size = batch, .threads = 1, .seed = cfg->seed,
-                             .now = pl_monotonic_clock };
+                             .now = pl_monotonic_clock,
+                             .int8_stochastic = cfg->int8_stochastic, .zstd = cfg->codec_zstd };
     double t0 = pl_monotonic ();
     if (nn_profile_run (self->args.spec, &pa, &self->server, &self->model, NULL, err,
                         sizeof err)) {

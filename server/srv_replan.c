@@ -14,6 +14,9 @@
 //  ---------------------------------------------------------------------
 //  Adaptive re-planning at epoch ends
 
+//  A re-plan's reason: a drifted link and a calibration, each with figures.
+#define S_REASON 480
+
 bool
 srv_planner_epoch_end (srv_planner_t *self, const bool *active, int epoch,
                        proto_msg_t **probes)
@@ -97,7 +100,7 @@ s_replan_split (srv_planner_t *self, const srv_assign_t *cur, const bool *active
 //  0 if no plan could be made.
 static int
 s_replan_each (srv_planner_t *self, const srv_assign_t *cur, const bool *drifted,
-               char (*reason)[200], const nn_estimate_device_t *dv, int epoch,
+               char (*reason)[S_REASON], const nn_estimate_device_t *dv, int epoch,
                srv_planner_decision_t *out)
 {
     const pl_config_t *cfg = self->args.cfg;
@@ -181,7 +184,7 @@ s_estimated_period (const nn_estimate_input_t *in, int i, int p, int n)
 //  no compute factor explains (its link, the server) leaves it as it was.
 static void
 s_calibrate (srv_planner_t *self, const srv_assign_t *cur, const bool *active, bool *drifted,
-             char (*reason)[200], bool *any)
+             char (*reason)[S_REASON], bool *any)
 {
     const pl_config_t *cfg = self->args.cfg;
     if (!(cfg->replan_compute_drift > 0.0))
@@ -251,7 +254,7 @@ s_replan_probed (srv_planner_t *self, const srv_assign_t *cur, const bool *activ
     nn_estimate_device_t dv[SRV_MAX_DEVICES];
     srv_planner_input (self, &in, dv);
     bool drifted[SRV_MAX_DEVICES] = { false };
-    char reason[SRV_MAX_DEVICES][200];
+    char reason[SRV_MAX_DEVICES][S_REASON];
     bool any = false;
     for (int i = 0; i < devices; i++) {
         srv_planner_slot_t *s = &self->slot[i];

@@ -486,6 +486,8 @@ Test (daemons, a_measured_period_calibrates_the_plan, .timeout = 600)
         cr_log_info ("device %d: measured %.4f s, estimated %.4f s, scale %g%s", i, measured,
                      estimated, scale ? scale->valuedouble : 1.0,
                      unexplained ? " (no factor explains it)" : "");
+        if (!unexplained && !recorded)
+            pltest_dump_logs (&run);
         if (unexplained)
             cr_expect (!recorded && !scale, "device %d: calibrated and unexplained", i);
         else {

@@ -297,7 +297,9 @@ nn_profile_codecs (const nn_codec_shape_t *shape, const nn_profile_args_t *args,
     for (int c = NN_CODEC_FP16; c < NN_CODEC_COUNT && rc == 0; c++) {
         //  topk at the fraction a gradient codec would use; the selection
         //  dominates and barely depends on it.
-        nn_codec_params_t params = { .id = (nn_codec_id_t) c, .topk_fraction = 0.01 };
+        nn_codec_params_t params = { .id = (nn_codec_id_t) c, .topk_fraction = 0.01,
+                                     .stochastic = c == NN_CODEC_INT8 && args->int8_stochastic,
+                                     .zstd = args->zstd };
         nn_codec_encoder_t *enc = nn_codec_encoder_new (&params, shape, err, err_size);
         if (!enc) {
             rc = -1;
@@ -314,7 +316,8 @@ nn_profile_codecs (const nn_codec_shape_t *shape, const nn_profile_args_t *args,
             rc = nn_codec_encode (enc, wire, bytes, x, &rng, err, err_size);
             double t1 = args->now (args->now_arg);
             if (rc == 0)
-                rc = nn_codec_decode (y, wire, bytes, (nn_codec_id_t) c, shape, err, err_size);
+                rc = nn_codec_decode (y, wire, nn_codec_encoder_last_bytes (enc),
+                                      (nn_codec_id_t) c, shape, err, err_size);
             t2 = args->now (args->now_arg);
             if (i < warmup)
                 continue;

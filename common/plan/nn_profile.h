@@ -25,6 +25,7 @@
 #ifndef NN_PROFILE_H_INCLUDED
 #define NN_PROFILE_H_INCLUDED
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -51,6 +52,11 @@ typedef struct {
     uint64_t seed;          //  weights and synthetic data
     nn_profile_now_fn now;  //  required
     void *now_arg;
+    //  nn_profile_codecs: the codecs as the run uses them (pl_config's
+    //  int8_stochastic and codec_zstd): int8 with stochastic rounding, and
+    //  every codec's body through zstd, whose CPU then counts in the speeds.
+    bool int8_stochastic;
+    bool zstd;
 } nn_profile_args_t;
 
 //  What the whole (unsplit) model took, for comparison with the sum of
@@ -82,7 +88,7 @@ int nn_profile_run (const nn_model_spec_t *spec, const nn_profile_args_t *args,
 //  the host sustains over at least args->iterations encodes and decodes
 //  (after args->warmup) and the window, as for the units, as float32
 //  bytes per second. none is left 0 (not a codec's work). Uses args->now,
-//  seed, warmup, iterations and window_s only. -1 with a message if the
+//  seed, warmup, iterations, window_s, int8_stochastic and zstd only. -1 with a message if the
 //  shape is empty or larger than 2^28 elements.
 int nn_profile_codecs (const nn_codec_shape_t *shape, const nn_profile_args_t *args,
                        nn_estimate_codec_speed_t *speed, char *err, size_t err_size);
