@@ -62,10 +62,14 @@ int
 cli_planning_profile (cli_t *self)
 {
     char err[NN_ERR_SIZE];
+    //  One compute thread: its CPU clock gives each unit's parts their own
+    //  time and the quota one factor (nn_profile_args_t.cpu_now).
     nn_profile_args_t args = { .batch_size = self->batch, .threads = self->args.threads,
                                .seed = self->assign.seed, .now = pl_monotonic_clock,
                                .int8_stochastic = self->cfg.int8_stochastic,
-                               .zstd = self->cfg.codec_zstd };
+                               .zstd = self->cfg.codec_zstd,
+                               .cpu_now = self->args.threads <= 1 ? pl_thread_cpu_clock
+                                                                  : NULL };
     nn_estimate_costs_t costs;
     double t0 = pl_monotonic ();
     if (nn_profile_run (&self->spec, &args, &costs, NULL, NULL, err, sizeof err)) {

@@ -1019,6 +1019,56 @@ Test (plan, profile_fills_every_unit_and_the_sizes)
     nn_model_destroy (&full);
 }
 
+//  A wall clock that ticks 1 per reading and pauses 9 more at every 11th,
+//  as a CPU quota stops a device for the rest of its period (the pauses
+//  land on the units and kinds unevenly: 11 is prime to the readings a
+//  unit takes), and a CPU clock that ticks 1 per reading and never pauses.
+static double
+s_quota_wall (void *arg)
+{
+    double *t = arg;
+    t[1] += 1.0;
+    return t[0] += fmod (t[1], 11.0) == 0.0 ? 10.0 : 1.0;
+}
+
+//  With the CPU clock every kind of every unit costs its CPU time (here 1
+//  each) times one factor, the wall time over the CPU time of the units'
+//  windows, however the pauses fell; without it each unit's window scales
+//  its own fastest iteration, and the units differ.
+Test (plan, profile_with_a_cpu_clock_scales_cpu_time_by_one_factor)
+{
+    nn_model_spec_t spec;
+    nn_model_spec_vgg5 (&spec, 1, 28, 10, true);
+    double wall[2] = { 0.0, 0.0 }, cpu = 0.0;
+    nn_profile_args_t a = { .batch_size = 8, .iterations = 3, .now = s_quota_wall,
+                            .now_arg = wall, .cpu_now = s_fake_clock, .cpu_now_arg = &cpu };
+    nn_estimate_costs_t costs;
+    char err[NN_ERR_SIZE];
+    cr_assert_eq (nn_profile_run (&spec, &a, &costs, NULL, NULL, err, sizeof err), 0, "%s",
+                  err);
+    double f = costs.unit[0].fwd_s;
+    cr_assert (f > 1.1 && f < 10.0, "factor %g", f);
+    for (int u = 0; u < 5; u++) {
+        const nn_estimate_unit_cost_t *k = &costs.unit[u];
+        cr_assert_float_eq (k->fwd_s, f, 1e-12, "unit %d forward %g, unit 0 %g", u, k->fwd_s, f);
+        cr_assert_float_eq (k->bwd_s, f, 1e-12, "unit %d", u);
+        cr_assert_float_eq (k->upd_s, f, 1e-12, "unit %d", u);
+        cr_assert_float_eq (k->fwd_fixed_s, f, 1e-12, "unit %d", u);
+    }
+    //  The same pauses without the CPU clock: the fastest of each window.
+    wall[0] = wall[1] = 0.0;
+    a.cpu_now = NULL;
+    cr_assert_eq (nn_profile_run (&spec, &a, &costs, NULL, NULL, err, sizeof err), 0);
+    bool differ = false;
+    for (int u = 1; u < 5; u++)
+        differ |= fabs (costs.unit[u].fwd_s - costs.unit[0].fwd_s) > 1e-9;
+    cr_assert (differ, "the pauses fell alike on every unit: the test shows nothing");
+    //  One thread's clock cannot time two.
+    a.cpu_now = s_fake_clock;
+    a.threads = 2;
+    cr_assert_eq (nn_profile_run (&spec, &a, &costs, NULL, NULL, err, sizeof err), -1);
+}
+
 Test (plan, profile_measures_real_time)
 {
     nn_model_spec_t spec;

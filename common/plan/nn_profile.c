@@ -122,22 +122,33 @@ s_prepare (s_prof_t *p, const nn_model_spec_t *spec, int begin, int end, int b,
 //  One iteration on n samples: forward (and the loss, which belongs to the
 //  last unit's step, as on the server), backward, an SGD step. t[0..3]:
 //  the clock before forward, after forward, after backward, after the step.
+static double
+s_cpu (const s_prof_t *p)
+{
+    return p->args->cpu_now ? p->args->cpu_now (p->args->cpu_now_arg) : 0.0;
+}
+
+//  c[0..3]: the same on the CPU clock (zeros without one).
 static void
-s_iteration (s_prof_t *p, int n, double t[4])
+s_iteration (s_prof_t *p, int n, double t[4], double c[4])
 {
     nn_model_zero_grad (p->model);
+    c[0] = s_cpu (p);
     t[0] = s_now (p);
     const float *out = nn_model_forward (p->model, p->x, n, true, &p->rng);
     if (p->last)
         nn_softmax_xent (p->dout, out, p->y, n, p->classes, 1.0f, NULL);
     t[1] = s_now (p);
+    c[1] = s_cpu (p);
     nn_model_backward (p->model, p->dout, p->need_dx ? p->dx : NULL);
     t[2] = s_now (p);
+    c[2] = s_cpu (p);
     //  lr 0 keeps the weights (and so the work) the same every iteration.
     nn_sgd_t sgd = { 0.0f, 0.9f, 0.0f };
     nn_sgd_step (nn_model_weights (p->model), nn_model_optim_state (p->model),
                  nn_model_grads (p->model), nn_model_params_count (p->model), &sgd);
     t[3] = s_now (p);
+    c[3] = s_cpu (p);
 }
 
 //  The parts of an iteration that took `mean` on average, in the
@@ -154,11 +165,18 @@ s_sustained (double *out, const double *fastest, int parts, double mean)
         out[k] = fastest[k] * scale;
 }
 
-//  What n samples sustain, per kind (0 forward, 1 backward, 2 update).
-//  Iterations run until at least `iters` are done and they span the
-//  window; the total is their average (the sum of their times over their
-//  count), split among the kinds in the proportions of the fastest
-//  iteration's.
+//  One window of n samples: iterations until at least `iters` are done
+//  and they span the window; their count, wall time (busy), each kind's
+//  fastest (0 forward, 1 backward, 2 update) and CPU time (with a CPU
+//  clock).
+typedef struct {
+    int count;
+    double busy, fastest[3], cpu[3];
+} s_window_t;
+
+//  What n samples sustain, per kind: without a CPU clock, the window's
+//  average iteration (busy / count) split among the kinds in the
+//  proportions of the fastest iteration's.
 //
 //  Why not the fastest alone: a device under a CPU quota (cgroup cpu.max,
 //  a container's limit, a throttled phone) runs at full speed for its
@@ -169,27 +187,64 @@ s_sustained (double *out, const double *fastest, int parts, double mean)
 //  throttling and a shared host. Why the fastest's proportions: the pauses
 //  fall on whichever kind is running, a handful per window, so each kind's
 //  own average is noisy; their sum is not.
+//
+//  With a CPU clock (the client's, one thread): the kinds' CPU time per
+//  iteration, scaled by the wall time over the CPU time of every unit's
+//  window at the run's batch (s_profile_factor). A part that always
+//  crosses a pause never showed its fastest: two identical 10% devices in
+//  one lab run read VGG5's forward at 0.073 and 0.101 s a batch, and one
+//  read 0.025 s forward and 0.324 s backward (docs/headline.md, "After the
+//  faster kernels"). A pause stops the CPU clock, so each kind's CPU time
+//  is its own; the factor over all the windows (30 periods and more) reads
+//  the quota where one window's (3 periods) read it anywhere from 7x to 13x.
 static void
-s_measure (s_prof_t *p, int n, int iters, double sustained[3])
+s_measure (s_prof_t *p, int n, int iters, s_window_t *w)
 {
     int warm = p->args->warmup > 0 ? p->args->warmup : 1;
     double window = p->args->window_s > 0.0 ? p->args->window_s : NN_PROFILE_WINDOW_S;
-    double t[4];
+    double t[4], c[4];
     for (int i = 0; i < warm; i++)
-        s_iteration (p, n, t);
-    double fastest[3] = { INFINITY, INFINITY, INFINITY };
-    double first = 0.0, busy = 0.0;
-    int count = 0;
+        s_iteration (p, n, t, c);
+    memset (w, 0, sizeof *w);
+    for (int k = 0; k < 3; k++)
+        w->fastest[k] = INFINITY;
+    double first = 0.0;
     do {
-        s_iteration (p, n, t);
-        if (count == 0)
+        s_iteration (p, n, t, c);
+        if (w->count == 0)
             first = t[0];
+        for (int k = 0; k < 3; k++) {
+            w->fastest[k] = fmin (w->fastest[k], t[k + 1] - t[k]);
+            w->cpu[k] += c[k + 1] - c[k];
+        }
+        w->busy += t[3] - t[0];
+        w->count++;
+    } while (w->count < iters || t[3] - first < window);
+}
+
+//  Wall time over CPU time of the windows, or 0 where the CPU clock saw
+//  nothing (none given, or too coarse).
+static double
+s_profile_factor (const s_window_t *w, int count)
+{
+    double busy = 0.0, cpu = 0.0;
+    for (int i = 0; i < count; i++) {
+        busy += w[i].busy;
+        cpu += w[i].cpu[0] + w[i].cpu[1] + w[i].cpu[2];
+    }
+    return cpu > 0.0 ? busy / cpu : 0.0;
+}
+
+//  Per kind, what window w sustains: its CPU time per iteration x factor,
+//  or (factor 0) its average split as its fastest iteration.
+static void
+s_window_costs (double out[3], const s_window_t *w, double factor)
+{
+    if (factor > 0.0)
         for (int k = 0; k < 3; k++)
-            fastest[k] = fmin (fastest[k], t[k + 1] - t[k]);
-        busy += t[3] - t[0];
-        count++;
-    } while (count < iters || t[3] - first < window);
-    s_sustained (sustained, fastest, 3, busy / count);
+            out[k] = w->cpu[k] / w->count * factor;
+    else
+        s_sustained (out, w->fastest, 3, w->busy / w->count);
 }
 
 //  fixed from t(B) = total and t(m): the intercept of the line through
@@ -218,6 +273,9 @@ nn_profile_run (const nn_model_spec_t *spec, const nn_profile_args_t *args,
                         "small <= batch, the counts >= 0 and the window in [0, 60] s", b,
                         args->small_batch, args->threads, args->warmup, args->iterations,
                         args->window_s);
+    if (args->cpu_now && args->threads > 1)
+        return nn_errf (err, err_size, "profile: a CPU clock is one thread's; threads %d",
+                        args->threads);
     nn_estimate_model_t bytes;
     if (nn_profile_model_bytes (spec, b, &bytes, err, err_size))
         return -1;
@@ -229,26 +287,35 @@ nn_profile_run (const nn_model_spec_t *spec, const nn_profile_args_t *args,
     bool fit = m < b;
     memset (costs, 0, sizeof *costs);
     costs->units_count = spec->units_count;
+    s_window_t big[NN_MAX_UNITS], small[NN_MAX_UNITS];
     for (int u = 0; u < spec->units_count; u++) {
         s_prof_t p = { .args = args };
         if (s_prepare (&p, spec, u, u + 1, b, err, err_size)) {
             s_free (&p);
             return -1;
         }
-        double big[3], small[3];
-        s_measure (&p, b, iters, big);
+        s_measure (&p, b, iters, &big[u]);
         //  The small batch is cheap: measure it more, its noise is
         //  amplified by the extrapolation to the fixed part.
         if (fit)
-            s_measure (&p, m, 3 * iters, small);
+            s_measure (&p, m, 3 * iters, &small[u]);
         s_free (&p);
+    }
+    //  The windows at the run's batch set the factor (the small ones'
+    //  short iterations would weigh little, and the fit wants both sizes
+    //  on one scale).
+    double factor = args->cpu_now ? s_profile_factor (big, spec->units_count) : 0.0;
+    for (int u = 0; u < spec->units_count; u++) {
+        double bg[3], sm[3];
+        s_window_costs (bg, &big[u], factor);
         nn_estimate_unit_cost_t *c = &costs->unit[u];
-        c->fwd_s = big[0];
-        c->bwd_s = big[1];
-        c->upd_s = big[2];
+        c->fwd_s = bg[0];
+        c->bwd_s = bg[1];
+        c->upd_s = bg[2];
         if (fit) {
-            c->fwd_fixed_s = s_fixed (c->fwd_s, small[0], b, m);
-            c->bwd_fixed_s = s_fixed (c->bwd_s, small[1], b, m);
+            s_window_costs (sm, &small[u], factor);
+            c->fwd_fixed_s = s_fixed (c->fwd_s, sm[0], b, m);
+            c->bwd_fixed_s = s_fixed (c->bwd_s, sm[1], b, m);
         }
     }
     if (report) {
@@ -258,8 +325,10 @@ nn_profile_run (const nn_model_spec_t *spec, const nn_profile_args_t *args,
             s_free (&p);
             return -1;
         }
+        s_window_t w;
         double whole[3];
-        s_measure (&p, b, iters, whole);
+        s_measure (&p, b, iters, &w);
+        s_window_costs (whole, &w, args->cpu_now ? s_profile_factor (&w, 1) : 0.0);
         s_free (&p);
         memset (report, 0, sizeof *report);
         report->whole_fwd_s = whole[0];

@@ -57,6 +57,13 @@ typedef struct {
     //  every codec's body through zstd, whose CPU then counts in the speeds.
     bool int8_stochastic;
     bool zstd;
+    //  Optional, with threads <= 1: the profiling thread's CPU clock. Then
+    //  each unit's forward, backward and update are their CPU time, all
+    //  scaled by one factor, the units' windows' wall time over their CPU
+    //  time (a quota's pauses stop the CPU clock, not the wall), instead of
+    //  each window's fastest iteration scaled by that window's average.
+    nn_profile_now_fn cpu_now;
+    void *cpu_now_arg;
 } nn_profile_args_t;
 
 //  What the whole (unsplit) model took, for comparison with the sum of
