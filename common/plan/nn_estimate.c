@@ -850,6 +850,23 @@ s_better (const nn_estimate_candidate_t *a, const nn_estimate_candidate_t *b)
     return a->split_point < b->split_point;
 }
 
+//  Among candidates within near_best of the fastest: a before b when it
+//  splits earlier (less of the model on the device, whose cost in a run
+//  the estimate underrates most: a 10% lab device's P 4 measured 21-43%
+//  over its estimate where P 2's held within 11%, and pinned P 2 N 25 beat
+//  P 4 N 4 by 24% when the estimate had P 4 1% ahead; docs/headline.md),
+//  then fewer micro-batches (messages, memory, BN on tiny batches the
+//  estimate leaves out), then the smaller estimate.
+static bool
+s_preferred (const nn_estimate_candidate_t *a, const nn_estimate_candidate_t *b)
+{
+    if (a->split_point != b->split_point)
+        return a->split_point < b->split_point;
+    if (a->micro_batches != b->micro_batches)
+        return a->micro_batches < b->micro_batches;
+    return s_better (a, b);
+}
+
 //  with_floor: apply the one-host floor (not for SL, which runs one device at
 //  a time).
 static void
@@ -1114,8 +1131,7 @@ nn_estimate_new (const nn_estimate_input_t *in, char *err, size_t err_size)
         for (int i = 0; i < self->per_device; i++) {
             if (!s_allowed (in, &c[i]) || c[i].epoch_s > fastest * (1.0 + near))
                 continue;
-            if (best < 0 || c[i].micro_batches < c[best].micro_batches
-            ||  (c[i].micro_batches == c[best].micro_batches && s_better (&c[i], &c[best])))
+            if (best < 0 || s_preferred (&c[i], &c[best]))
                 best = i;
         }
         assert (best >= 0);     //  nn_estimate_check made the pins fit
@@ -1207,11 +1223,11 @@ nn_estimate_common (const nn_estimate_t *self, int *split_point, int *micro_batc
         if (!s_allowed (in, c) || epoch[i] > fastest * (1.0 + near))
             continue;
         const nn_estimate_candidate_t *b = best < 0 ? NULL : nn_estimate_candidate (self, 0, best);
-        if (!b || c->micro_batches < b->micro_batches
-        ||  (c->micro_batches == b->micro_batches
-             && (epoch[i] < epoch[best] * (1.0 - S_TIE)
-                 || (epoch[i] <= epoch[best] * (1.0 + S_TIE)
-                     && c->split_point < b->split_point))))
+        if (!b || c->split_point < b->split_point
+        ||  (c->split_point == b->split_point
+             && (c->micro_batches < b->micro_batches
+                 || (c->micro_batches == b->micro_batches
+                     && epoch[i] < epoch[best] * (1.0 - S_TIE)))))
             best = i;
     }
     assert (best >= 0);

@@ -208,12 +208,14 @@ int nn_estimate_check (const nn_estimate_input_t *in, char *err, size_t err_size
 //  Evaluate every candidate (P in 1..U-1, N in the allowed set) for every
 //  device, choose each device's plan and estimate the four modes. A
 //  device's plan: among the candidates whose epoch contribution is within
-//  near_best (relative) of the smallest, the one with the fewest
-//  micro-batches, then the smallest estimate, then the smaller P. Estimates
-//  closer than the costs' measurement noise are ties, and fewer, larger
-//  micro-batches cost less in what the model leaves out (messages, memory,
-//  BatchNorm on tiny batches). The input is copied (devices too). NULL with a
-//  message if nn_estimate_check fails.
+//  near_best (relative) of the smallest, the one with the smallest P, then
+//  the fewest micro-batches, then the smallest estimate. Estimates closer
+//  than the costs' measurement noise are ties; a device's compute in a run
+//  costs more than its profile (1.2-1.5x in the lab), so the plan leaving
+//  less of the model on the device is the one the estimate flatters least,
+//  and fewer, larger micro-batches cost less in what the model leaves out
+//  (messages, memory, BatchNorm on tiny batches). The input is copied
+//  (devices too). NULL with a message if nn_estimate_check fails.
 nn_estimate_t *nn_estimate_new (const nn_estimate_input_t *in, char *err, size_t err_size);
 void nn_estimate_destroy (nn_estimate_t **self_p);
 
@@ -233,7 +235,7 @@ bool nn_estimate_allowed (const nn_estimate_t *self, const nn_estimate_candidate
 //  One (P, N) for every device, for a server that cannot run different
 //  plans per device: the allowed (P, N) with the smallest parallel epoch
 //  (rounds as barriers, the slowest device per round), by the same
-//  near-best / fewest-micro-batches rule. Fills split_point, micro_batches
+//  near-best rule (smallest P, then fewest micro-batches). Fills split_point, micro_batches
 //  and returns the epoch estimate.
 double nn_estimate_common (const nn_estimate_t *self, int *split_point, int *micro_batches);
 const nn_estimate_mode_t *nn_estimate_mode (const nn_estimate_t *self, pl_mode_t mode);
