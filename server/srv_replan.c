@@ -156,26 +156,6 @@ s_replan_each (srv_planner_t *self, const srv_assign_t *cur, const bool *drifted
     return 1;
 }
 
-//  The estimate's iteration period for device i at (p, n) under in (its
-//  codecs as given), or 0 when the estimate has none.
-static double
-s_estimated_period (const nn_estimate_input_t *in, int i, int p, int n)
-{
-    nn_estimate_input_t pinned = *in;
-    pinned.split_point = p;
-    pinned.micro_batches = n;
-    char err[NN_ERR_SIZE];
-    nn_estimate_t *plan = nn_estimate_new (&pinned, err, sizeof err);
-    if (!plan) {
-        pl_log_error ("server: calibration: %s", err);
-        return 0.0;
-    }
-    const nn_estimate_candidate_t *c = nn_estimate_find (plan, i, p, n);
-    double period = c ? nn_calibrate_period (&pinned, c) : 0.0;
-    nn_estimate_destroy (&plan);
-    return period;
-}
-
 //  Compute drift: each device's iteration period as the server measured
 //  it against the estimate of the plan it ran (under the links just
 //  probed, its codecs as they ran). Beyond replan_compute_drift its
@@ -207,14 +187,16 @@ s_calibrate (srv_planner_t *self, const srv_assign_t *cur, const bool *active, b
         if (!active[i] || !s->profiled || !(s->period_s > 0.0))
             continue;
         int p = cur->split[i], n = cur->micro[i];
-        double est = s_estimated_period (&in, i, p, n);
-        if (!(est > 0.0))
+        char err[NN_ERR_SIZE] = "";
+        double est = nn_calibrate_period_at (&in, i, p, n, err, sizeof err);
+        if (!(est > 0.0)) {
+            pl_log_error ("server: calibration: device %d: %s", i, err);
             continue;
+        }
         double drift = s->period_s / est - 1.0;
         if (fabs (drift) <= cfg->replan_compute_drift)
             continue;
         double f = 0.0;
-        char err[NN_ERR_SIZE] = "";
         int rc = nn_calibrate_compute (&in, i, p, n, s->period_s, &f, err, sizeof err);
         if (rc < 0) {
             pl_log_error ("server: calibration: device %d: %s", i, err);

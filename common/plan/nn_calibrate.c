@@ -30,8 +30,29 @@ nn_calibrate_period (const nn_estimate_input_t *in, const nn_estimate_candidate_
     return c->iteration_s + inside * c->aggregation_s / in->iterations;
 }
 
-//  The estimate's period for the device with its compute scaled by f;
-//  -1 when the estimate refuses the input.
+double
+nn_calibrate_period_at (const nn_estimate_input_t *in, int device, int split_point,
+                        int micro_batches, char *err, size_t err_size)
+{
+    assert (in);
+    nn_estimate_input_t pinned = *in;
+    pinned.split_point = split_point;
+    pinned.micro_batches = micro_batches;
+    nn_estimate_t *plan = nn_estimate_new (&pinned, err, err_size);
+    if (!plan)
+        return -1.0;
+    const nn_estimate_candidate_t *c = nn_estimate_find (plan, device, split_point,
+                                                         micro_batches);
+    double period = c ? nn_calibrate_period (&pinned, c) : -1.0;
+    if (!c)
+        nn_errf (err, err_size, "calibrate: device %d: the estimate has no candidate P %d, "
+                 "N %d", device, split_point, micro_batches);
+    nn_estimate_destroy (&plan);
+    return period;
+}
+
+//  The estimate's period for the device with its compute scaled by f
+//  (in's devices are devs); -1 when the estimate refuses the input.
 static double
 s_period_at (nn_estimate_input_t *in, nn_estimate_device_t *devs,
              const nn_estimate_costs_t *base, int device, int p, int n, double f, char *err,
@@ -39,16 +60,7 @@ s_period_at (nn_estimate_input_t *in, nn_estimate_device_t *devs,
 {
     devs[device].costs = *base;
     nn_calibrate_scale (&devs[device].costs, f);
-    nn_estimate_t *plan = nn_estimate_new (in, err, err_size);
-    if (!plan)
-        return -1.0;
-    const nn_estimate_candidate_t *c = nn_estimate_find (plan, device, p, n);
-    double period = c ? nn_calibrate_period (in, c) : -1.0;
-    if (!c)
-        nn_errf (err, err_size, "calibrate: device %d: the estimate has no candidate P %d, "
-                 "N %d", device, p, n);
-    nn_estimate_destroy (&plan);
-    return period;
+    return nn_calibrate_period_at (in, device, p, n, err, err_size);
 }
 
 int
@@ -64,22 +76,18 @@ nn_calibrate_compute (const nn_estimate_input_t *in, int device, int split_point
     if (!(period_s > 0.0) || !isfinite (period_s))
         return nn_errf (err, err_size, "calibrate: device %d: measured period %g s; need a "
                         "positive number", device, period_s);
-    //  The device's own candidate only: its (P, N) pinned. A device's
-    //  estimate does not depend on the others' choices (each candidate is
-    //  taken as every device's), so pinning them all is harmless.
-    nn_estimate_input_t pinned = *in;
-    pinned.split_point = split_point;
-    pinned.micro_batches = micro_batches;
+    //  The input over a copy of its devices, whose costs each step scales.
+    nn_estimate_input_t scaled = *in;
     nn_estimate_device_t *devs = nn_malloc (sizeof *devs * (size_t) in->devices_count);
     memcpy (devs, in->devices, sizeof *devs * (size_t) in->devices_count);
-    pinned.devices = devs;
+    scaled.devices = devs;
     const nn_estimate_costs_t base = in->devices[device].costs;
     int rc = 1;
     double lo = log (NN_CALIBRATE_MIN_FACTOR), hi = log (NN_CALIBRATE_MAX_FACTOR);
-    double at_lo = s_period_at (&pinned, devs, &base, device, split_point, micro_batches,
+    double at_lo = s_period_at (&scaled, devs, &base, device, split_point, micro_batches,
                                 exp (lo), err, err_size);
     double at_hi = at_lo < 0.0 ? -1.0
-                 : s_period_at (&pinned, devs, &base, device, split_point, micro_batches,
+                 : s_period_at (&scaled, devs, &base, device, split_point, micro_batches,
                                 exp (hi), err, err_size);
     if (at_lo < 0.0 || at_hi < 0.0)
         rc = -1;
@@ -93,7 +101,7 @@ nn_calibrate_compute (const nn_estimate_input_t *in, int device, int split_point
         //  step's top: the smallest that reaches the period).
         for (int k = 0; k < 100 && rc == 1; k++) {
             double mid = 0.5 * (lo + hi);
-            double at = s_period_at (&pinned, devs, &base, device, split_point,
+            double at = s_period_at (&scaled, devs, &base, device, split_point,
                                      micro_batches, exp (mid), err, err_size);
             if (at < 0.0)
                 rc = -1;

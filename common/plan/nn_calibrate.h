@@ -43,6 +43,14 @@ void nn_calibrate_scale (nn_estimate_costs_t *costs, double factor);
 //  iteration plus its share of the aggregation rounds inside the epoch.
 double nn_calibrate_period (const nn_estimate_input_t *in, const nn_estimate_candidate_t *c);
 
+//  The estimate's period (nn_calibrate_period) for device `device` of in
+//  at (split_point, micro_batches), pinned for every device (a device's
+//  estimate does not depend on the others' choices: each candidate is
+//  taken as every device's); -1 with a
+//  message when the estimate refuses the input or has no such candidate.
+double nn_calibrate_period_at (const nn_estimate_input_t *in, int device, int split_point,
+                               int micro_batches, char *err, size_t err_size);
+
 //  Device `device` of input `in` ran (split_point, micro_batches) with
 //  the codecs in in->codecs (pin them: auto would choose again) and the
 //  server measured period_s between its iterations. 0 with *factor the
