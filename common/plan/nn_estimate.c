@@ -856,15 +856,23 @@ s_better (const nn_estimate_candidate_t *a, const nn_estimate_candidate_t *b)
 //  over its estimate where P 2's held within 11%, and pinned P 2 N 25 beat
 //  P 4 N 4 by 24% when the estimate had P 4 1% ahead; docs/headline.md),
 //  then fewer micro-batches (messages, memory, BN on tiny batches the
-//  estimate leaves out), then the smaller estimate.
+//  estimate leaves out), then the smaller estimate. Both choosers use it:
+//  per device on its epoch, nn_estimate_common on the parallel epoch.
+static bool
+s_preferred_order (int pa, int na, double ea, int pb, int nb, double eb)
+{
+    if (pa != pb)
+        return pa < pb;
+    if (na != nb)
+        return na < nb;
+    return ea < eb * (1.0 - S_TIE);
+}
+
 static bool
 s_preferred (const nn_estimate_candidate_t *a, const nn_estimate_candidate_t *b)
 {
-    if (a->split_point != b->split_point)
-        return a->split_point < b->split_point;
-    if (a->micro_batches != b->micro_batches)
-        return a->micro_batches < b->micro_batches;
-    return s_better (a, b);
+    return s_preferred_order (a->split_point, a->micro_batches, a->epoch_s,
+                              b->split_point, b->micro_batches, b->epoch_s);
 }
 
 //  with_floor: apply the one-host floor (not for SL, which runs one device at
@@ -1223,11 +1231,8 @@ nn_estimate_common (const nn_estimate_t *self, int *split_point, int *micro_batc
         if (!s_allowed (in, c) || epoch[i] > fastest * (1.0 + near))
             continue;
         const nn_estimate_candidate_t *b = best < 0 ? NULL : nn_estimate_candidate (self, 0, best);
-        if (!b || c->split_point < b->split_point
-        ||  (c->split_point == b->split_point
-             && (c->micro_batches < b->micro_batches
-                 || (c->micro_batches == b->micro_batches
-                     && epoch[i] < epoch[best] * (1.0 - S_TIE)))))
+        if (!b || s_preferred_order (c->split_point, c->micro_batches, epoch[i],
+                                     b->split_point, b->micro_batches, epoch[best]))
             best = i;
     }
     assert (best >= 0);
