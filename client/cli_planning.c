@@ -22,22 +22,15 @@
 #include "pl_log.h"
 #include "pl_timeline.h"
 
-//  Samples zstd's ratios are measured on: the whole model's activations
-//  at this batch live at once (a device holds only its part otherwise),
-//  and 32 images read as 100 do (VGG5 on Fashion-MNIST, int8 up at split
-//  2, two shards: 0.71 / 0.68 from 32 samples, 0.69 / 0.69 from 100, 0.68
-//  / 0.71 from 50).
-#define S_SQUEEZE_SAMPLES 32
-
 //  zstd's ratios at every split point (nn_squeeze) into p, on the first
-//  samples of this device's shard (up to S_SQUEEZE_SAMPLES, no
+//  samples of this device's shard (up to NN_SQUEEZE_SAMPLES, no
 //  augmentation). -1 with a message.
 static int
 s_squeeze (cli_t *self, proto_profile_t *p, char *err, size_t err_size)
 {
     int n = self->batch < self->shard_count ? self->batch : self->shard_count;
-    if (n > S_SQUEEZE_SAMPLES)
-        n = S_SQUEEZE_SAMPLES;
+    if (n > NN_SQUEEZE_SAMPLES)
+        n = NN_SQUEEZE_SAMPLES;
     if (n < 1 || self->spec.units_count < 2)
         return 0;
     size_t sample = nn_shape_size (nn_model_spec_input (&self->spec));

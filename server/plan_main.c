@@ -16,6 +16,7 @@
 #include "nn_estimate.h"
 #include "nn_model.h"
 #include "nn_profile.h"
+#include "nn_squeeze.h"
 #include "pl_blas.h"
 #include "pl_config.h"
 #include "pl_hostcopy.h"
@@ -26,12 +27,17 @@
 #include "plan_costs.h"
 #include "plan_report.h"
 
+#include <stdio.h>
 #include <unistd.h>
 
-//  Iterations per epoch as the devices compute them: every device runs
-//  as many as the largest shard needs (cli_main.c's s_prepare).
+//  Every device's shard of train, as the devices draw them (cli_main.c's
+//  s_select_shard), into shards[d] (the caller frees each) and counts[d];
+//  the iterations per epoch as the devices compute them: every device runs
+//  as many as the largest shard needs (cli_main.c's s_prepare). -1 with a
+//  message.
 static int
-s_iterations (const pl_config_t *cfg, const nn_dataset_t *train, char *err, size_t err_size)
+s_shards (const pl_config_t *cfg, const nn_dataset_t *train, int **shards, int *counts,
+          char *err, size_t err_size)
 {
     nn_rng_t rng, shard_rng;
     nn_rng_seed (&rng, cfg->seed);
@@ -39,11 +45,11 @@ s_iterations (const pl_config_t *cfg, const nn_dataset_t *train, char *err, size
     int max_count = 0;
     for (int d = 0; d < cfg->devices; d++) {
         int count = 0;
-        int *s = nn_dataset_shard (train, cfg->partition, cfg->devices, d, cfg->samples,
-                                   cfg->dirichlet_alpha, &shard_rng, &count, err, err_size);
-        if (!s)
+        shards[d] = nn_dataset_shard (train, cfg->partition, cfg->devices, d, cfg->samples,
+                                      cfg->dirichlet_alpha, &shard_rng, &count, err, err_size);
+        counts[d] = count;
+        if (!shards[d])
             return -1;
-        nn_free (s);
         if (count == 0)
             return nn_errf (err, err_size, "device %d's shard is empty (%d devices, %d "
                             "samples)", d, cfg->devices, cfg->samples);
@@ -53,6 +59,45 @@ s_iterations (const pl_config_t *cfg, const nn_dataset_t *train, char *err, size
     return (max_count + cfg->batch_size - 1) / cfg->batch_size;
 }
 
+//  With codec_zstd: zstd's ratios at every split point for each device
+//  (the first NN_ESTIMATE_MAX_DEVICES; the estimate takes no more) into
+//  squeeze[d], measured as its pipelearn-client measures them (nn_squeeze
+//  on the first NN_SQUEEZE_SAMPLES of its shard, the run's seed, one
+//  thread): the plan then counts the bytes zstd saves as the server's does.
+//  0, or -1 with a message.
+static int
+s_squeeze (const pl_config_t *cfg, const nn_model_spec_t *spec, const nn_dataset_t *train,
+           int *const *shards, const int *counts, nn_squeeze_t *squeeze, char *err,
+           size_t err_size)
+{
+    if (!cfg->codec_zstd || spec->units_count < 2)
+        return 0;
+    size_t sample = nn_shape_size (nn_model_spec_input (spec));
+    float *x = nn_alloc_aligned (sizeof (float) * sample * NN_SQUEEZE_SAMPLES);
+    int y[NN_SQUEEZE_SAMPLES], rc = 0, n0 = 0;
+    for (int d = 0; d < cfg->devices && d < NN_ESTIMATE_MAX_DEVICES && rc == 0; d++) {
+        int n = cfg->batch_size < counts[d] ? cfg->batch_size : counts[d];
+        n = n < NN_SQUEEZE_SAMPLES ? n : NN_SQUEEZE_SAMPLES;
+        n0 = d == 0 ? n : n0;
+        nn_dataset_batch (x, y, train, shards[d], n, NULL, NULL);
+        rc = nn_squeeze_measure (&squeeze[d], spec, x, y, n, cfg->seed, cfg->int8_stochastic,
+                                 1, err, err_size);
+    }
+    nn_free (x);
+    if (rc)
+        return -1;
+    const nn_squeeze_t *q = &squeeze[0];
+    char line[512] = "";
+    size_t used = 0;
+    for (int b = 0; b < q->boundaries && used < sizeof line; b++)
+        used += (size_t) snprintf (line + used, sizeof line - used, "%s%d: %.2f / %.2f",
+                                   b ? ", " : "", b + 1, q->ratio[b][NN_SQUEEZE_INT8_UP],
+                                   q->ratio[b][NN_SQUEEZE_INT8_DOWN]);
+    pl_log_info ("zstd ratios (body after / before) on device 0's first %d samples, int8 "
+                 "up / down by split point: %s", n0, line);
+    return 0;
+}
+
 //  The config's codecs ("auto": the planner's choice) with this host's
 //  codec speeds (one thread, on the first boundary's tensor at batch B,
 //  as pipelearn-server measures them) for the server and the devices, the
@@ -60,7 +105,7 @@ s_iterations (const pl_config_t *cfg, const nn_dataset_t *train, char *err, size
 //  0 or -1 (logged).
 static int
 s_codecs (const pl_config_t *cfg, const nn_model_spec_t *spec, double slowdown,
-          nn_estimate_input_t *in, nn_estimate_codec_t *codecs)
+          const nn_squeeze_t *squeeze, nn_estimate_input_t *in, nn_estimate_codec_t *codecs)
 {
     bool any = false;
     for (int d = 0; d < cfg->devices; d++) {
@@ -68,7 +113,9 @@ s_codecs (const pl_config_t *cfg, const nn_model_spec_t *spec, double slowdown,
         codecs[d] = (nn_estimate_codec_t) {
             .up = c.auto_up ? NN_ESTIMATE_CODEC_AUTO : (int) c.up,
             .down = c.auto_down ? NN_ESTIMATE_CODEC_AUTO : (int) c.down,
-            .topk_fraction = cfg->topk_fraction };
+            .topk_fraction = cfg->topk_fraction, .zstd = cfg->codec_zstd };
+        if (cfg->codec_zstd)
+            codecs[d].squeeze = squeeze[d];
         any |= c.up != NN_CODEC_NONE || c.down != NN_CODEC_NONE || c.auto_up || c.auto_down;
     }
     if (!any)
@@ -128,14 +175,22 @@ main (int argc, char **argv)
     }
     nn_model_spec_t spec;
     int iterations = -1;
-    if (nn_model_spec_by_name (&spec, cfg.model, train->c, train->h, train->w,
-                               train->classes, err, sizeof err)
-    ||  (iterations = s_iterations (&cfg, train, err, sizeof err)) < 0) {
+    int **shards = nn_calloc ((size_t) cfg.devices, sizeof *shards);
+    int *counts = nn_calloc ((size_t) cfg.devices, sizeof *counts);
+    static nn_squeeze_t squeeze[NN_ESTIMATE_MAX_DEVICES];
+    bool failed = nn_model_spec_by_name (&spec, cfg.model, train->c, train->h, train->w,
+                                         train->classes, err, sizeof err)
+               || (iterations = s_shards (&cfg, train, shards, counts, err, sizeof err)) < 0
+               || s_squeeze (&cfg, &spec, train, shards, counts, squeeze, err, sizeof err);
+    for (int d = 0; d < cfg.devices; d++)
+        nn_free (shards[d]);
+    nn_free (shards);
+    nn_free (counts);
+    nn_dataset_destroy (&train);
+    if (failed) {
         pl_log_error ("config: %s", err);
-        nn_dataset_destroy (&train);
         return 1;
     }
-    nn_dataset_destroy (&train);
 
     static nn_estimate_device_t devs[NN_ESTIMATE_MAX_DEVICES];
     nn_estimate_input_t in = { 0 };
@@ -223,7 +278,7 @@ main (int argc, char **argv)
     }
 
     static nn_estimate_codec_t codecs[NN_ESTIMATE_MAX_DEVICES];
-    if (s_codecs (&cfg, &spec, args.device_slowdown, &in, codecs))
+    if (s_codecs (&cfg, &spec, args.device_slowdown, squeeze, &in, codecs))
         return 1;
 
     nn_estimate_t *plan = nn_estimate_new (&in, err, sizeof err);

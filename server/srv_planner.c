@@ -70,8 +70,8 @@ srv_planner_input (const srv_planner_t *self, nn_estimate_input_t *in,
     for (int i = 0; i < self->args.devices; i++) {
         const srv_planner_slot_t *s = &self->slot[i];
         devs[i].costs = s->profiled ? s->costs : self->server;
-        if (s->compute_scale > 0.0 && s->compute_scale != 1.0)
-            nn_calibrate_scale (&devs[i].costs, s->compute_scale);
+        if (srv_planner_slot_scale (s) != 1.0)
+            nn_calibrate_scale (&devs[i].costs, srv_planner_slot_scale (s));
         if (s->measured) {
             double up = s->up_Bps > s->traffic_up_Bps ? s->up_Bps : s->traffic_up_Bps;
             devs[i].uplink_Bps = up;
@@ -601,8 +601,8 @@ srv_planner_epoch_json (srv_planner_t *self, int id, int micro, cJSON *device)
         cJSON_AddNumberToObject (device, "iteration_s_measured", s->period_s);
     if (s->est_iteration_s > 0.0)
         cJSON_AddNumberToObject (device, "iteration_s_estimated", s->est_iteration_s);
-    if (s->compute_scale > 0.0 && s->compute_scale != 1.0)
-        cJSON_AddNumberToObject (device, "compute_scale", s->compute_scale);
+    if (srv_planner_slot_scale (s) != 1.0)
+        cJSON_AddNumberToObject (device, "compute_scale", srv_planner_slot_scale (s));
     if (s->measured) {
         cJSON_AddNumberToObject (device, "uplink_mbps_probe", srv_planner_mbps (s->up_Bps));
         cJSON_AddNumberToObject (device, "downlink_mbps_probe", srv_planner_mbps (s->down_Bps));

@@ -53,6 +53,14 @@ struct _srv_planner_t {
     cJSON *replans;                 //  this epoch's re-plans (summary), or NULL
 };
 
+//  The slot's compute factor: its compute_scale, or 1 where no calibration
+//  set one (a slot starts zeroed).
+static inline double
+srv_planner_slot_scale (const srv_planner_slot_t *s)
+{
+    return s->compute_scale > 0.0 ? s->compute_scale : 1.0;
+}
+
 //  Bytes per second in Mbit/s, for the log.
 double srv_planner_mbps (double Bps);
 //  The planner's input for every device slot: its profile (or this host's

@@ -210,7 +210,7 @@ s_calibrate (srv_planner_t *self, const srv_assign_t *cur, const bool *active, b
                          1.0 / NN_CALIBRATE_MIN_FACTOR, NN_CALIBRATE_MAX_FACTOR);
             continue;
         }
-        double scale = (s->compute_scale > 0.0 ? s->compute_scale : 1.0) * f;
+        double scale = srv_planner_slot_scale (s) * f;
         size_t used = drifted[i] ? strlen (reason[i]) : 0;
         snprintf (reason[i] + used, sizeof reason[i] - used, "%siteration measured %.3f s "
                   "against the estimate's %.3f s (%+.0f%%), beyond replan_compute_drift "
