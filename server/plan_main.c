@@ -161,6 +161,13 @@ main (int argc, char **argv)
     plan_args_t args = { 0 };
     if (plan_args_parse (argc, argv, &args, &cfg))
         return 2;
+    //  As pipelearn-server refuses them (srv_main.c): the estimate and the
+    //  per-device arrays below hold this many.
+    if (cfg.devices > NN_ESTIMATE_MAX_DEVICES) {
+        pl_log_error ("config: devices: at most %d, got %d", NN_ESTIMATE_MAX_DEVICES,
+                      cfg.devices);
+        return 2;
+    }
     pl_blas_set_threads (1);
 
     char err[NN_ERR_SIZE];

@@ -1518,6 +1518,12 @@ Test (plan_cli, text_output_and_errors)
     snprintf (cmd, sizeof cmd, "%s --config %s --costs %s --link 5g", bin, cfg, costs);
     cr_assert_eq (runcmd (cmd, out, sizeof out), 2, "%s", out);
     cr_assert (strstr (out, "4g-plus"), "%s", out);
+    //  More devices than the estimate holds (the config takes 1024): refused,
+    //  as pipelearn-server refuses them; it wrote past its per-device arrays.
+    snprintf (cmd, sizeof cmd, "%s --config %s --costs %s --set devices=100 --set samples=20000 "
+              "--set codec=int8", bin, cfg, costs);
+    cr_assert_eq (runcmd (cmd, out, sizeof out), 2, "%s", out);
+    cr_assert (strstr (out, "devices: at most 64, got 100"), "%s", out);
 }
 
 //  Without --costs the host is profiled; --write-costs saves that table
