@@ -58,6 +58,8 @@ cli_planning_profile (cli_t *self)
     //  One compute thread: its CPU clock gives each unit's parts their own
     //  time and the quota one factor (nn_profile_args_t.cpu_now).
     nn_profile_args_t args = { .batch_size = self->batch, .threads = self->args.threads,
+                               .small_batch = nn_profile_fit_batch (&self->spec, self->batch,
+                                                                    self->cfg.min_micro_batch),
                                .seed = self->assign.seed, .now = pl_monotonic_clock,
                                .int8_stochastic = self->cfg.int8_stochastic,
                                .zstd = self->cfg.codec_zstd,

@@ -237,6 +237,8 @@ main (int argc, char **argv)
                      "the same costs stand for the devices and the server", cfg.model,
                      cfg.batch_size, pl_blas_corename ());
         nn_profile_args_t pa = { .batch_size = cfg.batch_size, .seed = cfg.seed,
+                                 .small_batch = nn_profile_fit_batch (&spec, cfg.batch_size,
+                                                                      cfg.min_micro_batch),
                                  .now = pl_monotonic_clock };
         nn_profile_report_t rep;
         if (nn_profile_run (&spec, &pa, &in.server, NULL, &rep, err, sizeof err)) {

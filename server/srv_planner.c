@@ -304,6 +304,8 @@ s_provisional (srv_planner_t *self, srv_assign_t *assign, cJSON *summary_root)
     int batch = self->args.batch;
     char err[NN_ERR_SIZE];
     nn_profile_args_t pa = { .batch_size = batch, .threads = 1, .seed = cfg->seed,
+                             .small_batch = nn_profile_fit_batch (self->args.spec, batch,
+                                                                  cfg->min_micro_batch),
                              .now = pl_monotonic_clock,
                              .int8_stochastic = cfg->int8_stochastic, .zstd = cfg->codec_zstd };
     double t0 = pl_monotonic ();

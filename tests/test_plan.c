@@ -1069,6 +1069,22 @@ Test (plan, profile_with_a_cpu_clock_scales_cpu_time_by_one_factor)
     cr_assert_eq (nn_profile_run (&spec, &a, &costs, NULL, NULL, err, sizeof err), -1);
 }
 
+//  The fit's small batch is the smallest micro-batch the planner may cut
+//  (nn_estimate_min_micro_batch), at most B.
+Test (plan, profile_fits_down_to_the_smallest_micro_batch)
+{
+    nn_model_spec_t vgg5, resnet18;
+    char err[NN_ERR_SIZE];
+    nn_model_spec_vgg5 (&vgg5, 1, 28, 10, true);
+    cr_assert_eq (nn_model_spec_by_name (&resnet18, "resnet18", 1, 28, 28, 10, err, sizeof err),
+                  0, "%s", err);
+    cr_assert_eq (nn_profile_fit_batch (&vgg5, 100, 0), nn_estimate_min_micro_batch (&vgg5, 0));
+    cr_assert_eq (nn_profile_fit_batch (&vgg5, 100, 0), 2);
+    cr_assert_eq (nn_profile_fit_batch (&resnet18, 100, 0), 25);
+    cr_assert_eq (nn_profile_fit_batch (&vgg5, 100, 10), 10, "the config's min_micro_batch");
+    cr_assert_eq (nn_profile_fit_batch (&resnet18, 20, 0), 20, "at most B: no fit");
+}
+
 Test (plan, profile_measures_real_time)
 {
     nn_model_spec_t spec;

@@ -257,6 +257,13 @@ s_fixed (double total, double small, int b, int m)
 }
 
 int
+nn_profile_fit_batch (const nn_model_spec_t *spec, int batch_size, int configured)
+{
+    int m = nn_estimate_min_micro_batch (spec, configured);
+    return m < batch_size ? m : batch_size;
+}
+
+int
 nn_profile_run (const nn_model_spec_t *spec, const nn_profile_args_t *args,
                 nn_estimate_costs_t *costs, nn_estimate_model_t *model,
                 nn_profile_report_t *report, char *err, size_t err_size)

@@ -42,7 +42,9 @@ typedef double (*nn_profile_now_fn) (void *arg);
 typedef struct {
     int batch_size;         //  B (>= 1)
     int small_batch;        //  the fit's second size; 0 = B/10 (at least 1);
-                            //  B (or B = 1) skips the fit: fixed parts are 0
+                            //  B (or B = 1) skips the fit: fixed parts are 0;
+                            //  the daemons and pipelearn-plan pass
+                            //  nn_profile_fit_batch
     int threads;            //  nn_model_set_threads; 0 = 1 (the daemons' workers)
     int warmup;             //  iterations not measured; 0 = 1
     int iterations;         //  measured iterations at B (3x as many at the
@@ -83,6 +85,18 @@ typedef struct {
 //  -1 with a message if the spec or B is invalid.
 int nn_profile_model_bytes (const nn_model_spec_t *spec, int batch_size,
                             nn_estimate_model_t *model, char *err, size_t err_size);
+
+//  The fit's second size for a run at batch B whose plans cut micro-batches
+//  no smaller than nn_estimate_min_micro_batch (spec, configured): that
+//  smallest micro-batch (at most B), so the per-call (fixed) part is fitted
+//  across every size the planner may choose rather than extrapolated below
+//  B/10. Why: VGG5's units 0-1 (the device's part at split point 2) cost
+//  152 us of CPU a sample at 10 and at 100 samples (Intel Xeon, one
+//  thread), so the fit through those read no per-call part, and 195 us a
+//  sample at 2 (a per-call part of about 0.09 ms); a 10% device planned at
+//  micro-batches of 2 ran 25% over its estimate in the lab
+//  (docs/headline.md, "With the near-best rule").
+int nn_profile_fit_batch (const nn_model_spec_t *spec, int batch_size, int configured);
 
 //  Profile spec (see above) into costs; model and report may be NULL.
 //  -1 with a message if the spec or arguments are invalid.
