@@ -40,6 +40,7 @@
 #include "pl_curve.h"
 #include "pl_daemon.h"
 #include "pl_log.h"
+#include "pl_shards.h"
 #include "pl_stop.h"
 #include "pl_summary.h"
 #include "pl_timeline.h"
@@ -766,10 +767,28 @@ s_join (cli_t *self)
 //  What the shard selection needs and finds (see s_select_shard).
 typedef struct {
     const pl_config_t *cfg;
-    nn_rng_t rng;                       //  the run's seed stream
     int devices, id;
+    int *mine, mine_count;              //  this device's shard
     int min_count, max_count;           //  over every device's shard
 } s_shards_t;
+
+//  pl_shards_each's callback: keep this device's shard, count the others.
+static int
+s_keep_mine (int device, int *shard, int count, void *arg)
+{
+    s_shards_t *sh = arg;
+    if (device == 0 || count < sh->min_count)
+        sh->min_count = count;
+    if (count > sh->max_count)
+        sh->max_count = count;
+    if (device == sh->id) {
+        sh->mine = shard;
+        sh->mine_count = count;
+    }
+    else
+        nn_free (shard);
+    return 0;
+}
 
 //  Every device's shard is computed (from the labels alone) to know the
 //  smallest and largest; this device keeps its own. The loader then reads
@@ -779,29 +798,14 @@ s_select_shard (const nn_dataset_t *unloaded, int *count_out, void *arg, char *e
                 size_t err_size)
 {
     s_shards_t *sh = arg;
-    nn_rng_t shard_rng = nn_rng_split (&sh->rng, 2000);
-    int *mine = NULL;
-    for (int d = 0; d < sh->devices; d++) {
-        int count = 0;
-        int *s = nn_dataset_shard (unloaded, sh->cfg->partition, sh->devices, d,
-                                   sh->cfg->samples, sh->cfg->dirichlet_alpha, &shard_rng,
-                                   &count, err, err_size);
-        if (!s) {
-            nn_free (mine);
-            return NULL;
-        }
-        if (d == 0 || count < sh->min_count)
-            sh->min_count = count;
-        if (count > sh->max_count)
-            sh->max_count = count;
-        if (d == sh->id) {
-            mine = s;
-            *count_out = count;
-        }
-        else
-            nn_free (s);
+    if (pl_shards_each (sh->cfg, sh->devices, unloaded, s_keep_mine, sh, err, err_size)) {
+        nn_free (sh->mine);
+        sh->mine = NULL;
+        return NULL;
     }
-    return mine;
+    if (sh->mine)
+        *count_out = sh->mine_count;
+    return sh->mine;
 }
 
 static int
@@ -812,8 +816,7 @@ s_prepare (cli_t *self)
     const char *dir = self->args.data_dir ? self->args.data_dir
                     : cfg->data_dir[0] ? cfg->data_dir : NULL;
     nn_rng_seed (&self->rng, cfg->seed);
-    s_shards_t sh = { .cfg = cfg, .rng = self->rng, .devices = (int) self->assign.devices,
-                      .id = self->id };
+    s_shards_t sh = { .cfg = cfg, .devices = (int) self->assign.devices, .id = self->id };
     self->train = nn_dataset_load_named_select (cfg->dataset, dir, true, cfg->samples,
                                                 s_select_shard, &sh, err, sizeof err);
     if (!self->train)

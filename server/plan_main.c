@@ -21,6 +21,7 @@
 #include "pl_config.h"
 #include "pl_hostcopy.h"
 #include "pl_log.h"
+#include "pl_shards.h"
 #include "pl_summary.h"
 #include "pl_timeline.h"
 #include "plan_args.h"
@@ -30,31 +31,38 @@
 #include <stdio.h>
 #include <unistd.h>
 
-//  Every device's shard of train, as the devices draw them (cli_main.c's
-//  s_select_shard), into shards[d] (the caller frees each) and counts[d];
-//  the iterations per epoch as the devices compute them: every device runs
-//  as many as the largest shard needs (cli_main.c's s_prepare). -1 with a
-//  message.
+//  pl_shards_each's callback: keep every device's shard and its size.
+typedef struct {
+    int **shards;
+    int *counts;
+} s_kept_t;
+
+static int
+s_keep (int device, int *shard, int count, void *arg)
+{
+    s_kept_t *k = arg;
+    k->shards[device] = shard;
+    k->counts[device] = count;
+    return 0;
+}
+
+//  Every device's shard of train, as the devices draw them (pl_shards_each),
+//  into shards[d] (the caller frees each) and counts[d]; the iterations per
+//  epoch as the devices compute them: every device runs as many as the
+//  largest shard needs (cli_main.c's s_prepare). -1 with a message.
 static int
 s_shards (const pl_config_t *cfg, const nn_dataset_t *train, int **shards, int *counts,
           char *err, size_t err_size)
 {
-    nn_rng_t rng, shard_rng;
-    nn_rng_seed (&rng, cfg->seed);
-    shard_rng = nn_rng_split (&rng, 2000);
+    s_kept_t kept = { shards, counts };
+    if (pl_shards_each (cfg, cfg->devices, train, s_keep, &kept, err, err_size))
+        return -1;
     int max_count = 0;
     for (int d = 0; d < cfg->devices; d++) {
-        int count = 0;
-        shards[d] = nn_dataset_shard (train, cfg->partition, cfg->devices, d, cfg->samples,
-                                      cfg->dirichlet_alpha, &shard_rng, &count, err, err_size);
-        counts[d] = count;
-        if (!shards[d])
-            return -1;
-        if (count == 0)
+        if (counts[d] == 0)
             return nn_errf (err, err_size, "device %d's shard is empty (%d devices, %d "
                             "samples)", d, cfg->devices, cfg->samples);
-        if (count > max_count)
-            max_count = count;
+        max_count = counts[d] > max_count ? counts[d] : max_count;
     }
     return (max_count + cfg->batch_size - 1) / cfg->batch_size;
 }

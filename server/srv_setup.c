@@ -10,6 +10,7 @@
 #include "nn_checkpoint.h"
 #include "nn_rng.h"
 #include "pl_log.h"
+#include "pl_shards.h"
 #include "srv_ckpt.h"
 #include "srv_metrics.h"
 #include "srv_parts.h"
@@ -51,9 +52,8 @@ s_frame_limit (srv_t *self)
     return bytes;
 }
 
-//  Shard sizes as every device computes them (cli_main.c's s_select_shard:
-//  the seed's stream 2000, devices in order), from the training set's
-//  labels. A select callback sees the labels before any image is read; it
+//  Shard sizes as every device computes them (pl_shards_each), from the
+//  training set's labels. A select callback sees the labels before any image is read; it
 //  counts and stops the load there.
 typedef struct {
     const pl_config_t *cfg;
@@ -61,24 +61,23 @@ typedef struct {
     bool counted;
 } s_shard_count_t;
 
+//  pl_shards_each's callback: a shard's size.
+static int
+s_count_one (int device, int *shard, int count, void *arg)
+{
+    s_shard_count_t *sc = arg;
+    nn_free (shard);
+    sc->sizes[device] = count;
+    return 0;
+}
+
 static int *
 s_shard_count (const nn_dataset_t *unloaded, int *count_out, void *arg, char *err,
                size_t err_size)
 {
     s_shard_count_t *sc = arg;
-    const pl_config_t *cfg = sc->cfg;
-    nn_rng_t rng;
-    nn_rng_seed (&rng, cfg->seed);
-    nn_rng_t shard_rng = nn_rng_split (&rng, 2000);
-    for (int d = 0; d < cfg->devices; d++) {
-        int count = 0;
-        int *s = nn_dataset_shard (unloaded, cfg->partition, cfg->devices, d, cfg->samples,
-                                   cfg->dirichlet_alpha, &shard_rng, &count, err, err_size);
-        if (!s)
-            return NULL;
-        nn_free (s);
-        sc->sizes[d] = count;
-    }
+    if (pl_shards_each (sc->cfg, sc->cfg->devices, unloaded, s_count_one, sc, err, err_size))
+        return NULL;
     sc->counted = true;
     *count_out = 0;
     snprintf (err, err_size, "counted");
