@@ -37,6 +37,7 @@
 #include "nn_model.h"
 #include "pl_le.h"
 #include "proto_msg.h"
+#include "pltest_device.h"
 
 #include <cJSON.h>
 #include <criterion/criterion.h>
@@ -51,7 +52,6 @@
 #include <sys/socket.h>
 #include <zmq.h>
 
-#define WAIT_MS 30000
 #define EPOCHS 2
 //  Synthetic data, 2 devices with contiguous shards of 200, batch 20: 10
 //  iterations an epoch.
@@ -63,83 +63,10 @@
     "\"test_samples\": 100, \"batch_size\": 20, \"epochs\": 2, \"seed\": 5, " \
     "\"threads\": 1, \"devices\": 2, \"mode\": \"fl\"}"
 
-//  A scripted device's session.
-typedef struct {
-    void *ctx, *sock;
-    proto_assign_t plan;          //  from WELCOME
-    proto_slab_t slab;          //  of the last MODEL
-    float *w;                   //  its weights (slab.count)
-    uint32_t epoch, iter;       //  where the MODEL's round starts
-} s_device_t;
-
-//  The next message on the scripted device's socket that is not a
-//  HEARTBEAT; fails the test after WAIT_MS.
-static proto_msg_t *
-s_device_recv (s_device_t *self, const char *what)
-{
-    while (true) {
-        zmq_pollitem_t item = { self->sock, 0, ZMQ_POLLIN, 0 };
-        cr_assert_eq (zmq_poll (&item, 1, WAIT_MS), 1, "%s: nothing from the server", what);
-        proto_msg_t *msg = NULL;
-        char err[512];
-        cr_assert_eq (proto_msg_recv (&msg, self->sock, NULL, err, sizeof err), 0,
-                      "%s: %s", what, err);
-        if (proto_msg_type (msg) != PROTO_MSG_HEARTBEAT)
-            return msg;
-        proto_msg_destroy (&msg);
-    }
-}
-
-//  HELLO as device id, then WELCOME. rcvhwm > 0 limits its receive queue.
-static void
-s_device_join (s_device_t *self, const char *endpoint, int id, int rcvhwm)
-{
-    self->ctx = zmq_ctx_new ();
-    self->sock = zmq_socket (self->ctx, ZMQ_DEALER);
-    int linger = 0, sndtimeo = WAIT_MS;
-    zmq_setsockopt (self->sock, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt (self->sock, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo);
-    if (rcvhwm > 0) {
-        int rcvbuf = 4096;
-        zmq_setsockopt (self->sock, ZMQ_RCVHWM, &rcvhwm, sizeof rcvhwm);
-        zmq_setsockopt (self->sock, ZMQ_RCVBUF, &rcvbuf, sizeof rcvbuf);
-    }
-    cr_assert_eq (zmq_connect (self->sock, endpoint), 0);
-    proto_msg_t *msg = proto_msg_new (PROTO_MSG_HELLO);
-    proto_hello_t hello = { .protocol_version = PROTO_VERSION,
-                            .capabilities = PROTO_CAP_FL | PROTO_CAP_SPLIT,
-                            .requested_device_id = id, .sample_count = 0 };
-    snprintf (hello.name, sizeof hello.name, "scripted%d", id);
-    cr_assert_eq (proto_msg_set_hello (msg, &hello), 0);
-    cr_assert_eq (proto_msg_send (&msg, self->sock), 0);
-    msg = s_device_recv (self, "WELCOME");
-    cr_assert_eq (proto_msg_type (msg), PROTO_MSG_WELCOME, "got %s, want WELCOME",
-                  proto_type_name (proto_msg_type (msg)));
-    self->plan = *proto_msg_assign (msg);
-    cr_assert_eq (self->plan.device_id, (uint32_t) id);
-    proto_msg_destroy (&msg);
-}
-
-//  Wait for MODEL (training started) and keep its weights.
-static void
-s_device_model (s_device_t *self)
-{
-    proto_msg_t *msg = s_device_recv (self, "MODEL");
-    cr_assert_eq (proto_msg_type (msg), PROTO_MSG_MODEL, "got %s, want MODEL",
-                  proto_type_name (proto_msg_type (msg)));
-    self->slab = *proto_msg_slab (msg);
-    free (self->w);
-    self->w = malloc (sizeof (float) * self->slab.count);
-    memcpy (self->w, proto_msg_tensor_data (msg), sizeof (float) * self->slab.count);
-    self->epoch = proto_msg_header (msg)->epoch;
-    self->iter = proto_msg_header (msg)->iteration;
-    proto_msg_destroy (&msg);
-}
-
 //  The end of an fl epoch as pipelearn-client sends it (STATS, PARAMS),
 //  with the weights, sample count and closing iteration given.
 static void
-s_device_params (s_device_t *self, const float *w, uint64_t samples, uint32_t iteration)
+s_device_params (pltest_device_t *self, const float *w, uint64_t samples, uint32_t iteration)
 {
     uint32_t id = self->plan.device_id;
     proto_msg_t *stats = proto_msg_new (PROTO_MSG_STATS);
@@ -155,26 +82,17 @@ s_device_params (s_device_t *self, const float *w, uint64_t samples, uint32_t it
     cr_assert_eq (proto_msg_send (&params, self->sock), 0);
 }
 
-static void
-s_device_close (s_device_t *self)
-{
-    zmq_close (self->sock);
-    zmq_ctx_term (self->ctx);
-    free (self->w);
-    self->w = NULL;
-}
-
 //  Server with FL_CONFIG-like config, the scripted device 1 joined, then the
 //  honest client 0; returns when training started (the MODEL is in).
 static pid_t
-s_start (pltest_run_t *run, const char *config, char *endpoint, size_t size, s_device_t *dev,
+s_start (pltest_run_t *run, const char *config, char *endpoint, size_t size, pltest_device_t *dev,
          int rcvhwm, pid_t *client)
 {
     pltest_mkdtemp (run->dir, "hostile");
     pid_t server = pltest_start_server (run, "run", config, endpoint, size);
-    s_device_join (dev, endpoint, 1, rcvhwm);
+    pltest_device_join (dev, endpoint, 1, rcvhwm);
     *client = pltest_start_client (run, 0, endpoint);
-    s_device_model (dev);
+    pltest_device_model (dev);
     return server;
 }
 
@@ -207,7 +125,7 @@ s_fl_poison (void (*poison) (float *w, size_t n, uint64_t *samples, uint32_t *it
 {
     pltest_run_t run = { 0 };
     char endpoint[256];
-    s_device_t dev = { 0 };
+    pltest_device_t dev = { 0 };
     pid_t client;
     pid_t server = s_start (&run, FL_CONFIG, endpoint, sizeof endpoint, &dev, 0, &client);
     uint64_t samples = SHARD;
@@ -215,7 +133,7 @@ s_fl_poison (void (*poison) (float *w, size_t n, uint64_t *samples, uint32_t *it
     poison (dev.w, dev.slab.count, &samples, &iteration);
     s_device_params (&dev, dev.w, samples, iteration);
     cr_assert (pltest_wait_log (&run, "server.log", why, 60), "no \"%s\" in the server log", why);
-    s_device_close (&dev);
+    pltest_device_close (&dev);
     s_expect_honest_run (&run, server, client, why);
     pltest_kill_all (&run);
     pltest_rmtree (run.dir);
@@ -269,47 +187,19 @@ Test (hostile, a_device_cannot_move_the_round, .timeout = 300)
     "\"threads\": 1, \"devices\": 2, \"mode\": \"" mode "\", \"split_point\": 1, " \
     "\"measure_link\": false, \"adaptive\": false" extra "}"
 
-//  ACTIVATIONS of micro-batch mb of the round's first iteration, every
-//  value `value`, labels in range.
-static void
-s_device_activations (s_device_t *self, float value, uint32_t mb)
-{
-    nn_model_spec_t spec;
-    char err[256];
-    cr_assert_eq (nn_model_spec_by_name (&spec, "vgg5", 1, 28, 28, 10, err, sizeof err), 0);
-    nn_shape_t s = nn_model_spec_unit_output (&spec, (int) self->plan.split_point - 1);
-    uint32_t n = self->plan.batch_size / self->plan.micro_batches;
-    uint32_t dims[4] = { n, (uint32_t) s.h, (uint32_t) s.w, (uint32_t) s.c };
-    size_t count = (size_t) n * s.h * s.w * s.c;
-    float *x = malloc (sizeof (float) * count);
-    for (size_t i = 0; i < count; i++)
-        x[i] = value;
-    int32_t labels[256];
-    for (uint32_t i = 0; i < n; i++)
-        labels[i] = (int32_t) (i % 10);
-    proto_msg_t *msg = proto_msg_new (PROTO_MSG_ACTIVATIONS);
-    proto_msg_set_route (msg, self->plan.device_id, self->epoch, self->iter, mb);
-    proto_msg_set_last (msg, mb + 1 == self->plan.micro_batches);
-    cr_assert_eq (proto_msg_set_tensor_copy (msg, x, dims, 4), 0);
-    proto_msg_set_labels (msg, labels, n);
-    free (x);
-    cr_assert_eq (proto_msg_send (&msg, self->sock), 0, "send ACTIVATIONS: %s",
-                  zmq_strerror (errno));
-}
-
 Test (hostile, nan_activations_never_reach_a_replica, .timeout = 300)
 {
     pltest_run_t run = { 0 };
     char endpoint[256];
-    s_device_t dev = { 0 };
+    pltest_device_t dev = { 0 };
     pid_t client;
     pid_t server = s_start (&run, SPLIT_CONFIG ("sfl", ""), endpoint, sizeof endpoint, &dev, 0,
                             &client);
     //  The encoder refuses nothing here: a NaN tensor is valid on the wire.
-    s_device_activations (&dev, NAN, 0);
+    pltest_device_activations (&dev, NAN, 0);
     const char *why = "device 1 dropped: ACTIVATIONS hold non-finite values";
     cr_assert (pltest_wait_log (&run, "server.log", why, 60), "no \"%s\" in the server log", why);
-    s_device_close (&dev);
+    pltest_device_close (&dev);
     s_expect_honest_run (&run, server, client, why);
     pltest_kill_all (&run);
     pltest_rmtree (run.dir);
@@ -332,7 +222,7 @@ typedef enum {
 //  S_OTHER_CODEC, fp16) payload, damaged as attack says and sent as raw
 //  frames, past proto's sender checks, as a hostile peer can.
 static void
-s_device_codec_activations (s_device_t *self, s_codec_attack_t attack)
+s_device_codec_activations (pltest_device_t *self, s_codec_attack_t attack)
 {
     nn_model_spec_t spec;
     char err[256];
@@ -392,7 +282,7 @@ s_codec_attack (s_codec_attack_t attack, const char *why)
 {
     pltest_run_t run = { 0 };
     char endpoint[256];
-    s_device_t dev = { 0 };
+    pltest_device_t dev = { 0 };
     pid_t client;
     pid_t server = s_start (&run, CODEC_CONFIG, endpoint, sizeof endpoint, &dev, 0, &client);
     //  The plan names the negotiated codecs.
@@ -401,7 +291,7 @@ s_codec_attack (s_codec_attack_t attack, const char *why)
     s_device_codec_activations (&dev, attack);
     cr_assert (pltest_wait_log (&run, "server.log", why, 60), "no \"%s\" in the server log",
                why);
-    s_device_close (&dev);
+    pltest_device_close (&dev);
     s_expect_honest_run (&run, server, client, why);
     pltest_kill_all (&run);
     pltest_rmtree (run.dir);
@@ -444,7 +334,7 @@ Test (hostile, a_device_that_never_reads_is_dropped, .timeout = 500)
 {
     pltest_run_t run = { 0 };
     char endpoint[256];
-    s_device_t dev = { 0 };
+    pltest_device_t dev = { 0 };
     pid_t client;
     pid_t server = s_start (&run, SPLIT_CONFIG ("pipelearn", ", \"micro_batches\": 4, "
                                                 "\"round_timeout_s\": 3600, "
@@ -455,14 +345,14 @@ Test (hostile, a_device_that_never_reads_is_dropped, .timeout = 500)
     int sent = 0;
     while (!pltest_log_has (&run, "server.log", "device 1 dropped: ")
            && pl_monotonic () < deadline) {
-        s_device_activations (&dev, 0.5f, 0);
+        pltest_device_activations (&dev, 0.5f, 0);
         sent++;
         usleep (PLTEST_UNDER_ASAN ? 400000 : 100000);
     }
     cr_log_info ("the scripted device sent %d ACTIVATIONS before it was dropped", sent);
     cr_assert (pltest_log_has (&run, "server.log", why), "after %d ACTIVATIONS never read, "
                "no \"%s\" in the server log", sent, why);
-    s_device_close (&dev);
+    pltest_device_close (&dev);
     s_expect_honest_run (&run, server, client, why);
     cJSON *s = pltest_summary (run.dir, "run");
     double rss_kb = pltest_num (s, "peak_rss_kb");

@@ -16,9 +16,17 @@
       its forward to (no later than) the start of its server compute, and
       a downlink row from (no earlier than) the end of that compute to the
       start of its backward;
-    - in pipelearn (N = 4) the server compute for device d overlaps device
-      d's own forward/backward and its transfers; in sfl it never does
-      (beyond 1 ms).
+    - in sfl the server compute for device d never overlaps device d's
+      own forward/backward or its transfers (beyond 1 ms): causality
+      forbids it;
+    - in pipelearn (N = 4) what makes overlap possible, as orders rather
+      than times: a device's forwards of an iteration run back to back
+      (no wait for the server between them), and a device scripted here
+      gets micro-batch m's gradients before it sends micro-batch m + 1
+      (the server computes a micro-batch while the later ones are still
+      on the device). How much the two sides then overlap on the clock is
+      the scheduler's (two cores shared with other tests; CI once saw
+      none in a run of 0.2 s): logged, not asserted.
     A hand-driven device checks the plan's origin and that the server
     refuses EVENTS that do not fit the run.
 */
@@ -40,6 +48,7 @@
 #include "runcmd.h"
 
 #include "proto_msg.h"
+#include "pltest_device.h"
 
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -235,12 +244,28 @@ Test (timeline, pipelearn_server_overlaps_device, .timeout = 600)
     pltest_csv_t csv = pltest_load_csv (run.dir, "pipe");
     double links;
     double overlap = s_check_timeline (&csv, "pipelearn", ITERATIONS, 4, &links);
-    cr_log_info ("pipelearn: largest server/device overlap %.6f s, server/transfer %.6f s",
+    cr_log_info ("pipelearn: largest server/device overlap %.6f s, server/transfer %.6f s "
+                 "(the scheduler's: not asserted)",
                  overlap, links);
-    cr_expect_gt (overlap, 0.0, "pipelearn: the server compute for a device never overlaps "
-                  "that device's forward or backward (largest overlap %.6f s)", overlap);
-    cr_expect_gt (links, 0.0, "pipelearn: the server compute for a device never overlaps "
-                  "that device's transfers (largest overlap %.6f s)", links);
+    //  A device's forwards of one iteration run back to back: no wait for
+    //  the server (a wait row) between the first one's start and the last
+    //  one's end. (The epoch's first wait, for MODEL, ends before them.)
+    for (int d = 0; d < DEVICES; d++) {
+        char dev[16];
+        snprintf (dev, sizeof dev, "device%d", d);
+        for (int it = 0; it < ITERATIONS; it++) {
+            const pltest_row_t *f0 = s_find (&csv, dev, "forward", it, 0);
+            const pltest_row_t *fn = s_find (&csv, dev, "forward", it, 3);
+            for (int i = 0; i < csv.count; i++) {
+                const pltest_row_t *w = &csv.rows[i];
+                if (s_is (w, dev, "wait"))
+                    cr_expect (w->end_s <= f0->start_s + EPS_S || w->start_s >= fn->end_s - EPS_S,
+                               "pipelearn: %s waited %.6f..%.6f between its forwards of "
+                               "iteration %d (%.6f..%.6f)", dev, w->start_s, w->end_s, it,
+                               f0->start_s, fn->end_s);
+            }
+        }
+    }
     //  The epoch's clock starts when the first device is ready (PROTOCOL.md)
     //  and stops at the aggregation after the last device's PARAMS. The
     //  stages' span is on another axis (the run's origin): a device's first
@@ -269,6 +294,42 @@ Test (timeline, pipelearn_server_overlaps_device, .timeout = 600)
                last - first);
     cJSON_Delete (summary);
     free (csv.rows);
+    pltest_rmtree (run.dir);
+}
+
+//  The server answers each micro-batch before the device has sent the
+//  next: device 1, scripted, sends micro-batch m of its first iteration
+//  only once micro-batch m - 1's GRADIENTS are in. A server that waited for
+//  the whole batch would never answer (the wait fails after 30 s). Device
+//  0 is a real client, so the run is a real two-device pipelearn round.
+Test (timeline, pipelearn_server_answers_each_micro_batch_before_the_next, .timeout = 600)
+{
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "timeline");
+    char endpoint[256];
+    pid_t server = pltest_start_server (&run, "run", CONFIG "\"devices\": 2, "
+                                   "\"mode\": \"pipelearn\", \"micro_batches\": 4, "
+                                   "\"measure_link\": false, \"adaptive\": false}",
+                                   endpoint, sizeof endpoint);
+    pltest_device_t dev = { 0 };
+    pltest_device_join (&dev, endpoint, 1, 0);
+    pltest_start_client (&run, 0, endpoint);
+    pltest_device_model (&dev);
+    cr_assert_eq (dev.plan.micro_batches, 4u);
+    for (uint32_t mb = 0; mb < 4; mb++) {
+        pltest_device_activations (&dev, 0.5f, mb);
+        proto_msg_t *msg = pltest_device_recv (&dev, "GRADIENTS");
+        cr_assert_eq (proto_msg_type (msg), PROTO_MSG_GRADIENTS, "micro-batch %u: got %s, "
+                      "want GRADIENTS", mb, proto_type_name (proto_msg_type (msg)));
+        const proto_header_t *h = proto_msg_header (msg);
+        cr_assert (h->epoch == dev.epoch && h->iteration == dev.iter && h->micro_batch == mb,
+                   "GRADIENTS for epoch %u iteration %u micro-batch %u, want %u/%u/%u",
+                   h->epoch, h->iteration, h->micro_batch, dev.epoch, dev.iter, mb);
+        proto_msg_destroy (&msg);
+    }
+    pltest_device_close (&dev);
+    pltest_kill_all (&run);
+    (void) server;
     pltest_rmtree (run.dir);
 }
 
