@@ -512,6 +512,15 @@ Test (daemons, a_measured_period_calibrates_the_plan, .timeout = 600)
         cr_log_info ("device %d: measured %.4f s, estimated %.4f s, scale %g%s", i, measured,
                      estimated, scale ? scale->valuedouble : 1.0,
                      unexplained ? " (no factor explains it)" : "");
+        //  A period within the 1% drift of the estimate is left as it is
+        //  (neither outcome): how close it lands is the host's timing. The
+        //  band is a little wider than 1% for the summary's rounding.
+        double drift = measured / estimated - 1.0;
+        if (fabs (drift) <= 0.012 && !unexplained && !recorded) {
+            cr_log_info ("device %d: within the drift (%+.2f%%): not calibrated", i,
+                         100.0 * drift);
+            continue;
+        }
         if (!unexplained && !recorded)
             pltest_dump_logs (&run);
         if (unexplained)

@@ -557,12 +557,23 @@ Test (overcap, a_hello_from_a_connection_already_closed_takes_no_slot, .timeout 
     int joins = s_log_count (&run, "server.log", "device 1 joined");
     bool said = pltest_log_has (&run, "server.log", "from a connection libzmq has already "
                                 "closed; ignored");
-    if (drops || joins != 1 || !said)
+    //  Usually libzmq reports the close before the reactor reads the HELLO
+    //  (the HELLO and the close were both waiting when the server resumed)
+    //  and the HELLO is ignored. libzmq's I/O thread may also hand the
+    //  HELLO over and read the close an instant later (test_dropout's
+    //  dead_hello case takes either too): the dead session then holds the
+    //  slot until a send to it fails, and must be dropped, once, before
+    //  the live device takes the slot (it got MODEL above).
+    bool ignored = said && joins == 1 && drops == 0;
+    bool dropped = !said && drops == 1 && joins == 2;
+    if (!ignored)
         pltest_dump_logs (&run);
-    cr_expect_eq (joins, 1, "device 1 joined %d times: the dead HELLO took its slot", joins);
-    cr_expect_eq (drops, 0, "device 1 was dropped %d times: the dead HELLO took its slot",
-                  drops);
-    cr_expect (said, "the server does not say it ignored the dead connection's HELLO");
+    if (dropped)
+        cr_log_info ("the server read the dead connection's HELLO before its close, and "
+                     "dropped that session before the live device took the slot");
+    cr_expect (ignored || dropped, "device 1 joined %d times and was dropped %d times; the "
+               "server %s the dead connection's HELLO ignored: the dead HELLO kept its slot",
+               joins, drops, said ? "says" : "never says");
     s_bye_and_finish (&run, &dev, &keys, server, client);
 }
 
