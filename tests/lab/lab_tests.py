@@ -846,7 +846,14 @@ def test_firewall(t):
                        "--bind", "tcp://127.0.0.1:%d" % FIREWALL_PORT, "--insecure",
                        "--results", os.path.join(out, "run")],
                 stdout=log, stderr=subprocess.STDOUT))
-            time.sleep(1.0)
+            # Bound once it says so (a connection refused before the bind
+            # would count as one the cap stopped).
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and procs[-1].poll() is None:
+                with open(os.path.join(out, "server.log")) as f:
+                    if "server: listening on" in f.read():
+                        break
+                time.sleep(0.05)
             # 20 idle connections from 127.0.0.1, held open by a helper in
             # the namespace; it prints how many got through.
             holder = subprocess.Popen(
