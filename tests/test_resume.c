@@ -35,6 +35,15 @@
     "\"test_samples\": 200, \"batch_size\": 50, \"epochs\": 3, \"seed\": 21, " \
     "\"momentum\": 0, \"split_point\": 1, \"threads\": 1, \"devices\": 2, " \
     "\"mode\": \"sfl\"}"
+//  The same run with the server's HEARTBEAT every second, for devices with
+//  --timeout 3: at the default 5 s, a device waiting on the other one at
+//  an epoch end (slow under ASan on a loaded host) could hear nothing for
+//  3 s and give up while the server is there.
+#define RESUME_CONFIG_HB \
+    "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 2000, " \
+    "\"test_samples\": 200, \"batch_size\": 50, \"epochs\": 3, \"seed\": 21, " \
+    "\"momentum\": 0, \"split_point\": 1, \"threads\": 1, \"devices\": 2, " \
+    "\"mode\": \"sfl\", \"heartbeat_s\": 1}"
 
 #define RESUME_CONFIG_MIXED \
     "{\"model\": \"vgg5\", \"dataset\": \"synthetic\", \"samples\": 2000, " \
@@ -235,7 +244,7 @@ Test (resume, planned_stop_devices_wait_and_rejoin_by_themselves, .timeout = 400
     char bind[64], endpoint[256], summary[4096];
     snprintf (bind, sizeof bind, "tcp://127.0.0.1:%d", s_free_port ());
     pltest_path (summary, run.dir, "stop/summary.json");
-    pid_t server = pltest_start_server_full (&run, "stop", RESUME_CONFIG, endpoint,
+    pid_t server = pltest_start_server_full (&run, "stop", RESUME_CONFIG_HB, endpoint,
                                         sizeof endpoint, NULL, NULL, bind, false);
     //  --timeout 3: a try that gets no answer ends after 3 s, and the next
     //  comes after the back-off (1 s, 2 s, 4 s, ...).
@@ -250,7 +259,7 @@ Test (resume, planned_stop_devices_wait_and_rejoin_by_themselves, .timeout = 400
                "device 0 did not try again after a silent try");
     cr_assert_eq (waitpid (c0, NULL, WNOHANG), 0, "device 0 exited while the server was away");
     cr_assert_eq (waitpid (c1, NULL, WNOHANG), 0, "device 1 exited while the server was away");
-    server = pltest_start_server_full (&run, "stop", RESUME_CONFIG, endpoint, sizeof endpoint,
+    server = pltest_start_server_full (&run, "stop", RESUME_CONFIG_HB, endpoint, sizeof endpoint,
                                   NULL, NULL, bind, true);
     pltest_expect_exit (&run, server, 0, "resumed server");
     pltest_expect_exit (&run, c0, 0, "device 0, rejoined by itself");
