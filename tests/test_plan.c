@@ -962,21 +962,38 @@ Test (plan, profile_measures_codec_speeds)
 //  nearest without zstd (a random draw per element; a compression pass),
 //  so they measure slower: 3.5x on this host's 100x14x14x32 tensor
 //  (2026-11-27, Intel Xeon: 2201 -> 630 MB/s encode, 10294 -> 3550
-//  decode). The test asks only for slower.
+//  decode). The test asks only for slower, in one of up to three pairs of
+//  measurements: the two are separate windows of time, and a loaded host
+//  (other tests on both cores) can slow one window and not the other.
 Test (plan, profile_measures_the_codecs_as_configured)
 {
     nn_codec_shape_t shape = { 25, 14, 14, 32 };
     nn_estimate_codec_speed_t plain, configured;
     char err[NN_ERR_SIZE];
-    nn_profile_args_t a = { .iterations = 5, .now = pl_monotonic_clock, .seed = 1 };
-    cr_assert_eq (nn_profile_codecs (&shape, &a, &plain, err, sizeof err), 0, "%s", err);
-    a.int8_stochastic = a.zstd = true;
-    cr_assert_eq (nn_profile_codecs (&shape, &a, &configured, err, sizeof err), 0, "%s", err);
-    cr_assert_lt (configured.encode_Bps[NN_CODEC_INT8], plain.encode_Bps[NN_CODEC_INT8],
-                  "int8 stochastic + zstd encodes at %g B/s, int8 alone %g",
-                  configured.encode_Bps[NN_CODEC_INT8], plain.encode_Bps[NN_CODEC_INT8]);
-    cr_assert_lt (configured.decode_Bps[NN_CODEC_INT8], plain.decode_Bps[NN_CODEC_INT8]);
-    cr_assert_lt (configured.encode_Bps[NN_CODEC_FP16], plain.encode_Bps[NN_CODEC_FP16]);
+    bool slower = false;
+    for (int attempt = 0; attempt < 3 && !slower; attempt++) {
+        nn_profile_args_t a = { .iterations = 5, .now = pl_monotonic_clock, .seed = 1 };
+        cr_assert_eq (nn_profile_codecs (&shape, &a, &plain, err, sizeof err), 0, "%s", err);
+        a.int8_stochastic = a.zstd = true;
+        cr_assert_eq (nn_profile_codecs (&shape, &a, &configured, err, sizeof err), 0, "%s",
+                      err);
+        slower = configured.encode_Bps[NN_CODEC_INT8] < plain.encode_Bps[NN_CODEC_INT8]
+              && configured.decode_Bps[NN_CODEC_INT8] < plain.decode_Bps[NN_CODEC_INT8]
+              && configured.encode_Bps[NN_CODEC_FP16] < plain.encode_Bps[NN_CODEC_FP16];
+        cr_log_info ("attempt %d: int8 encode %.0f -> %.0f MB/s, decode %.0f -> %.0f; fp16 "
+                     "encode %.0f -> %.0f", attempt + 1, plain.encode_Bps[NN_CODEC_INT8] / 1e6,
+                     configured.encode_Bps[NN_CODEC_INT8] / 1e6,
+                     plain.decode_Bps[NN_CODEC_INT8] / 1e6,
+                     configured.decode_Bps[NN_CODEC_INT8] / 1e6,
+                     plain.encode_Bps[NN_CODEC_FP16] / 1e6,
+                     configured.encode_Bps[NN_CODEC_FP16] / 1e6);
+    }
+    cr_assert (slower, "int8 stochastic + zstd (and fp16 + zstd) never measured slower than "
+               "without in three pairs (last: int8 encode %g against %g B/s, decode %g "
+               "against %g, fp16 encode %g against %g)", configured.encode_Bps[NN_CODEC_INT8],
+               plain.encode_Bps[NN_CODEC_INT8], configured.decode_Bps[NN_CODEC_INT8],
+               plain.decode_Bps[NN_CODEC_INT8], configured.encode_Bps[NN_CODEC_FP16],
+               plain.encode_Bps[NN_CODEC_FP16]);
 }
 
 Test (plan, profile_fills_every_unit_and_the_sizes)
