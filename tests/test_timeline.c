@@ -389,26 +389,9 @@ Test (timeline, epochs_are_appended_as_they_end, .timeout = 600)
 //  ---------------------------------------------------------------------
 //  The server's side of EVENTS, with a hand-driven device
 
-//  The next message that is not a HEARTBEAT; it must have this type.
-static proto_msg_t *
-s_recv_msg (void *sock, int type)
-{
-    proto_msg_t *msg = NULL;
-    do {
-        proto_msg_destroy (&msg);
-        zmq_pollitem_t item = { sock, 0, ZMQ_POLLIN, 0 };
-        cr_assert_eq (zmq_poll (&item, 1, 20000), 1, "no %s from the server",
-                      proto_type_name (type));
-        char err[512] = "";
-        cr_assert_eq (proto_msg_recv (&msg, sock, NULL, err, sizeof err), 0, "%s", err);
-    } while (proto_msg_type (msg) == PROTO_MSG_HEARTBEAT);
-    cr_assert_eq (proto_msg_type (msg), type, "got %s, want %s",
-                  proto_type_name (proto_msg_type (msg)), proto_type_name (type));
-    return msg;
-}
-
-//  Join a one-device sfl run by hand, send EVENTS holding `event` for
-//  header epoch `epoch`, expect ERROR code 3 and the server to give up.
+//  Join a one-device sfl run as a scripted device, send EVENTS holding
+//  `event` for header epoch `epoch`, expect ERROR code 3 and the server to
+//  give up.
 static void
 s_bad_events (uint32_t epoch, proto_event_t event, const char *needle)
 {
@@ -419,32 +402,21 @@ s_bad_events (uint32_t epoch, proto_event_t event, const char *needle)
                                    "\"micro_batches\": 1, \"devices\": 1}",
                                    endpoint, sizeof endpoint);
     double before = (double) time (NULL);
-    void *ctx = zmq_ctx_new ();
-    void *dev = zmq_socket (ctx, ZMQ_DEALER);
-    int linger = 0;
-    zmq_setsockopt (dev, ZMQ_LINGER, &linger, sizeof linger);
-    cr_assert_eq (zmq_connect (dev, endpoint), 0);
-    proto_msg_t *msg = proto_msg_new (PROTO_MSG_HELLO);
-    proto_hello_t hello = { .protocol_version = PROTO_VERSION,
-                            .capabilities = PROTO_CAP_SPLIT, .requested_device_id = -1 };
-    snprintf (hello.name, sizeof hello.name, "test");
-    cr_assert_eq (proto_msg_set_hello (msg, &hello), 0);
-    cr_assert_eq (proto_msg_send (&msg, dev), 0);
-
-    msg = s_recv_msg (dev, PROTO_MSG_WELCOME);
-    double origin = proto_msg_assign (msg)->origin_s;
+    pltest_device_t dev = { 0 };
+    pltest_device_join (&dev, endpoint, 0, 0);
+    double origin = dev.plan.origin_s;
     cr_assert (origin > before - 60 && origin <= (double) time (NULL) + 1,
                "WELCOME: plan origin_s %.6f is not the server's start (now %.0f)", origin,
                before);
-    proto_msg_destroy (&msg);
-    msg = s_recv_msg (dev, PROTO_MSG_MODEL);
-    proto_msg_destroy (&msg);
+    pltest_device_model (&dev);
 
-    msg = proto_msg_new (PROTO_MSG_EVENTS);
+    proto_msg_t *msg = proto_msg_new (PROTO_MSG_EVENTS);
     proto_msg_set_route (msg, 0, epoch, 0, 0);
     cr_assert_eq (proto_msg_set_events (msg, &event, 1), 0);
-    cr_assert_eq (proto_msg_send (&msg, dev), 0);
-    msg = s_recv_msg (dev, PROTO_MSG_ERROR);
+    cr_assert_eq (proto_msg_send (&msg, dev.sock), 0);
+    msg = pltest_device_recv (&dev, "ERROR");
+    cr_assert_eq (proto_msg_type (msg), PROTO_MSG_ERROR, "got %s, want ERROR",
+                  proto_type_name (proto_msg_type (msg)));
     cr_expect_eq (proto_msg_error_code (msg), PROTO_ERR_STATE, "ERROR code %u",
                   proto_msg_error_code (msg));
     cr_expect_not_null (strstr (proto_msg_error_text (msg), needle),
@@ -456,8 +428,7 @@ s_bad_events (uint32_t epoch, proto_event_t event, const char *needle)
         pltest_dump_logs (&run);
         pltest_kill_all (&run);
     }
-    zmq_close (dev);
-    zmq_ctx_term (ctx);
+    pltest_device_close (&dev);
     cr_expect_gt (rc, 0, "the server should give up the run (exit status %d)", rc);
     pltest_rmtree (run.dir);
 }
