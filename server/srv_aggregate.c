@@ -4,6 +4,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "nn_optim.h"
@@ -44,10 +45,35 @@ srv_aggregate_combine (float *dst, const float *const *srcs, const double *weigh
 }
 
 size_t
-srv_first_nonfinite (const float *v, size_t count)
+srv_first_nonfinite_ref (const float *v, size_t count)
 {
     for (size_t i = 0; i < count; i++)
         if (!isfinite (v[i]))
             return i;
     return count;
+}
+
+//  Floats a block of the fast check looks at before it branches.
+#define S_FINITE_BLOCK 256
+
+size_t
+srv_first_nonfinite (const float *v, size_t count)
+{
+    //  A float is inf or NaN when its exponent bits are all ones. The
+    //  reference's early exit keeps GCC from vectorising it (0.1 CPU-s an
+    //  epoch on a loopback run's main thread, which checks every received
+    //  activation); here a block's bits are OR-ed without a branch, and
+    //  only a block that holds a non-finite value is scanned again.
+    size_t i = 0;
+    for (; i + S_FINITE_BLOCK <= count; i += S_FINITE_BLOCK) {
+        uint32_t bad = 0;
+        for (size_t j = 0; j < S_FINITE_BLOCK; j++) {
+            uint32_t bits;
+            memcpy (&bits, v + i + j, sizeof bits);
+            bad |= (uint32_t) ((bits & 0x7f800000u) == 0x7f800000u);
+        }
+        if (bad)
+            break;
+    }
+    return i + srv_first_nonfinite_ref (v + i, count - i);
 }

@@ -40,7 +40,8 @@ void srv_aggregate_combine (float *dst, const float *const *srcs, const double *
                             int n, size_t count, const srv_agg_t *agg);
 
 //  Index of the first non-finite value of v (count), or count if all are
-//  finite.
+//  finite. The reference is the plain loop the fast one is tested against.
 size_t srv_first_nonfinite (const float *v, size_t count);
+size_t srv_first_nonfinite_ref (const float *v, size_t count);
 
 #endif

@@ -3,7 +3,10 @@
     the trimmed mean and median's resistance to one outlier, the trim
     bound, and the non-finite scan that guards checkpoints and PARAMS. */
 #include <criterion/criterion.h>
+#include <float.h>
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "srv_aggregate.h"
 
@@ -69,4 +72,38 @@ Test (srv_aggregate, first_nonfinite_finds_nan_and_inf)
     cr_assert_eq (srv_first_nonfinite (v, 4), 1);
     cr_assert_eq (srv_first_nonfinite (v, 1), 1);
     cr_assert_eq (srv_first_nonfinite (v, 0), 0);
+}
+
+//  The blockwise check against the plain loop: every position of a
+//  non-finite value (NaN of either sign, payloads, infinities) in lengths
+//  around the block of 256, the largest finite floats and denormals
+//  beside it, and two bad values (the first one counts).
+Test (srv_aggregate, first_nonfinite_matches_the_reference_everywhere)
+{
+    enum { LEN = 256 * 3 + 7 };
+    static float v[LEN];
+    const uint32_t bad[] = { 0x7fc00000u, 0xffc00000u, 0x7f800001u, 0x7fbfffffu,
+                             0x7f800000u, 0xff800000u };
+    for (size_t i = 0; i < LEN; i++)
+        v[i] = (i % 3 == 0) ? FLT_MAX : (i % 3 == 1) ? -FLT_MIN / 4 : (float) i;
+    const size_t lens[] = { 0, 1, 255, 256, 257, 511, 512, 513, LEN };
+    for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+        size_t n = lens[l];
+        cr_assert_eq (srv_first_nonfinite (v, n), n);
+        for (size_t at = 0; at < n; at++) {
+            float keep = v[at];
+            uint32_t bits = bad[at % (sizeof bad / sizeof bad[0])];
+            memcpy (&v[at], &bits, sizeof bits);
+            size_t want = srv_first_nonfinite_ref (v, n);
+            cr_assert_eq (want, at);
+            cr_assert_eq (srv_first_nonfinite (v, n), want, "n %zu, bad value at %zu", n, at);
+            if (at + 300 < n) {
+                float keep2 = v[at + 300];
+                v[at + 300] = NAN;
+                cr_assert_eq (srv_first_nonfinite (v, n), at);
+                v[at + 300] = keep2;
+            }
+            v[at] = keep;
+        }
+    }
 }
