@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "nn_checkpoint.h"
+#include "pl_blas.h"
 #include "pl_timeline.h"
 #include "pltest.h"
 
@@ -79,7 +80,12 @@ Test (inproc, server_and_devices_in_one_process_match_tcp, .timeout = 300)
     cr_assert_eq (cli[0].rc, 0, "in-process device 0 exit status %d", cli[0].rc);
     cr_assert_eq (cli[1].rc, 0, "in-process device 1 exit status %d", cli[1].rc);
 
-    //  The same run over TCP with the real binaries.
+    //  The same run over TCP with the real binaries, on this process's
+    //  OpenBLAS core: a daemon picks a faster one where OpenBLAS mistakes
+    //  the CPU (pl_blas_setup re-runs it; on an Intel Xeon family 6 model
+    //  207 it read Prescott, and the daemons took SkylakeX), and another
+    //  core's sums differ in their last bits (1.5e-4 after two epochs).
+    setenv ("OPENBLAS_CORETYPE", pl_blas_corename (), 1);
     char ep[256];
     pid_t server = pltest_start_server (&run, "tcp", INPROC_CONFIG, ep, sizeof ep);
     pid_t c0 = pltest_start_client (&run, 0, ep), c1 = pltest_start_client (&run, 1, ep);
