@@ -225,8 +225,10 @@ s_on_workers (srv_t *self, void *which)
 {
     proto_msg_t *grad = NULL;
     int rc = which ? srv_pool_recv (self->pool, which, &grad) : 0;
-    if (rc == 1) {
+    if (rc == 1)
         srv_inbox_gradients (self, grad);
+    if (rc == 1 || rc == 2) {
+        //  A freed replica may have ACTIVATIONS queued, or close the round.
         srv_pool_dispatch (self->pool);
         s_settle (self);
     }

@@ -17,6 +17,7 @@ typedef struct {
     nn_model_t *model;          //  owns the slabs; built for batch 1
     zlist_t *queue;             //  proto_msg_t * (ACTIVATIONS), oldest first
     bool busy;                  //  lent to a worker until its reply
+    bool stepping;              //  busy: its last GRADIENTS came, the step runs
 } s_replica_t;
 
 struct _srv_pool_t {
@@ -77,8 +78,17 @@ s_index (const srv_pool_t *self, const void *which)
     return -1;
 }
 
-//  Reads one reply of worker w: the tag and its pointer. A GRAD frees the
-//  worker and its replica. 0 or -1.
+//  Whether a worker's reply carries GRADIENTS (GRAD, or LAST: the step on
+//  the replica follows).
+static bool
+s_is_grad (const char *tag)
+{
+    return streq (tag, "GRAD") || streq (tag, "LAST");
+}
+
+//  Reads one reply of worker w: the tag and its pointer. A GRAD or a STEP
+//  frees the worker and its replica; a LAST marks the replica stepping.
+//  0 or -1.
 static int
 s_read (srv_pool_t *self, int w, char **tag_p, void **ptr_p)
 {
@@ -86,17 +96,22 @@ s_read (srv_pool_t *self, int w, char **tag_p, void **ptr_p)
     *ptr_p = NULL;
     if (zsock_recv (self->workers[w], "sp", tag_p, ptr_p) || !*tag_p)
         return -1;
-    if (streq (*tag_p, "GRAD")) {
-        int r = self->worker_rep[w];
+    int r = self->worker_rep[w];
+    if (streq (*tag_p, "LAST")) {
         if (r >= 0)
-            self->rep[r].busy = false;
+            self->rep[r].stepping = true;
+    }
+    else
+    if (streq (*tag_p, "GRAD") || streq (*tag_p, "STEP")) {
+        if (r >= 0)
+            self->rep[r].busy = self->rep[r].stepping = false;
         self->worker_rep[w] = -1;
     }
     return 0;
 }
 
-//  A synchronous request to worker w ("BUSY", "TL"); a GRAD still on its
-//  way is kept for srv_pool_take_reply.
+//  A synchronous request to worker w ("BUSY", "TL"); a GRAD or LAST still
+//  on its way is kept for srv_pool_take_reply (a STEP is taken: s_read).
 static void *
 s_call (srv_pool_t *self, int w, const char *cmd)
 {
@@ -107,7 +122,7 @@ s_call (srv_pool_t *self, int w, const char *cmd)
         if (s_read (self, w, &tag, &ptr))
             return NULL;
         bool match = streq (tag, cmd);
-        bool grad = streq (tag, "GRAD");
+        bool grad = s_is_grad (tag);
         zstr_free (&tag);
         if (match)
             return ptr;
@@ -181,18 +196,22 @@ srv_pool_destroy (srv_pool_t **self_p)
         return;
     for (int i = 0; i < self->workers_count; i++) {
         //  A run that ends early (aborted, interrupted) can leave a step in
-        //  a worker: take its GRADIENTS off the pipe before stopping it.
-        if (self->worker_rep[i] >= 0) {
+        //  a worker: take its GRADIENTS (and a STEP after them) off the pipe
+        //  before stopping it.
+        while (self->worker_rep[i] >= 0) {
             char *tag = NULL;
             void *ptr = NULL;
-            if (zsock_recv (self->workers[i], "sp", &tag, &ptr) == 0 && tag
-            &&  streq (tag, "GRAD") && ptr) {
+            if (s_read (self, i, &tag, &ptr)) {
+                zstr_free (&tag);
+                break;
+            }
+            if (s_is_grad (tag) && ptr) {
                 proto_msg_t *grad = ptr;
                 proto_msg_destroy (&grad);
             }
             zstr_free (&tag);
-            self->worker_rep[i] = -1;
         }
+        self->worker_rep[i] = -1;
         if (self->poller)
             zpoller_remove (self->poller, self->workers[i]);
         zactor_destroy (&self->workers[i]);
@@ -259,7 +278,17 @@ srv_pool_queued (const srv_pool_t *self, int replica)
 bool
 srv_pool_pending (const srv_pool_t *self, int replica)
 {
-    return self->rep[replica].busy || srv_pool_queued (self, replica);
+    const s_replica_t *r = &self->rep[replica];
+    return (r->busy && !r->stepping) || srv_pool_queued (self, replica);
+}
+
+bool
+srv_pool_stepping (const srv_pool_t *self)
+{
+    for (int i = 0; i < self->replicas_count; i++)
+        if (self->rep[i].stepping)
+            return true;
+    return false;
 }
 
 void
@@ -315,8 +344,11 @@ srv_pool_recv (srv_pool_t *self, void *which, proto_msg_t **grad_p)
     if (s_read (self, w, &tag, &ptr))
         return -1;
     int rc = 1;
-    if (streq (tag, "GRAD"))
+    if (s_is_grad (tag))
         *grad_p = ptr;
+    else
+    if (streq (tag, "STEP"))
+        rc = 2;
     else {
         pl_log_error ("server: unexpected worker reply \"%s\" (bug)", tag);
         rc = -1;

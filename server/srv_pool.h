@@ -11,7 +11,10 @@
     reply with srv_pool_recv. A GRAD that arrives while the pool waits for
     a worker's answer to a call (BUSY, TL) is kept, not handled: the
     reactor takes it with srv_pool_take_reply afterwards. Reading a reply
-    frees its worker and replica at once; what follows is the reactor's.
+    frees its worker and replica at once, but for a mini-batch's last
+    GRADIENTS: the worker steps SGD on the replica after sending them, and
+    both stay lent until it says the step ended (srv_pool_recv returns 2;
+    srv_pool_stepping meanwhile). What follows is the reactor's.
 */
 #ifndef SRV_POOL_H_INCLUDED
 #define SRV_POOL_H_INCLUDED
@@ -57,8 +60,13 @@ int srv_pool_workers (const srv_pool_t *self);
 int srv_pool_max_batch (const srv_pool_t *self);
 //  Borrowed; the caller does not touch a busy replica's model.
 nn_model_t *srv_pool_model (srv_pool_t *self, int replica);
-//  The replica is lent to a worker, or ACTIVATIONS wait for it.
+//  ACTIVATIONS wait for the replica or are in a worker (their GRADIENTS
+//  have not come back). Not when only the step after a mini-batch's last
+//  GRADIENTS runs: the device may have them and send PARAMS meanwhile.
 bool srv_pool_pending (const srv_pool_t *self, int replica);
+//  Some replica's step (after its last GRADIENTS) still runs: its weights
+//  are not to be read or replaced until the worker's STEP.
+bool srv_pool_stepping (const srv_pool_t *self);
 bool srv_pool_busy (const srv_pool_t *self, int replica);
 size_t srv_pool_queued (const srv_pool_t *self, int replica);
 
@@ -71,7 +79,9 @@ void srv_pool_dispatch (srv_pool_t *self);
 
 //  which is one of the pool's worker pipes: reads its reply. 1 with
 //  *grad_p the GRADIENTS (ownership moves; NULL: the worker could not
-//  build it), 0 when which is not the pool's, -1 on a broken reply.
+//  build it), 2 when a replica's step ended (it is free again: dispatch
+//  and let the round advance), 0 when which is not the pool's, -1 on a
+//  broken reply.
 int srv_pool_recv (srv_pool_t *self, void *which, proto_msg_t **grad_p);
 //  A reply that arrived during a call: 1 with *grad_p as srv_pool_recv,
 //  0 when none is kept.

@@ -431,6 +431,10 @@ s_replan (srv_t *self, bool probed)
 static bool
 s_round_close (srv_t *self)
 {
+    //  A replica's step after its last GRADIENTS may still run (the device
+    //  had them first): the worker's STEP settles the round again.
+    if (self->pool && srv_pool_stepping (self->pool))
+        return false;
     bool active[SRV_MAX_DEVICES], params_in[SRV_MAX_DEVICES];
     for (int i = 0; i < self->devices; i++) {
         active[i] = self->dev[i].active;

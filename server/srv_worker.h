@@ -17,8 +17,11 @@
       cross-entropy scaled by 1/N (m/B), backward with the input gradient, and
       replies "GRAD", proto_msg_t * (a GRADIENTS message routed like the
       ACTIVATIONS; ownership moves to the reactor) or "GRAD", NULL if it
-      could not build one. After the message flagged LAST it steps SGD on
-      the replica and zeroes its gradients.
+      could not build one. For the ACTIVATIONS flagged LAST the reply is
+      "LAST", proto_msg_t * (or NULL) instead: the worker then steps SGD on
+      the replica and zeroes its gradients, and replies "STEP", NULL when
+      done. The replica stays lent until "STEP": the device's last
+      gradients go out before the step, which they do not need.
     - "BUSY", NULL: replies "BUSY", double * (nn_malloc'd seconds of compute
       since the last BUSY, the reactor's to free).
     - "TL", NULL: replies "TL", pl_timeline_t * (its events; ownership moves).

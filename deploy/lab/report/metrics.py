@@ -87,9 +87,11 @@ def _server_idle_s(epoch):
 
 def _server_by_device(run):
     """{(epoch, device id): server compute seconds} from timeline.csv's
-    server:dN compute events, {} when there are none."""
+    server:dN compute events and the SGD steps after them (update events),
+    {} when there are none."""
     events, _ = read_timeline(run.timeline_path,
-                              lambda e: e.stage == "compute" and e.who.startswith("server:d"))
+                              lambda e: e.stage in ("compute", "update")
+                              and e.who.startswith("server:d"))
     out = {}
     for e in events:
         try:
