@@ -122,7 +122,8 @@ def run_trainer(args, work, rep):
     rss_kb, _ = read_time(tfile)
     e = summary["epochs"][0]
     return {"epoch_s": e["wall_s"], "test_acc": e["test_acc"],
-            "srv_rss_kb": rss_kb, "summary_rss_kb": summary.get("peak_rss_kb")}
+            "srv_rss_kb": rss_kb, "summary_rss_kb": summary.get("peak_rss_kb"),
+            "path": path_of(summary)}
 
 
 def launch(build, work, tag, config, sets, client_threads, timeout, timed):
@@ -210,7 +211,27 @@ def run_daemons(args, work, mode, rep):
         "srv_rss_kb": read_time(os.path.join(work, tag + ".server.time"))[0],
         "summary_rss_kb": summary.get("peak_rss_kb"),
         "cli_rss_kb": max(cli_rss),
+        "path": path_of(summary),
     }
+
+
+def path_of(summary):
+    """The kernels' level and OpenBLAS's core a run used (its summary.json)."""
+    return "kernels %s, OpenBLAS %s" % (summary.get("kernels", "?"),
+                                        summary.get("openblas_core", "?"))
+
+
+def cpu_name():
+    """/proc/cpuinfo's model name (Linux), else the platform's word."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or platform.machine()
 
 
 def run_proto(args):
@@ -292,9 +313,14 @@ def main():
           "(%d per device), %d test, 1 epoch, batch 100, %d devices, %s" %
           (SAMPLES, SAMPLES // DEVICES, TEST_SAMPLES, DEVICES,
            "pipelearn: micro_batches 4, split_point 1"))
-    print("host: %d cores; client --threads %d, trainer --threads %d; "
+    print("host: %s, %d cores; client --threads %d, trainer --threads %d; "
           "median of %d repeats; %.0f s in all" %
-          (os.cpu_count(), args.client_threads, args.trainer_threads, args.repeats, total))
+          (cpu_name(), os.cpu_count(), args.client_threads, args.trainer_threads,
+           args.repeats, total))
+    paths = sorted({r["path"] for r in train_runs + [r for _, rs in rows for r in rs]
+                    if r.get("path")})
+    print("ISA path (summary.json): %s" % "; ".join(paths) +
+          ("  (the runs differ!)" if len(paths) > 1 else ""))
     print("transfer time = bytes up+down of both devices / raw libzmq loopback "
           "%.0f MB/s (pipelearn-bench-proto, this run)" % raw_mb)
     print()
