@@ -51,6 +51,7 @@ failures), 1 if a run failed.
 import argparse
 import json
 import os
+import platform
 import re
 import signal
 import statistics
@@ -222,7 +223,8 @@ def path_of(summary):
 
 
 def cpu_name():
-    """/proc/cpuinfo's model name (Linux), else the platform's word."""
+    """/proc/cpuinfo's model name (Linux), else the platform's word (also
+    table1.py's)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -230,8 +232,7 @@ def cpu_name():
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    import platform
-    return platform.processor() or platform.machine()
+    return platform.processor() or "unknown CPU"
 
 
 def run_proto(args):

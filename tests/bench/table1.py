@@ -35,7 +35,6 @@ import argparse
 import gzip
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -45,7 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from bench_daemons import launch  # noqa: E402
+from bench_daemons import cpu_name, launch  # noqa: E402
 
 MODELS = ["vgg5", "resnet18", "mobilenetv3-small"]
 MODES = ["fl", "sfl", "pipelearn"]
@@ -178,17 +177,6 @@ def first_error(work, tag):
     except OSError:
         pass
     return None
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def render(args, models, rows, results):
