@@ -6,7 +6,6 @@
     aggregation) until the worker says the step ended, and the step is the
     one a plain SGD step on the accumulated gradients gives. */
 #include <criterion/criterion.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +18,7 @@
 #include "pl_timeline.h"
 #include "proto_msg.h"
 #include "proto_tensor.h"
+#include "pltest.h"
 #include "srv_bufpool.h"
 #include "srv_pool.h"
 
@@ -117,18 +117,6 @@ s_reference_step (s_fix_t *f, nn_model_t *ref, int k, float *dx)
     nn_model_backward (ref, dlogits, dx);
 }
 
-static double
-s_max_diff (const float *a, const float *b, size_t n)
-{
-    double worst = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs ((double) a[i] - (double) b[i]) / (1.0 + fabs ((double) b[i]));
-        if (d > worst)
-            worst = d;
-    }
-    return worst;
-}
-
 Test (srv_pool, last_gradients_leave_before_the_step)
 {
     s_fix_t f;
@@ -157,7 +145,7 @@ Test (srv_pool, last_gradients_leave_before_the_step)
     cr_assert (!srv_pool_busy (f.pool, 0) && !srv_pool_pending (f.pool, 0));
     cr_assert (!srv_pool_stepping (f.pool));
     s_reference_step (&f, ref, 0, dx);
-    cr_assert_lt (s_max_diff (proto_msg_tensor_data (grad), dx, count), 1e-6);
+    cr_assert_lt (pltest_max_rel_diff_floats (proto_msg_tensor_data (grad), dx, count), 1e-6);
     proto_msg_destroy (&grad);
 
     //  Micro-batch 1, the last: its GRADIENTS come first, computed before
@@ -168,7 +156,7 @@ Test (srv_pool, last_gradients_leave_before_the_step)
     cr_assert_not_null (grad);
     cr_assert (proto_msg_is_last (grad));
     s_reference_step (&f, ref, 1, dx);
-    cr_assert_lt (s_max_diff (proto_msg_tensor_data (grad), dx, count), 1e-6);
+    cr_assert_lt (pltest_max_rel_diff_floats (proto_msg_tensor_data (grad), dx, count), 1e-6);
     proto_msg_destroy (&grad);
     cr_assert (srv_pool_stepping (f.pool), "no step after the last GRADIENTS");
     cr_assert (srv_pool_busy (f.pool, 0), "a stepping replica is not lent");
@@ -188,7 +176,7 @@ Test (srv_pool, last_gradients_leave_before_the_step)
     nn_sgd_t sgd = { .learning_rate = 0.1f, .momentum = 0.9f };
     nn_sgd_step (nn_model_weights (ref), nn_model_optim_state (ref), nn_model_grads (ref),
                  nn_model_params_count (ref), &sgd);
-    double d = s_max_diff (nn_model_weights (rep), nn_model_weights (ref), nw);
+    double d = pltest_max_rel_diff_floats (nn_model_weights (rep), nn_model_weights (ref), nw);
     cr_log_info ("replica after the step against a plain SGD step: %g", d);
     cr_assert_lt (d, 1e-6);
     for (size_t i = 0; i < nn_model_params_count (rep); i++)

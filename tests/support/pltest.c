@@ -291,10 +291,16 @@ double
 pltest_max_rel_diff (nn_model_t *a, nn_model_t *b)
 {
     cr_assert_eq (nn_model_weights_count (a), nn_model_weights_count (b));
-    const float *wa = nn_model_weights_const (a), *wb = nn_model_weights_const (b);
+    return pltest_max_rel_diff_floats (nn_model_weights_const (a), nn_model_weights_const (b),
+                                       nn_model_weights_count (a));
+}
+
+double
+pltest_max_rel_diff_floats (const float *a, const float *b, size_t n)
+{
     double worst = 0.0;
-    for (size_t i = 0; i < nn_model_weights_count (a); i++) {
-        double d = fabs ((double) wa[i] - wb[i]) / (1.0 + fabs ((double) wa[i]));
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs ((double) a[i] - b[i]) / (1.0 + fabs ((double) a[i]));
         if (!(d <= worst))
             worst = d;      //  NaN propagates as worst
     }

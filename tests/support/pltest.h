@@ -111,6 +111,8 @@ nn_model_t *pltest_load_model_side (const char *dir, const char *sub, const char
 //  from the initial weights is not compared here (the exactness tests
 //  check training happened through the summary's loss).
 double pltest_max_rel_diff (nn_model_t *a, nn_model_t *b);
+//  The same measure over two arrays of n floats (a NaN reads as the worst).
+double pltest_max_rel_diff_floats (const float *a, const float *b, size_t n);
 
 //  Does DIR/log contain needle?
 bool pltest_log_has (pltest_run_t *run, const char *log, const char *needle);
