@@ -307,6 +307,8 @@ s_on_device (srv_t *self, srv_device_t *d, proto_msg_t **msg_p)
     //  implies it. The first epoch's clock starts at the first ready
     //  device, so the devices' loading is not epoch time (as the trainer's
     //  wall_s leaves out its own loading).
+    if (!self->started && type == PROTO_MSG_HEARTBEAT)
+        d->ready = true;
     if (self->clock_wait && self->started
     &&  (type == PROTO_MSG_HEARTBEAT || type == PROTO_MSG_ACTIVATIONS
     ||   type == PROTO_MSG_PARAMS || type == PROTO_MSG_STATS || type == PROTO_MSG_EVENTS)) {

@@ -72,6 +72,9 @@ typedef struct {
     //  srv_session_drop_closed drops the device once the ROUTER holds
     //  nothing more, so what it sent before the close is read first.
     bool closed;
+    //  Said it is ready (loaded its shard: a HEARTBEAT) before the run
+    //  started: the first epoch's clock then starts with the run.
+    bool ready;
     char name[PROTO_NAME_MAX + 1];      //  its HELLO's, for the log
     proto_state_t state;
     int replica;                //  its replica in the pool
@@ -158,6 +161,8 @@ typedef struct {
     int sl_turn;
     uint32_t round_iter;        //  iteration the current round starts at
     double round_start;         //  pl_monotonic when the current round began
+    double last_join;           //  pl_monotonic of the last HELLO taken before the
+                                //  start (the start waits SRV_START_SETTLE_S after it)
     double epoch_start;
     double loss_sum;            //  sum of micro-batch losses (scaled 1/N)
     long iterations, samples_seen, correct;

@@ -261,7 +261,11 @@ s_loop (srv_t *self)
     while (!self->done && !self->stop.stop) {
         //  Wake often enough to notice a deadline within a tenth of it.
         double tick = self->cfg->device_timeout_s * 100.0;
-        void *which = zpoller_wait (self->poller, tick < 1000.0 ? (int) tick + 1 : 1000);
+        int wait_ms = tick < 1000.0 ? (int) tick + 1 : 1000;
+        double due = srv_round_start_due (self);     //  a start waiting to settle
+        if (due >= 0 && due * 1000.0 + 1 < wait_ms)
+            wait_ms = (int) (due * 1000.0) + 1;
+        void *which = zpoller_wait (self->poller, wait_ms);
         if (which == self->router) {
             //  Drain what is queued so one busy device cannot starve others.
             for (int k = 0; k < 64 && !self->done; k++) {

@@ -543,6 +543,8 @@ srv_session_hello (srv_t *self, const proto_msg_t *msg, const uint8_t *rid, size
     if (!d->params)
         d->params = nn_malloc (sizeof (float) * srv_parts_device_count (self, id));
     self->joined++;
+    if (!self->started)
+        self->last_join = d->last_seen;
     srv_planner_on_join (self->planner, id, self->started);
     d->micro = self->assign.micro[id];
 

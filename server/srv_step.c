@@ -174,8 +174,13 @@ s_start (srv_t *self)
         self->epoch = 1;
         self->round_iter = 0;
     }
+    //  The clock starts at the first ready device: now, if one said so
+    //  while the others were joining (or the start settled).
     self->epoch_start = pl_monotonic ();
     self->clock_wait = true;
+    for (int i = 0; i < self->devices; i++)
+        if (self->dev[i].joined && self->dev[i].ready)
+            self->clock_wait = false;
     int lo, hi, plo, phi;
     srv_assign_micro_range (&self->assign, &lo, &hi);
     srv_assign_split_range (&self->assign, &plo, &phi);
@@ -214,6 +219,10 @@ s_start (srv_t *self)
 static bool
 s_start_if_all_there (srv_t *self)
 {
+    //  Every connection end libzmq reported up to now, then the sessions.
+    if (self->monitor)
+        srv_monitor_sync (self->monitor);
+    srv_session_transport (self);
     if (srv_session_drop_gone (self) == 0)
         s_start (self);
     return true;
@@ -224,7 +233,7 @@ s_start_if_all_there (srv_t *self)
 static bool
 s_maybe_start (srv_t *self)
 {
-    if (self->joined < self->devices)
+    if (self->joined < self->devices || srv_round_start_due (self) > 0)
         return false;
     if (!srv_planner_profile_wanted (self->planner, false))
         return s_start_if_all_there (self);
@@ -498,6 +507,14 @@ s_step (srv_t *self)
         return true;
     }
     return s_round_close (self);
+}
+
+double
+srv_round_start_due (const srv_t *self)
+{
+    if (self->started || self->joined < self->devices)
+        return -1;
+    return self->last_join + SRV_START_SETTLE_S - pl_monotonic ();
 }
 
 void
