@@ -28,7 +28,9 @@
       the scheduler's (two cores shared with other tests; CI once saw
       none in a run of 0.2 s): logged, not asserted.
     A hand-driven device checks the plan's origin and that the server
-    refuses EVENTS that do not fit the run.
+    refuses EVENTS that do not fit the run. And the first epoch's clock
+    holds every device's training when a device was ready before the
+    start (fl, whose first training message is the epoch's last).
 */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -355,6 +357,45 @@ Test (timeline, sfl_server_never_overlaps_device, .timeout = 600)
     cr_expect_leq (links, EPS_S, "sfl: the server compute for a device overlaps that "
                    "device's transfers by %.6f s", links);
     free (csv.rows);
+    pltest_rmtree (run.dir);
+}
+
+//  The first epoch's clock starts at the first ready device, or at the
+//  run's start when a device was ready before it (PROTOCOL.md). Device 0
+//  here loads its shard and says it is ready while device 1 has not
+//  joined; the server ignored that HEARTBEAT before e539f11 and started
+//  the clock at the first training message, which in fl is the STATS at
+//  the epoch's end: wall_s then read a few milliseconds. The epoch must
+//  hold each device's whole training (forward, backward and update, on
+//  the device's clock, between its MODEL and its PARAMS).
+Test (timeline, the_clock_covers_an_epoch_whose_device_was_ready_first, .timeout = 600)
+{
+    pltest_run_t run = { 0 };
+    pltest_mkdtemp (run.dir, "timeline");
+    char endpoint[256];
+    pid_t server = pltest_start_server (&run, "fl", CONFIG "\"devices\": 2, "
+                                        "\"mode\": \"fl\"}", endpoint, sizeof endpoint);
+    pid_t c[DEVICES];
+    c[0] = pltest_start_client (&run, 0, endpoint);
+    cr_assert (pltest_wait_log (&run, "client0.log", "iteration(s) per epoch", 60),
+               "device 0 did not load its shard");
+    usleep (300000);                    //  its ready HEARTBEAT read by the server
+    c[1] = pltest_start_client (&run, 1, endpoint);
+    pltest_finish_run (&run, "fl", server, c, DEVICES);
+    cJSON *summary = pltest_summary (run.dir, "fl");
+    const cJSON *e = pltest_last_epoch (summary);
+    double wall = pltest_num (e, "wall_s");
+    const cJSON *devs = cJSON_GetObjectItemCaseSensitive (e, "devices");
+    cr_assert (cJSON_IsArray (devs) && cJSON_GetArraySize (devs) == DEVICES);
+    for (int i = 0; i < DEVICES; i++) {
+        const cJSON *d = cJSON_GetArrayItem (devs, i);
+        double train = pltest_num (d, "forward_s") + pltest_num (d, "backward_s")
+                     + pltest_num (d, "update_s");
+        cr_log_info ("fl: device %d trained %.4f s of an epoch of %.4f s", i, train, wall);
+        cr_expect (wall >= train - EPS_S, "fl: the epoch's clock (%.4f s) misses part of "
+                   "device %d's training (%.4f s)", wall, i, train);
+    }
+    cJSON_Delete (summary);
     pltest_rmtree (run.dir);
 }
 
