@@ -444,6 +444,15 @@ srv_session_transport (srv_t *self)
 //  the device's BYE or last PARAMS may still come; a failed send (a
 //  HEARTBEAT within heartbeat_s) bounds the wait when the ROUTER stays
 //  busy.
+bool
+srv_session_transport_synced (srv_t *self)
+{
+    if (self->monitor)
+        srv_monitor_sync (self->monitor);
+    srv_session_transport (self);
+    return self->monitor && srv_monitor_synced (self->monitor);
+}
+
 int
 srv_session_drop_closed (srv_t *self)
 {
@@ -481,13 +490,10 @@ srv_session_hello (srv_t *self, const proto_msg_t *msg, const uint8_t *rid, size
     //  The connections closed before this one opened are marked first (see
     //  srv_session_transport); one may be the slot's own last session.
     //  They are dropped by the loop, after what they sent before.
-    if (self->monitor)
-        srv_monitor_sync (self->monitor);
-    srv_session_transport (self);
     //  Without every event up to this HELLO, a close read later may be an
     //  older connection's on the same descriptor: the session then keeps
     //  no descriptor (a send that fails or the deadlines drop it).
-    bool synced = self->monitor && srv_monitor_synced (self->monitor);
+    bool synced = srv_session_transport_synced (self);
     //  A ROUTER still delivers what a connection sent before libzmq closed
     //  it: a session made now would hold a dead descriptor and the slot
     //  until a send to it failed (WELCOME, or a HEARTBEAT within

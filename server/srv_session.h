@@ -43,6 +43,11 @@ void srv_session_hello (srv_t *self, const proto_msg_t *msg, const uint8_t *rid,
 //  connection libzmq closed is marked (srv_device_t.closed). The number
 //  marked.
 int srv_session_transport (srv_t *self);
+//  The same after asking the monitor for every event libzmq emitted up to
+//  this call (srv_monitor_sync: a round trip to its thread, at most 2 s).
+//  true when that answer came: every connection closed before now is then
+//  marked.
+bool srv_session_transport_synced (srv_t *self);
 //  Drops the marked devices once the ROUTER has nothing more to read (what
 //  a connection sent before its close is read first: a BYE is a BYE), its
 //  id, key and the receive cap logged (libzmq does not say why it closed

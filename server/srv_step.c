@@ -220,9 +220,7 @@ static bool
 s_start_if_all_there (srv_t *self)
 {
     //  Every connection end libzmq reported up to now, then the sessions.
-    if (self->monitor)
-        srv_monitor_sync (self->monitor);
-    srv_session_transport (self);
+    srv_session_transport_synced (self);
     if (srv_session_drop_gone (self) == 0)
         s_start (self);
     return true;
