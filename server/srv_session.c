@@ -436,14 +436,7 @@ srv_session_transport (srv_t *self)
     return marked;
 }
 
-//  libzmq queues what a connection sent in the ROUTER before it reports
-//  the connection closed (the engine's messages are flushed before its
-//  DISCONNECTED, except those of the read that failed), and ZMQ_EVENTS
-//  processes its pending commands: a ROUTER with nothing to read has
-//  given the reactor all of a closed connection's messages. Until then
-//  the device's BYE or last PARAMS may still come; a failed send (a
-//  HEARTBEAT within heartbeat_s) bounds the wait when the ROUTER stays
-//  busy.
+//  srv_session_transport after the monitor's round trip (srv_session.h).
 bool
 srv_session_transport_synced (srv_t *self)
 {
@@ -453,6 +446,14 @@ srv_session_transport_synced (srv_t *self)
     return self->monitor && srv_monitor_synced (self->monitor);
 }
 
+//  libzmq queues what a connection sent in the ROUTER before it reports
+//  the connection closed (the engine's messages are flushed before its
+//  DISCONNECTED, except those of the read that failed), and ZMQ_EVENTS
+//  processes its pending commands: a ROUTER with nothing to read has
+//  given the reactor all of a closed connection's messages. Until then
+//  the device's BYE or last PARAMS may still come; a failed send (a
+//  HEARTBEAT within heartbeat_s) bounds the wait when the ROUTER stays
+//  busy.
 int
 srv_session_drop_closed (srv_t *self)
 {
